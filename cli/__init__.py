@@ -1,0 +1,1 @@
+"""The ``whileai`` command line: thin Typer commands over the library (``whileai.cli.main``)."""

@@ -1,0 +1,51 @@
+"""The ``whileai`` console script.
+
+Each command parses its arguments, makes one library call and maps known errors to exit codes. Heavy imports
+(torch, trl) happen inside the command that needs them, never at import time.
+"""
+
+from __future__ import annotations
+
+import typer
+
+import whileai
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
+    "3 a missing optional install; 4 the grader is unavailable."
+)
+
+app = typer.Typer(
+    name="whileai",
+    help=(
+        "Groupwise grading for GRPO: a grader that tells passing rollouts apart.\n\n"
+        "Example: whileai spread rows.jsonl --recipe recipes/refund_scripted.yaml\n\n" + EXIT_CODES_HELP
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"whileai {whileai.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Groupwise grading for GRPO."""
+
+
+def main() -> None:
+    """Entry point of the ``whileai`` console script."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

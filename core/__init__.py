@@ -1,0 +1,55 @@
+"""whileai: groupwise grading for GRPO.
+
+A binary test reward makes every passing rollout equal. whileai gives the trainer a grader that tells passing rollouts
+apart (MiMo-V2.6, section 4.3), a spread gate that refuses a grader whose scores do not vary, a reward function for
+TRL's ``GRPOTrainer`` and the advantage estimators of token batches with tool spans.
+
+``import whileai`` stays light: it imports neither torch nor trl, transformers, vllm or datasets. The estimators in
+``whileai.advantages`` import torch when that module is imported.
+"""
+
+from __future__ import annotations
+
+# The source folder is `core/`, installed as `whileai` through setuptools' package-dir. Imported under any other
+# name (``import core`` from the repository root) it would be a second copy of the package with its own state.
+if __name__ != "whileai":  # pragma: no cover - exercised by tests/unit/test_packaging.py in a subprocess
+    raise ImportError(
+        f"the whileai source folder was imported as {__name__!r}; install the project "
+        "(`pip install -e .`) and `import whileai`"
+    )
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# Public names, resolved on first use so that `import whileai` costs nothing it does not need.
+_LAZY = {
+    "GroupwiseGrading": "whileai.grading.groupwise",
+    "GradingStats": "whileai.grading.stats",
+    "SpreadReport": "whileai.grading.spread",
+    "redistribute": "whileai.methods",
+    "rank_factors": "whileai.methods",
+    "synthesize_reward": "whileai.methods",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from whileai.grading.groupwise import GroupwiseGrading
+    from whileai.grading.spread import SpreadReport
+    from whileai.grading.stats import GradingStats
+    from whileai.methods import rank_factors, redistribute, synthesize_reward
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'whileai' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

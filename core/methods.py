@@ -1,0 +1,274 @@
+"""The math of groupwise grading (MiMo-V2.6 report, section 4.3), as pure functions on lists of floats.
+
+- ``redistribute``: Groupwise Advantage Redistribution, equation 3 (section 4.3.2).
+- ``rank_factors``: a grader's best-first ranking turned into quality factors (whileai's convention; the report does
+  not publish its map).
+- ``synthesize_reward``: Groupwise Reward Synthesis, equation 2 (section 4.3.1).
+
+No I/O, no torch, no grader calls: ``whileai.grading`` calls a grader and feeds its answer to these functions.
+Every function works on one group; batching is the caller's loop (a group is 4 to 64 numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from whileai.simulations.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTOR
+
+__all__ = [
+    "Redistribution",
+    "rank_factors",
+    "redistribute",
+    "redistribute_result",
+    "synthesize_reward",
+]
+
+
+@dataclass(frozen=True)
+class Redistribution:
+    """The outcome of redistributing one group's advantages.
+
+    Attributes:
+        advantages: A'_i for every member of the group, summing to zero (the original advantages on fallback).
+        original: A_i = R_i - mean(R).
+        factors: the quality factor used for each member (1.0 for failures and for passes the grader left out).
+        lam: the common factor lambda after the cap (1.0 on fallback).
+        capped: whether the cap bound lambda.
+        reason: why the group fell back to its original advantages, or None when it did not.
+    """
+
+    advantages: list[float]
+    original: list[float]
+    factors: list[float]
+    lam: float
+    capped: bool
+    reason: str | None
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the input was unusable and ``advantages`` are the original ones."""
+        return self.reason is not None
+
+
+def _is_number(value: object) -> bool:
+    """A real number that is not a bool (numpy scalars included)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_index(value: object) -> bool:
+    """An integer index that is not a bool (numpy integers included)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _centered(rewards: Sequence[float]) -> list[float]:
+    mean = sum(rewards) / len(rewards)
+    return [r - mean for r in rewards]
+
+
+def redistribute_result(
+    rewards: Sequence[float],
+    factors: Mapping[int, float] | None = None,
+    *,
+    passed: Iterable[int] | None = None,
+    cap: float = GROUPWISE_CAP,
+) -> Redistribution:
+    """Equation 3 of the MiMo-V2.6 report on one group, with the reason when it falls back.
+
+    Same arguments as :func:`redistribute`; returns a :class:`Redistribution` so that a caller can count fallbacks.
+    Nothing here raises on a grader's bad answer: an unusable factor map returns the original advantages with a
+    ``reason``. Only a malformed group (empty, or a reward that is not a finite number) raises ``ValueError``, because
+    no advantage exists to fall back to.
+    """
+    values = [float(r) for r in rewards]
+    if not values:
+        raise ValueError("redistribute needs at least one reward")
+    if not all(math.isfinite(r) for r in values):
+        raise ValueError(f"rewards must be finite numbers, got {list(rewards)!r}")
+    if not _is_number(cap) or not cap > 0:
+        raise ValueError(f"cap must be a positive number, got {cap!r}")
+
+    n = len(values)
+    original = _centered(values)
+
+    def fallback(reason: str) -> Redistribution:
+        return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, reason)
+
+    # The passes P: R_i > 0 unless the caller says which (a verifier may pass at a reward of 0.5, say).
+    if passed is None:
+        passes = [i for i, r in enumerate(values) if r > 0]
+    else:
+        passes = []
+        for i in passed:
+            if not _is_index(i) or not 0 <= i < n:
+                return fallback(f"passed index {i!r} is not a member of the group of {n}")
+            if int(i) not in passes:
+                passes.append(int(i))
+    pass_set = set(passes)
+
+    # f_i in (0, 1] for the passes; a pass the map leaves out keeps factor 1.
+    f = [1.0] * n
+    for key, value in (factors or {}).items():
+        if not _is_index(key) or int(key) not in pass_set:
+            return fallback(f"factor given for {key!r}, which is not a pass")
+        if not _is_number(value) or not 0.0 < value <= 1.0:
+            return fallback(f"factor {value!r} for pass {key} is outside (0, 1]")
+        f[int(key)] = float(value)
+
+    if not passes:
+        return fallback("the group has no pass")
+    mass = sum(original[j] for j in passes)  # sum_P A_j
+    weighted = sum(f[j] * original[j] for j in passes)  # sum_P f_j A_j
+    if weighted == 0.0 or not math.isfinite(weighted):
+        return fallback("sum of f_j * A_j over the passes is zero (no positive advantage to move)")
+    lam = mass / weighted
+    if not math.isfinite(lam) or lam <= 0.0:
+        return fallback(f"lambda = {lam!r} is not a positive number (passes with negative advantage?)")
+    capped = lam > cap
+    if capped:
+        lam = float(cap)
+
+    moved = [lam * f[i] * original[i] if i in pass_set else original[i] for i in range(n)]  # A'_i
+    # Zero group mean again; a no-op up to rounding unless the cap bound lambda.
+    mean = sum(moved) / n
+    advantages = [a - mean for a in moved]
+    return Redistribution(advantages, original, f, lam, capped, None)
+
+
+def redistribute(
+    rewards: Sequence[float],
+    factors: Mapping[int, float] | None = None,
+    *,
+    passed: Iterable[int] | None = None,
+    cap: float = GROUPWISE_CAP,
+) -> list[float]:
+    """Groupwise Advantage Redistribution, equation 3 of the MiMo-V2.6 report (section 4.3.2).
+
+    With ``A_i = R_i - mean(R)`` and ``P`` the passes, quality factors ``f_i`` in (0, 1] first downweight the
+    lower-quality passes, then the common factor ``lambda = sum_P A_j / sum_P f_j A_j`` (at most ``cap``) puts the
+    removed mass back among the passes::
+
+        A'_i = lambda * f_i * A_i   for a pass
+        A'_i = A_i                  otherwise
+
+    and the group mean is subtracted again so the group sums to zero. When the cap does not bind, failures keep their
+    advantage, ``sum_P A'_i = sum_P A_i`` and ``A'_i / A'_j = f_i / f_j`` for two passes.
+
+    Args:
+        rewards: R_i for the G members of one group, ``[G]``.
+        factors: quality factor by group index, for passes only; a pass missing here has factor 1.
+        passed: the indices of the passes; by default those with ``R_i > 0``.
+        cap: the upper bound on lambda.
+
+    Returns:
+        A'_i for every member, ``[G]``. Unusable input (a factor outside (0, 1] or NaN, a factor or pass index that is
+        not a pass of the group, ``sum_P f_j A_j = 0``) returns the original advantages ``A_i``; call
+        :func:`redistribute_result` to learn whether and why that happened.
+
+    Example:
+        >>> redistribute([1, 1, 0, 0], factors={0: 1.0, 1: 0.5})
+        [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
+    """
+    return redistribute_result(rewards, factors, passed=passed, cap=cap).advantages
+
+
+def rank_factors(
+    ranking: Sequence[int | Sequence[int]],
+    passes: Iterable[int],
+    min_factor: float = GROUPWISE_MIN_FACTOR,
+) -> dict[int, float]:
+    """Turn a best-first ranking of passes into quality factors (whileai's convention).
+
+    The report ranks passes but does not publish how ranks become factors. whileai's map is linear in rank: with ``n``
+    ranked passes, position ``k`` (0 = best) gets ``1 - (1 - min_factor) * k / (n - 1)``, so the best pass keeps its
+    whole advantage (1.0) and the worst keeps ``min_factor``. Tied passes (an inner list) occupy consecutive positions
+    and share the mean of those positions' factors. A single ranked pass, or one tie holding every pass, gets 1.0.
+    Passes the ranking leaves out get no factor (``redistribute`` then gives them 1).
+
+    Args:
+        ranking: best first; an element is an index or a list of tied indices.
+        passes: the indices that may be ranked.
+        min_factor: the worst pass's factor, in (0, 1].
+
+    Returns:
+        ``{index: factor}`` for every ranked index.
+
+    Raises:
+        ValueError: an index that is not a pass, an index ranked twice, an empty tie, or ``min_factor`` outside (0, 1].
+
+    Example:
+        >>> rank_factors([2, [0, 3], 1], passes=[0, 1, 2, 3])
+        {2: 1.0, 0: 0.75, 3: 0.75, 1: 0.5}
+    """
+    if not _is_number(min_factor) or not 0.0 < min_factor <= 1.0:
+        raise ValueError(f"min_factor must be in (0, 1], got {min_factor!r}")
+    allowed = set(passes)
+    tiers: list[list[int]] = []
+    seen: set[int] = set()
+    for entry in ranking:
+        tier = list(entry) if isinstance(entry, (list, tuple)) else [entry]
+        if not tier:
+            raise ValueError("the ranking holds an empty tie")
+        tier_ints: list[int] = []
+        for index in tier:
+            if not _is_index(index):
+                raise ValueError(f"ranked item {index!r} is not an integer index")
+            index = int(index)
+            if index not in allowed:
+                raise ValueError(f"ranked index {index} is not a pass")
+            if index in seen:
+                raise ValueError(f"index {index} is ranked twice")
+            seen.add(index)
+            tier_ints.append(index)
+        tiers.append(tier_ints)
+
+    n = len(seen)
+    if n == 0:
+        return {}
+
+    def at(position: int) -> float:
+        return 1.0 if n == 1 else 1.0 - (1.0 - min_factor) * position / (n - 1)
+
+    factors: dict[int, float] = {}
+    position = 0
+    for tier in tiers:
+        shared = sum(at(position + k) for k in range(len(tier))) / len(tier)
+        for index in tier:
+            factors[index] = shared
+        position += len(tier)
+    return factors
+
+
+def synthesize_reward(
+    r_test: float,
+    solution: float,
+    behavior: float,
+    floor: float = GROUPWISE_FLOOR,
+) -> float:
+    """Groupwise Reward Synthesis, equation 2 of the MiMo-V2.6 report (section 4.3.1).
+
+    ``R = R_test * max(floor, S_sol) * max(floor, S_beh)``: the verifier's reward scaled by the solution and behaviour
+    scores a grader gave against the task's rubric. A floor above 0 bounds how much the grader can remove (the
+    2026-09-21 run used 0.5, a factor of at most 4x between two passes).
+
+    Args:
+        r_test: the verifier's reward.
+        solution: S_sol in [0, 1].
+        behavior: S_beh in [0, 1].
+        floor: the lower bound applied to each score, in [0, 1].
+
+    Raises:
+        ValueError: a score or the floor outside [0, 1], or a value that is not a finite number.
+
+    Example:
+        >>> synthesize_reward(1.0, 0.9, 0.5)
+        0.45
+    """
+    for name, value in (("solution", solution), ("behavior", behavior), ("floor", floor)):
+        if not _is_number(value) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not _is_number(r_test) or not math.isfinite(r_test):
+        raise ValueError(f"r_test must be a finite number, got {r_test!r}")
+    return float(r_test) * max(floor, float(solution)) * max(floor, float(behavior))
