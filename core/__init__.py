@@ -33,7 +33,15 @@ _LAZY = {
     "synthesize_reward": "whileai.methods",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's order
+    "__version__",
+    "GroupwiseGrading",
+    "GradingStats",
+    "SpreadReport",
+    "redistribute",
+    "rank_factors",
+    "synthesize_reward",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.groupwise import GroupwiseGrading

@@ -229,7 +229,11 @@ def rank_factors(
         return {}
 
     def at(position: int) -> float:
-        return 1.0 if n == 1 else 1.0 - (1.0 - min_factor) * position / (n - 1)
+        if position == 0:
+            return 1.0
+        if position == n - 1:
+            return float(min_factor)  # exact at both ends
+        return 1.0 - (1.0 - min_factor) * position / (n - 1)
 
     factors: dict[int, float] = {}
     position = 0

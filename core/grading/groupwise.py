@@ -1,0 +1,553 @@
+"""``GroupwiseGrading``: the MiMo-V2.6 groupwise grader as one object (report, section 4.3).
+
+The object holds a grader and the report's knobs and uses them three ways:
+
+- ``check_spread(rows)``: grade a sample of passes before any GPU is spent and refuse a grader whose scores do not
+  vary (the spread gate).
+- ``shape(rewards, prompts, completions, group_size)``: the shaped rewards of a batch of consecutive groups.
+- ``trl_reward(verifier, num_generations)``: a reward function for TRL's ``GRPOTrainer`` that returns
+  ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields equation 3 exactly.
+
+Advantage mode (GAR, section 4.3.2) calls the grader once per group with every rollout and moves the positive
+advantage among the passes; reward mode (GRS, section 4.3.1) calls it once per pass with the task's rubric and
+multiplies the verifier's reward by the scores (equation 2).
+
+Nothing a grader does raises into the caller: an exception or an unusable answer makes that group fall back to its
+original advantages (or rewards), counted in ``stats`` with its reason. This module does no I/O and imports no
+trainer; the HTTP judge, the rows files and TRL live elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
+from whileai.grading.spread import SpreadReport, spread_report
+from whileai.grading.stats import GradingStats
+from whileai.grading.text import completion_text, prompt_text
+from whileai.methods import redistribute_result, synthesize_reward
+from whileai.simulations.defaults import (
+    GROUPWISE_CAP,
+    GROUPWISE_FLOOR,
+    GROUPWISE_HACK_ZERO,
+    GROUPWISE_MIN_FACTOR,
+    GROUPWISE_MODE,
+    SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MIN_STD,
+    SPREAD_TOLERANCE,
+)
+
+__all__ = ["GradedGroup", "GroupwiseGrading"]
+
+Mode = Literal["advantage", "reward"]
+Grader = Callable[..., Any]
+RubricSource = Mapping[str, Any] | Callable[[str, list[dict[str, Any]]], Any] | None
+
+
+@dataclass
+class GradedGroup:
+    """One group after grading.
+
+    Attributes:
+        task_id: the group's task (scenario id, or the prompt when none is given).
+        rewards: R_i from the verifier.
+        passed: whether each member passed the verifier.
+        effective_rewards: the rewards after confirmed hacks were zeroed (equal to ``rewards`` otherwise).
+        shaped: what the trainer receives: ``A'_i + mean(effective R)`` in advantage mode, equation 2 in reward mode,
+            the original rewards when the group fell back or was not graded.
+        factors: quality factor by index (advantage mode).
+        hacks: confirmed hacks (advantage mode).
+        scores: the grader's scores used by the spread gate (factors of the kept passes, or S_sol * S_beh).
+        lam: lambda of equation 3 (advantage mode, 1.0 otherwise).
+        graded: whether the grader was called.
+        reason: why the group fell back, or None.
+        seconds: time spent in the grader.
+    """
+
+    task_id: str
+    rewards: list[float]
+    passed: list[bool]
+    effective_rewards: list[float]
+    shaped: list[float]
+    factors: dict[int, float] = field(default_factory=dict)
+    hacks: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    lam: float = 1.0
+    graded: bool = False
+    reason: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def mixed(self) -> bool:
+        return any(self.passed) and not all(self.passed)
+
+    @property
+    def advantages(self) -> list[float]:
+        """The advantages the trainer will form from ``shaped`` (group-mean subtraction)."""
+        mean = sum(self.shaped) / len(self.shaped)
+        return [s - mean for s in self.shaped]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "rewards": self.rewards,
+            "passed": self.passed,
+            "shaped": self.shaped,
+            "factors": {str(k): v for k, v in sorted(self.factors.items())},
+            "hacks": self.hacks,
+            "scores": self.scores,
+            "lambda": self.lam,
+            "graded": self.graded,
+            "reason": self.reason,
+            "seconds": self.seconds,
+        }
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} is not a number: {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is not a finite number: {value!r}")
+    return number
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class GroupwiseGrading:
+    """A grader that tells passing rollouts apart, with the MiMo-V2.6 knobs (section 4.3).
+
+    Args:
+        grader: advantage mode: ``grader(group) -> {"ranking": [...]} | {"factors": {...}}`` with optional
+            ``"hacks"``, where ``group`` is a list of ``{"index", "prompt", "completion", "reward", "passed"}``.
+            Reward mode: ``grader(item, rubric) -> {"solution": s, "behavior": b}`` for one pass.
+        mode: ``"advantage"`` (GAR) or ``"reward"`` (GRS).
+        cap: upper bound on lambda in equation 3.
+        min_factor: the factor of the worst-ranked pass.
+        hack_zero: reset a confirmed hack's reward to 0 and treat it as a failure.
+        floor: lower bound on each score in equation 2 (reward mode).
+        rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
+            task on the first group seen and cached; None hands the grader ``rubric=None``.
+        spread_min_std, spread_tolerance, spread_max_near_median: the spread gate's thresholds.
+
+    Example:
+        >>> gar = GroupwiseGrading(grader=lambda group: {"ranking": [g["index"] for g in group if g["passed"]]})
+        >>> gar.shape([1, 1, 0, 0], ["p"] * 4, ["a", "b", "c", "d"], group_size=4)
+        [1.1666666666666665, 0.8333333333333333, 0.0, 0.0]
+    """
+
+    def __init__(
+        self,
+        grader: Grader,
+        mode: Mode = GROUPWISE_MODE,
+        *,
+        cap: float = GROUPWISE_CAP,
+        min_factor: float = GROUPWISE_MIN_FACTOR,
+        hack_zero: bool = GROUPWISE_HACK_ZERO,
+        floor: float = GROUPWISE_FLOOR,
+        rubrics: RubricSource = None,
+        spread_min_std: float = SPREAD_MIN_STD,
+        spread_tolerance: float = SPREAD_TOLERANCE,
+        spread_max_near_median: float = SPREAD_MAX_NEAR_MEDIAN,
+    ) -> None:
+        if not callable(grader):
+            raise TypeError(f"grader must be callable, got {type(grader).__name__}")
+        if mode not in ("advantage", "reward"):
+            raise ValueError(f"mode must be 'advantage' or 'reward', got {mode!r}")
+        checks = [
+            ("cap", cap, lambda v: v > 0, "a number > 0"),
+            ("min_factor", min_factor, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+            ("floor", floor, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            ("spread_min_std", spread_min_std, lambda v: v >= 0, "a number >= 0"),
+            ("spread_tolerance", spread_tolerance, lambda v: v >= 0, "a number >= 0"),
+            ("spread_max_near_median", spread_max_near_median, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        ]
+        for name, value, ok, allowed in checks:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
+                raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        if not isinstance(hack_zero, bool):
+            raise ValueError(f"hack_zero must be True or False, got {hack_zero!r}")
+        if rubrics is not None and not (isinstance(rubrics, Mapping) or callable(rubrics)):
+            raise ValueError(f"rubrics must be a mapping task_id -> rubric or a callable, got {type(rubrics).__name__}")
+
+        self.grader = grader
+        self.mode: Mode = mode
+        self.cap = float(cap)
+        self.min_factor = float(min_factor)
+        self.hack_zero = hack_zero
+        self.floor = float(floor)
+        self.rubrics = rubrics
+        self.spread_min_std = float(spread_min_std)
+        self.spread_tolerance = float(spread_tolerance)
+        self.spread_max_near_median = float(spread_max_near_median)
+        self.stats = GradingStats(mode=mode)
+        self._rubric_cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ display
+
+    @property
+    def grader_name(self) -> str:
+        grader = self.grader
+        return getattr(grader, "__name__", None) or getattr(grader, "name", None) or type(grader).__name__
+
+    def __repr__(self) -> str:
+        if self.mode == "advantage":
+            knobs = f"cap={self.cap}, min_factor={self.min_factor}, hack_zero={self.hack_zero}"
+        else:
+            if self.rubrics is None:
+                rubrics = "None"
+            elif isinstance(self.rubrics, Mapping):
+                rubrics = f"{len(self.rubrics)} task(s)"
+            else:
+                rubrics = getattr(self.rubrics, "__name__", type(self.rubrics).__name__)
+            knobs = f"floor={self.floor}, rubrics={rubrics}"
+        return f"GroupwiseGrading(mode={self.mode}, grader={self.grader_name}, {knobs})"
+
+    # ------------------------------------------------------------------ one group
+
+    def grade_group(
+        self,
+        rewards: Sequence[float],
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        *,
+        task_id: str | None = None,
+        passed: Sequence[bool] | None = None,
+        send: bool = True,
+    ) -> GradedGroup:
+        """Grade one group and count it in ``stats``; never raises on anything the grader does.
+
+        Args:
+            rewards: R_i from the verifier, ``[G]``.
+            prompts, completions: the texts the grader reads, ``[G]``.
+            task_id: the group's task; defaults to its first prompt.
+            passed: which members passed; by default ``R_i > 0``.
+            send: False records the group without calling the grader (all-pass or all-fail groups in training).
+        """
+        values = [_number(r, f"reward {i}") for i, r in enumerate(rewards)]
+        ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
+        task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
+        group = GradedGroup(task, values, ok, list(values), list(values))
+        if send and any(ok):
+            items = [
+                {"index": i, "prompt": prompts[i], "completion": completions[i], "reward": values[i], "passed": ok[i]}
+                for i in range(len(values))
+            ]
+            start = time.perf_counter()
+            if self.mode == "advantage":
+                calls = self._grade_advantage(group, items)
+            else:
+                calls = self._grade_reward(group, items)
+            group.seconds = time.perf_counter() - start
+        else:
+            calls = 0
+        self.stats.record(
+            mixed=group.mixed,
+            grader_calls=calls,
+            reason=group.reason,
+            hacks_zeroed=len(group.hacks) if (self.hack_zero and group.reason is None) else 0,
+            scores=group.scores,
+            seconds=group.seconds,
+        )
+        return group
+
+    def _grade_advantage(self, group: GradedGroup, items: list[dict[str, Any]]) -> int:
+        passes = [i for i, ok in enumerate(group.passed) if ok]
+        try:
+            answer = self.grader(items)
+        except Exception as exc:  # a grader must never stop training
+            group.reason = f"grader raised: {_describe(exc)}"
+            return 1
+        group.graded = True
+        try:
+            read = read_group_answer(
+                answer, size=len(items), passes=passes, min_factor=self.min_factor, hack_zero=self.hack_zero
+            )
+        except UnusableAnswer as exc:
+            group.reason = f"unusable answer: {exc}"
+            return 1
+
+        group.hacks = list(read.hacks)
+        kept = [i for i in passes if not (self.hack_zero and i in read.hacks)]
+        if self.hack_zero:
+            for i in read.hacks:
+                group.effective_rewards[i] = 0.0
+        group.factors = dict(read.factors)
+        group.scores = [read.factors.get(i, 1.0) for i in kept]
+        moved = redistribute_result(group.effective_rewards, read.factors, passed=kept, cap=self.cap)
+        # A fallback here is arithmetic, not the grader's fault: a group with no failure (nothing to move) or
+        # no pass left once its hacks are zeroed keeps its plain centered advantages.
+        group.lam = moved.lam
+        mean = sum(group.effective_rewards) / len(group.effective_rewards)
+        group.shaped = [a + mean for a in moved.advantages]
+        return 1
+
+    def _rubric(self, task_id: str, items: list[dict[str, Any]]) -> Any:
+        if self.rubrics is None:
+            return None
+        if isinstance(self.rubrics, Mapping):
+            if task_id not in self.rubrics:
+                raise LookupError(f"no rubric for task {task_id!r}")
+            return self.rubrics[task_id]
+        if task_id not in self._rubric_cache:
+            self._rubric_cache[task_id] = self.rubrics(task_id, items)
+        return self._rubric_cache[task_id]
+
+    def _grade_reward(self, group: GradedGroup, items: list[dict[str, Any]]) -> int:
+        try:
+            rubric = self._rubric(group.task_id, items)
+        except LookupError as exc:
+            group.reason = f"no rubric: {exc}"
+            return 0
+        except Exception as exc:
+            group.reason = f"rubric writer raised: {_describe(exc)}"
+            return 0
+        calls = 0
+        shaped = list(group.rewards)
+        scores: list[float] = []
+        for item in items:
+            if not item["passed"]:
+                continue
+            calls += 1
+            try:
+                read = read_pass_answer(self.grader(item, rubric))
+            except UnusableAnswer as exc:
+                group.reason = f"unusable answer: {exc}"
+                return calls
+            except Exception as exc:
+                group.reason = f"grader raised: {_describe(exc)}"
+                return calls
+            i = item["index"]
+            shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
+            scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
+        group.graded = True
+        group.shaped = shaped
+        group.scores = scores
+        return calls
+
+    # ------------------------------------------------------------------ batches
+
+    def _groups_of(self, n: int, group_size: int) -> range:
+        if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
+            raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+        if n % group_size:
+            raise ValueError(
+                f"the batch holds {n} completions, not a multiple of the group size {group_size}: "
+                "each prompt's completions must come as one consecutive group"
+            )
+        return range(0, n, int(group_size))
+
+    def grade_batch(
+        self,
+        rewards: Sequence[float],
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        group_size: int,
+        task_id: str | Sequence[str] | None = None,
+    ) -> list[GradedGroup]:
+        """Grade a batch of consecutive groups the way training does.
+
+        Advantage mode sends only mixed groups to the grader (an all-pass or all-fail group has no advantage to
+        move); reward mode sends every group with a pass (GRS is meant for high-pass-rate tasks, where whole groups
+        pass). Conversational prompts and completions (lists of messages) are read as text.
+        """
+        n = len(rewards)
+        if len(prompts) != n or len(completions) != n:
+            raise ValueError(f"got {n} rewards, {len(prompts)} prompts and {len(completions)} completions")
+        if isinstance(task_id, str) or task_id is None:
+            task_ids: list[str | None] = [task_id] * n
+        else:
+            task_ids = list(task_id)
+            if len(task_ids) != n:
+                raise ValueError(f"got {len(task_ids)} task ids for {n} completions")
+        prompt_texts = [prompt_text(p) for p in prompts]
+        completion_texts = [completion_text(c) for c in completions]
+        graded = []
+        for start in self._groups_of(n, group_size):
+            stop = start + group_size
+            chunk = [_number(r, f"reward {start + i}") for i, r in enumerate(rewards[start:stop])]
+            has_pass = any(r > 0 for r in chunk)
+            send = (has_pass and not all(r > 0 for r in chunk)) if self.mode == "advantage" else has_pass
+            graded.append(
+                self.grade_group(
+                    chunk,
+                    prompt_texts[start:stop],
+                    completion_texts[start:stop],
+                    task_id=task_ids[start],
+                    send=send,
+                )
+            )
+        return graded
+
+    def shape(
+        self,
+        rewards: Sequence[float],
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        group_size: int,
+        task_id: str | Sequence[str] | None = None,
+    ) -> list[float]:
+        """The shaped rewards of a batch of consecutive groups of ``group_size``.
+
+        Advantage mode: ``A'_i + mean(R)`` per group (equation 3 after a group-mean subtraction); reward mode:
+        ``R_test * max(floor, S_sol) * max(floor, S_beh)`` (equation 2). Groups that fell back keep their rewards.
+        """
+        return [s for g in self.grade_batch(rewards, prompts, completions, group_size, task_id) for s in g.shaped]
+
+    # ------------------------------------------------------------------ spread gate
+
+    def check_spread(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        strict: bool = True,
+        *,
+        group_key: str = "scenario_id",
+        reward_key: str = "reward",
+        text_key: str = "final_text",
+        prompt_key: str = "prompt",
+    ) -> SpreadReport:
+        """Grade every group of ``rows`` with at least two passes and judge the spread of the grader's scores.
+
+        Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional), grouped by scenario
+        in order of first appearance. A group with fewer than two passes cannot be told apart and is skipped; zeroed
+        hacks give no score.
+
+        Returns:
+            The report; ``str(report)`` is the two-line verdict.
+
+        Raises:
+            ValueError: a row with a missing field or a non-numeric reward (naming the row and field); with
+                ``strict``, no spread or too few scores, with what to change.
+        """
+        groups: dict[str, list[tuple[float, str, str]]] = {}
+        for position, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise ValueError(f"row {position}: not a dict but {type(row).__name__}")
+            for key in (group_key, reward_key, text_key):
+                if key not in row:
+                    raise ValueError(f"row {position}: missing field {key!r}")
+            try:
+                reward = _number(row[reward_key], f"row {position}: field {reward_key!r}")
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+            groups.setdefault(str(row[group_key]), []).append(
+                (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
+            )
+        return self.check_spread_groups(groups.items(), strict=strict)
+
+    def check_spread_groups(
+        self,
+        groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
+        strict: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> SpreadReport:
+        """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
+
+        The streaming form of :meth:`check_spread` (the command line feeds it group by group); ``progress`` is
+        called with the number of rows of each group once it is graded.
+        """
+        per_group: dict[str, list[float]] = {}
+        failed: dict[str, int] = {}
+        hacks: dict[str, list[int]] = {}
+        skipped = 0
+        for task, members in groups:
+            rewards = [m[0] for m in members]
+            if sum(r > 0 for r in rewards) < 2:
+                skipped += 1
+            else:
+                graded = self.grade_group(rewards, [m[1] for m in members], [m[2] for m in members], task_id=task)
+                if graded.reason is not None:
+                    kind = graded.reason.split(":", 1)[0]
+                    failed[kind] = failed.get(kind, 0) + 1
+                else:
+                    per_group[task] = graded.scores
+                    if graded.hacks:
+                        hacks[task] = graded.hacks
+            if progress is not None:
+                progress(len(members))
+        report = spread_report(
+            per_group,
+            min_std=self.spread_min_std,
+            tolerance=self.spread_tolerance,
+            max_near_median=self.spread_max_near_median,
+            mode=self.mode,
+            skipped=skipped,
+            failed=failed,
+            hacks=hacks,
+        )
+        if strict and not report.ok:
+            raise ValueError(str(report))
+        return report
+
+    # ------------------------------------------------------------------ TRL
+
+    def trl_reward(self, verifier: Callable[..., Sequence[float]], num_generations: int) -> Callable[..., list[float]]:
+        """A reward function for TRL's ``GRPOTrainer`` that grades each group with this object.
+
+        TRL calls it by keyword (``prompts``, ``completions``, ``completion_ids``, every extra dataset column,
+        ``trainer_state``, ``log_metric``, ``log_extra``) on ``num_generations`` consecutive completions per prompt.
+        It calls ``verifier`` with the same keywords, grades the batch as :meth:`grade_batch` does and returns
+        ``A'_i + mean(R)``, so TRL's group-mean subtraction yields equation 3 exactly; set ``scale_rewards="none"``
+        so TRL's division by the group's std does not rescale the moved mass. A ``task_id`` or ``scenario_id``
+        dataset column names the task; otherwise the prompt does. When TRL passes ``log_metric``, the batch's grader
+        figures are logged under ``groupwise/``.
+
+        Raises (when called):
+            ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
+                wrong number of rewards or a non-number. These are set-up errors, not grader misbehaviour.
+        """
+        if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
+            raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
+        if num_generations < 1:
+            raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
+        size = int(num_generations)
+
+        def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+            if len(completions) % size:
+                raise ValueError(
+                    f"TRL passed {len(completions)} completions, not a multiple of num_generations={size}: "
+                    "check that per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
+                )
+            rewards = list(verifier(prompts=prompts, completions=completions, **kwargs))
+            if len(rewards) != len(completions):
+                raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
+            task_ids = kwargs.get("task_id", kwargs.get("scenario_id"))
+            if task_ids is None:
+                task_ids = [prompt_text(p) for p in prompts]
+            before = self.stats.as_dict()
+            graded = self.grade_batch(rewards, prompts, completions, size, task_id=[str(t) for t in task_ids])
+            log_metric = kwargs.get("log_metric")
+            if callable(log_metric):
+                for name, value in _batch_metrics(graded, before, self.stats.as_dict()).items():
+                    log_metric(f"groupwise/{name}", value)
+            return [s for g in graded for s in g.shaped]
+
+        groupwise_reward.__name__ = f"groupwise_{self.mode}"
+        groupwise_reward.__qualname__ = groupwise_reward.__name__
+        return groupwise_reward
+
+
+def _batch_metrics(graded: list[GradedGroup], before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """The figures of one batch, for TRL's ``log_metric``."""
+    scores = [s for g in graded for s in g.scores]
+    mean = sum(scores) / len(scores) if scores else 0.0
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores else 0.0
+    return {
+        "groups": float(len(graded)),
+        "mixed": float(sum(g.mixed for g in graded)),
+        "grader_calls": float(after["grader_calls"] - before["grader_calls"]),
+        "fallbacks": float(after["failed"] - before["failed"]),
+        "hacks_zeroed": float(after["hacks_zeroed"] - before["hacks_zeroed"]),
+        "score_mean": mean,
+        "score_std": std,
+    }

@@ -1,0 +1,118 @@
+"""Running counters of a ``GroupwiseGrading`` object: what its grader saw, did and failed to do.
+
+The counters accumulate over every call on the object (``check_spread``, ``shape``, ``trl_reward``), so a run's
+grader is a measurement too. This module keeps numbers; it calls no grader and prints nothing by itself.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["GradingStats", "ScoreMoments"]
+
+
+@dataclass
+class ScoreMoments:
+    """Count, mean and population variance of a stream of scores (Welford's update, stable for long runs)."""
+
+    count: int = 0
+    mean: float = 0.0
+    _m2: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._m2 += delta * (value - self.mean)
+
+    def extend(self, values: list[float]) -> None:
+        for value in values:
+            self.add(value)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (0 for fewer than two scores)."""
+        return math.sqrt(self._m2 / self.count) if self.count > 1 else 0.0
+
+
+@dataclass
+class GradingStats:
+    """What a grading object has seen since it was built.
+
+    Attributes:
+        mode: ``"advantage"`` (scores are quality factors) or ``"reward"`` (scores are S_sol * S_beh).
+        groups: groups seen, graded or not.
+        mixed: groups holding both a pass and a failure by the verifier.
+        grader_calls: calls made to the grader (one per group in advantage mode, one per pass in reward mode).
+        failed: groups that fell back to their original advantages or rewards because the grader misbehaved.
+        fallbacks: ``failed`` broken down by reason (the first line of each reason).
+        hacks_zeroed: confirmed hacks whose reward was reset to 0.
+        scores: the grader's scores (factors in advantage mode).
+        grader_seconds: wall time spent inside the grader.
+    """
+
+    mode: Literal["advantage", "reward"] = "advantage"
+    groups: int = 0
+    mixed: int = 0
+    grader_calls: int = 0
+    failed: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    hacks_zeroed: int = 0
+    scores: ScoreMoments = field(default_factory=ScoreMoments)
+    grader_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def score_name(self) -> str:
+        return "factors" if self.mode == "advantage" else "scores"
+
+    def record(
+        self,
+        *,
+        mixed: bool,
+        grader_calls: int,
+        reason: str | None,
+        hacks_zeroed: int,
+        scores: list[float],
+        seconds: float,
+    ) -> None:
+        """Count one group."""
+        with self._lock:
+            self.groups += 1
+            self.mixed += int(mixed)
+            self.grader_calls += grader_calls
+            self.hacks_zeroed += hacks_zeroed
+            self.grader_seconds += seconds
+            if reason is not None:
+                self.failed += 1
+                self.fallbacks[reason.split(":", 1)[0]] += 1
+            self.scores.extend(scores)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters as plain JSON-ready values."""
+        return {
+            "mode": self.mode,
+            "groups": self.groups,
+            "mixed": self.mixed,
+            "grader_calls": self.grader_calls,
+            "failed": self.failed,
+            "fallbacks": dict(self.fallbacks),
+            "hacks_zeroed": self.hacks_zeroed,
+            "scores": self.scores.count,
+            "score_mean": self.scores.mean if self.scores.count else None,
+            "score_std": self.scores.std if self.scores.count else None,
+            "grader_seconds": self.grader_seconds,
+        }
+
+    def __str__(self) -> str:
+        head = (
+            f"groupwise grading ({self.mode}): {self.groups} groups, {self.mixed} mixed, "
+            f"{self.grader_calls} grader calls, {self.failed} failed (fell back), {self.hacks_zeroed} hacks zeroed"
+        )
+        if not self.scores.count:
+            return f"{head}; no {self.score_name} yet"
+        return f"{head}; {self.score_name} mean {self.scores.mean:.3f} std {self.scores.std:.3f}"

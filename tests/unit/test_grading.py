@@ -1,0 +1,455 @@
+"""GroupwiseGrading: grader answers, fallbacks, hacks, reward mode, the spread gate and the TRL reward function."""
+
+from __future__ import annotations
+
+import pytest
+
+import whileai as wai
+from whileai.methods import redistribute
+
+
+def by_order(group):
+    """Rank passes in the order given, no hacks."""
+    return {"ranking": [g["index"] for g in group if g["passed"]]}
+
+
+def returning(answer):
+    def grader(group):
+        return answer
+
+    return grader
+
+
+def test_repr_in_both_modes() -> None:
+    assert repr(wai.GroupwiseGrading(grader=by_order)) == (
+        "GroupwiseGrading(mode=advantage, grader=by_order, cap=3.0, min_factor=0.5, hack_zero=True)"
+    )
+    grs = wai.GroupwiseGrading(grader=by_order, mode="reward", rubrics={"a": 1, "b": 2}, floor=0.5)
+    assert repr(grs) == "GroupwiseGrading(mode=reward, grader=by_order, floor=0.5, rubrics=2 task(s))"
+
+
+def test_fields_default_to_the_named_constants() -> None:
+    from whileai.simulations import defaults
+
+    gar = wai.GroupwiseGrading(grader=by_order)
+    assert gar.mode == defaults.GROUPWISE_MODE == "advantage"
+    assert gar.cap == defaults.GROUPWISE_CAP == 3.0
+    assert gar.min_factor == defaults.GROUPWISE_MIN_FACTOR == 0.5
+    assert gar.hack_zero is defaults.GROUPWISE_HACK_ZERO is True
+    assert gar.floor == defaults.GROUPWISE_FLOOR == 0.0
+    assert (gar.spread_min_std, gar.spread_tolerance, gar.spread_max_near_median) == (0.05, 0.05, 0.90)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "advantages"}, "mode"),
+        ({"cap": 0}, "cap"),
+        ({"min_factor": 1.5}, "min_factor"),
+        ({"floor": -1}, "floor"),
+        ({"hack_zero": "yes"}, "hack_zero"),
+        ({"rubrics": 3}, "rubrics"),
+    ],
+)
+def test_bad_fields_are_refused_by_name(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        wai.GroupwiseGrading(grader=by_order, **kwargs)
+
+
+def test_grader_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        wai.GroupwiseGrading(grader="rank")
+
+
+def test_group_items_hold_the_page_fields() -> None:
+    seen = []
+
+    def grader(group):
+        seen.extend(group)
+        return by_order(group)
+
+    wai.GroupwiseGrading(grader=grader).shape([1, 0], ["p", "q"], ["a", "b"], group_size=2)
+    assert seen == [
+        {"index": 0, "prompt": "p", "completion": "a", "reward": 1.0, "passed": True},
+        {"index": 1, "prompt": "q", "completion": "b", "reward": 0.0, "passed": False},
+    ]
+
+
+def boom(group):
+    raise RuntimeError("judge exploded")
+
+
+@pytest.mark.parametrize(
+    ("grader", "reason"),
+    [
+        (returning({"ranking": [0, 7]}), "not a member"),  # unknown index
+        (returning({"ranking": [0, 1, 2]}), "is a failure"),  # a failure ranked
+        (returning({"ranking": [0, 1, 0]}), "twice"),  # an index twice
+        (returning({"ranking": [0]}), "leaves out pass 1"),  # a pass omitted
+        (returning({"factors": {0: 1.0, 1: 0.0}}), "outside (0, 1]"),
+        (returning({"factors": {0: 1.0, 1: 1.2}}), "outside (0, 1]"),
+        (returning({"factors": {0: 1.0, 2: 0.5}}), "not a pass"),
+        (returning({"rankings": [0, 1]}), "unknown key 'rankings'"),  # misspelt
+        (returning({"hacks": []}), "exactly one"),  # missing key
+        (returning({"ranking": [0, 1], "factors": {0: 1.0}}), "exactly one"),
+        (returning([0, 1]), "not a dict"),
+        (returning(None), "not a dict"),
+        (returning({"ranking": [0, 1], "hacks": [3]}), "is a failure"),
+        (returning({"ranking": "0,1"}), "not a list"),
+        (boom, "grader raised: RuntimeError: judge exploded"),
+    ],
+)
+def test_unusable_answers_fall_back_and_are_counted(grader, reason) -> None:
+    gar = wai.GroupwiseGrading(grader=grader)
+    rewards = [1, 1, 0, 0]
+    shaped = gar.shape(rewards, ["p"] * 4, ["a", "b", "c", "d"], group_size=4)
+    assert shaped == [1.0, 1.0, 0.0, 0.0]  # original rewards: TRL forms the original advantages
+    (group,) = gar.grade_batch(rewards, ["p"] * 4, ["a", "b", "c", "d"], group_size=4)
+    assert reason in group.reason
+    assert gar.stats.failed == 2 and gar.stats.grader_calls == 2
+    assert sum(gar.stats.fallbacks.values()) == 2
+
+
+def test_factor_answers_accept_json_string_keys() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"factors": {"0": 1.0, "1": 0.5}}))
+    assert gar.shape([1, 1, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4) == [
+        pytest.approx(a + 0.5) for a in redistribute([1, 1, 0, 0], {0: 1.0, 1: 0.5})
+    ]
+
+
+def test_notes_are_allowed_beside_the_answer() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [[0, 1]], "reasons": {"0": "fine"}}))
+    (group,) = gar.grade_batch([1, 1, 0], ["p"] * 3, ["a"] * 3, group_size=3)
+    assert group.reason is None and group.factors == {0: 0.75, 1: 0.75}
+    assert group.advantages == pytest.approx([1 / 3, 1 / 3, -2 / 3])  # a full tie moves nothing
+
+
+def test_a_confirmed_hack_is_zeroed_and_treated_as_a_failure() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [1, 0], "hacks": [2]}))
+    rewards = [1, 1, 1, 0]
+    (group,) = gar.grade_batch(rewards, ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.effective_rewards == [1.0, 1.0, 0.0, 0.0]
+    expected = redistribute([1, 1, 0, 0], {1: 1.0, 0: 0.5}, passed=[0, 1])
+    assert group.advantages == pytest.approx(expected)
+    assert group.shaped == pytest.approx([a + 0.5 for a in expected])
+    assert group.scores == [0.5, 1.0]
+    assert gar.stats.hacks_zeroed == 1
+
+
+def test_hacks_may_appear_in_the_ranking_and_are_dropped_from_it() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [2, 1, 0], "hacks": [2]}))
+    (group,) = gar.grade_batch([1, 1, 1, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.factors == {1: 1.0, 0: 0.5}
+
+
+def test_without_hack_zero_hacks_keep_their_reward_and_rank_last() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [1, 0], "hacks": [2]}), hack_zero=False)
+    (group,) = gar.grade_batch([1, 1, 1, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.effective_rewards == [1.0, 1.0, 1.0, 0.0]
+    assert group.factors == {1: 1.0, 0: 0.75, 2: 0.5}
+    assert gar.stats.hacks_zeroed == 0
+
+
+def test_all_hacks_leave_a_plain_failure_group() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [], "hacks": [0]}))
+    (group,) = gar.grade_batch([1, 0], ["p"] * 2, ["a"] * 2, group_size=2)
+    assert group.reason is None and group.shaped == [0.0, 0.0]
+
+
+def test_cap_is_applied_through_the_object() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"factors": {0: 0.1}}), cap=2.0)
+    (group,) = gar.grade_batch([1, 0, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.lam == 2.0
+    assert sum(group.advantages) == pytest.approx(0.0)
+
+
+# ---------------------------------------------------------------- reward mode
+
+
+def test_reward_mode_equation_2_with_floor() -> None:
+    def grader(item, rubric):
+        assert rubric == "be brief"
+        return {"solution": 1.0, "behavior": 0.2 if "long" in item["completion"] else 0.9}
+
+    grs = wai.GroupwiseGrading(grader=grader, mode="reward", rubrics={"t": "be brief"}, floor=0.5)
+    out = grs.shape([1, 1, 0], ["p"] * 3, ["short", "long", "x"], group_size=3, task_id="t")
+    assert out == pytest.approx([0.9, 0.5, 0.0])
+    assert grs.stats.grader_calls == 2
+    assert str(grs.stats).endswith("scores mean 0.700 std 0.200")
+
+
+def test_reward_mode_grades_all_pass_groups() -> None:
+    grs = wai.GroupwiseGrading(grader=lambda item, rubric: {"solution": 0.5, "behavior": 1.0}, mode="reward")
+    assert grs.shape([1, 1], ["p"] * 2, ["a", "b"], group_size=2) == [0.5, 0.5]
+
+
+def test_rubric_writer_is_called_once_per_task() -> None:
+    calls = []
+
+    def write(task_id, group):
+        calls.append((task_id, len(group)))
+        return f"rubric for {task_id}"
+
+    grs = wai.GroupwiseGrading(
+        grader=lambda item, rubric: {"solution": 1.0, "behavior": 1.0}, mode="reward", rubrics=write
+    )
+    for _ in range(3):
+        grs.shape([1, 0, 1, 1], ["p"] * 4, ["a"] * 4, group_size=2, task_id=["t1", "t1", "t2", "t2"])
+    assert calls == [("t1", 2), ("t2", 2)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ({"solution": 1.0}, "no 'behavior'"),
+        ({"solution": 1.0, "behaviour": 1.0}, "unknown key 'behaviour'"),
+        ({"solution": 1.1, "behavior": 1.0}, "outside [0, 1]"),
+        ({"solution": "high", "behavior": 1.0}, "outside [0, 1]"),
+        ("1.0", "not a dict"),
+    ],
+)
+def test_reward_mode_unusable_answers_fall_back(answer, reason) -> None:
+    grs = wai.GroupwiseGrading(grader=lambda item, rubric: answer, mode="reward")
+    (group,) = grs.grade_batch([1, 0], ["p"] * 2, ["a", "b"], group_size=2)
+    assert group.shaped == [1.0, 0.0] and reason in group.reason
+    assert grs.stats.failed == 1
+
+
+def test_reward_mode_missing_rubric_and_failing_writer_fall_back() -> None:
+    ok = lambda item, rubric: {"solution": 0.5, "behavior": 0.5}  # noqa: E731
+    grs = wai.GroupwiseGrading(grader=ok, mode="reward", rubrics={"known": "r"})
+    (group,) = grs.grade_batch([1, 0], ["p"] * 2, ["a", "b"], group_size=2, task_id="unknown")
+    assert group.shaped == [1.0, 0.0] and group.reason.startswith("no rubric")
+
+    def broken(task_id, group):
+        raise OSError("disk full")
+
+    grs = wai.GroupwiseGrading(grader=ok, mode="reward", rubrics=broken)
+    (group,) = grs.grade_batch([1, 0], ["p"] * 2, ["a", "b"], group_size=2, task_id="t")
+    assert group.reason == "rubric writer raised: OSError: disk full"
+
+
+# ---------------------------------------------------------------- spread gate
+
+
+def rows_for(groups):
+    return [{"scenario_id": sid, "reward": r, "final_text": t} for sid, members in groups.items() for r, t in members]
+
+
+def count_calls(group):
+    passes = sorted((g for g in group if g["passed"]), key=lambda g: g["completion"].count("<tool_call>"))
+    return {"ranking": [g["index"] for g in passes]}
+
+
+def tie_all(group):
+    return {"ranking": [[g["index"] for g in group if g["passed"]]]}
+
+
+def test_no_spread_is_a_value_error_saying_what_to_change() -> None:
+    rows = rows_for({f"s{i}": [(1, "a"), (1, "b"), (0, "c")] for i in range(4)})
+    gar = wai.GroupwiseGrading(grader=tie_all)
+    with pytest.raises(ValueError) as err:
+        gar.check_spread(rows)
+    message = str(err.value)
+    assert "spread: no." in message
+    assert "multi-turn" in message and "finer grader or rubric" in message
+    report = gar.check_spread(rows, strict=False)
+    assert report.verdict == "no" and report.std == 0.0 and report.near_median == 1.0
+    assert report.per_group == {f"s{i}": [0.75, 0.75] for i in range(4)}
+    assert report.scores == [0.75] * 8 and report.groups == 4
+
+
+def test_reward_mode_advice_names_the_floor() -> None:
+    grs = wai.GroupwiseGrading(
+        grader=lambda item, rubric: {"solution": 1.0, "behavior": 1.0}, mode="reward", rubrics=None
+    )
+    report = grs.check_spread(rows_for({"s": [(1, "a"), (1, "b")]}), strict=False)
+    assert report.verdict == "no" and "floor" in report.conclusion
+
+
+def test_concentration_at_the_median_is_no_spread_even_with_std() -> None:
+    # 10 passes per group: most at factor near 1, one outlier: std above 0.05 but >90% within 0.05 of the median
+    def mostly_tied(group):
+        passes = [g["index"] for g in group if g["passed"]]
+        return {"factors": {i: (0.1 if i == passes[-1] else 1.0) for i in passes}}
+
+    rows = rows_for({f"s{i}": [(1, "x")] * 20 for i in range(2)})
+    report = wai.GroupwiseGrading(grader=mostly_tied).check_spread(rows, strict=False)
+    assert report.std > 0.05 and report.near_median == 0.95 and report.verdict == "no"
+    assert "95% of the scores lie within 0.05" in report.conclusion
+
+
+def test_too_few_scores_is_never_yes() -> None:
+    gar = wai.GroupwiseGrading(grader=count_calls)
+    rows = rows_for({"a": [(1, "x"), (0, "y")], "b": [(0, "x"), (0, "y")]})
+    report = gar.check_spread(rows, strict=False)
+    assert report.verdict == "too few" and report.skipped == 2
+    assert str(report) == (
+        "spread check: 0 grader scores over 0 group(s), std 0.000, 0% within 0.05 of the median 0.00\n"
+        "spread: too few scores to judge (0, at least 2 needed). Send more groups with at least two passes each."
+    )
+    with pytest.raises(ValueError, match="too few"):
+        gar.check_spread(rows)
+
+
+def test_failed_groups_give_no_scores_and_are_reported() -> None:
+    rows = rows_for({"a": [(1, "x"), (1, "y")], "b": [(1, "<tool_call>"), (1, "y")]})
+
+    def flaky(group):
+        if "<tool_call>" in group[0]["completion"]:
+            raise TimeoutError("slow")
+        return {"ranking": [0, 1]}
+
+    report = wai.GroupwiseGrading(grader=flaky).check_spread(rows, strict=False)
+    assert report.failed == {"grader raised": 1} and report.groups == 1 and report.scores == [1.0, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"reward": 1, "final_text": "x"}, "row 1: missing field 'scenario_id'"),
+        ({"scenario_id": "a", "final_text": "x"}, "row 1: missing field 'reward'"),
+        ({"scenario_id": "a", "reward": 1}, "row 1: missing field 'final_text'"),
+        ({"scenario_id": "a", "reward": "1", "final_text": "x"}, "row 1: field 'reward' is not a number"),
+        ({"scenario_id": "a", "reward": float("nan"), "final_text": "x"}, "row 1: field 'reward' is not a finite"),
+        ("not a row", "row 1: not a dict"),
+    ],
+)
+def test_bad_rows_name_the_row_and_field(row, message) -> None:
+    good = {"scenario_id": "a", "reward": 1, "final_text": "x"}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        wai.GroupwiseGrading(grader=count_calls).check_spread([good, row])
+
+
+def test_spread_report_serializes() -> None:
+    rows = rows_for({"a": [(1, "x"), (1, "<tool_call>y")]})
+    data = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False).as_dict()
+    assert data["verdict"] == "too few" or data["verdict"] in {"yes", "no"}
+    assert data["per_group"] == {"a": [1.0, 0.5]} and data["summary"].startswith("spread check: 2 grader scores")
+
+
+# ---------------------------------------------------------------- TRL reward function
+
+
+def verifier(prompts, completions, **kwargs):
+    return [1.0 if "done" in c else 0.0 for c in completions]
+
+
+def test_trl_reward_grades_only_mixed_groups_and_counts_all() -> None:
+    calls = []
+
+    def grader(group):
+        calls.append(len(group))
+        return by_order(group)
+
+    reward = wai.GroupwiseGrading(grader=grader).trl_reward(verifier, num_generations=2)
+    out = reward(prompts=["p"] * 6, completions=["done", "done", "x", "y", "done", "z"])
+    assert out == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]  # a single pass keeps factor 1: nothing moves
+    assert calls == [2]
+    assert reward.__name__ == "groupwise_advantage"
+
+
+def test_trl_reward_gives_equation_3_after_trl_centering() -> None:
+    reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=4)
+    out = reward(prompts=["p"] * 4, completions=["a done", "b done", "done c", "d"])
+    mean = sum(out) / 4
+    expected = redistribute([1, 1, 1, 0], {0: 1.0, 1: 0.75, 2: 0.5})
+    assert [o - mean for o in out] == pytest.approx(expected)
+
+
+def test_trl_reward_batch_not_a_multiple_is_a_clear_error() -> None:
+    reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=4)
+    with pytest.raises(ValueError, match="not a multiple of num_generations=4"):
+        reward(prompts=["p"] * 6, completions=["done"] * 6)
+
+
+def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
+    seen = {}
+
+    def keyword_verifier(prompts, completions, completion_ids, answer, trainer_state, **kwargs):
+        seen.update(answer=answer, state=trainer_state, ids=completion_ids)
+        return [1.0 if c == a else 0.0 for c, a in zip(completions, answer, strict=True)]
+
+    metrics = {}
+    reward = wai.GroupwiseGrading(grader=by_order).trl_reward(keyword_verifier, num_generations=3)
+    out = reward(
+        prompts=["p"] * 3,
+        completions=["4", "4", "5"],
+        completion_ids=[[1], [1], [2]],
+        answer=["4", "4", "4"],
+        trainer_state="state",
+        log_metric=lambda name, value: metrics.__setitem__(name, value),
+        log_extra=lambda column, values: None,
+    )
+    assert seen == {"answer": ["4", "4", "4"], "state": "state", "ids": [[1], [1], [2]]}
+    assert out == pytest.approx([a + 2 / 3 for a in redistribute([1, 1, 0], {0: 1.0, 1: 0.5})])
+    assert metrics == {
+        "groupwise/groups": 1.0,
+        "groupwise/mixed": 1.0,
+        "groupwise/grader_calls": 1.0,
+        "groupwise/fallbacks": 0.0,
+        "groupwise/hacks_zeroed": 0.0,
+        "groupwise/score_mean": 0.75,
+        "groupwise/score_std": 0.25,
+    }
+
+
+def test_trl_reward_reads_conversational_completions() -> None:
+    seen = []
+
+    def grader(group):
+        seen.extend(g["completion"] for g in group)
+        return by_order(group)
+
+    def chat_verifier(prompts, completions, **kwargs):
+        return [1.0 if "done" in c[-1]["content"] else 0.0 for c in completions]
+
+    call = {"function": {"name": "lookup", "arguments": '{"id": 1}'}}
+    completions = [
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+        ],
+        [{"role": "assistant", "content": "done"}],
+        [{"role": "assistant", "content": "no"}],
+    ]
+    prompts = [[{"role": "system", "content": "s"}, {"role": "user", "content": "refund"}]] * 3
+    reward = wai.GroupwiseGrading(grader=grader).trl_reward(chat_verifier, num_generations=3)
+    reward(prompts=prompts, completions=completions)
+    assert seen == ['<tool_call>lookup {"id": 1}</tool_call>\ndone', "done", "no"]
+
+
+def test_trl_reward_uses_the_task_id_column() -> None:
+    write_calls = []
+
+    def write(task_id, group):
+        write_calls.append(task_id)
+        return task_id
+
+    grs = wai.GroupwiseGrading(grader=lambda i, r: {"solution": 1.0, "behavior": 1.0}, mode="reward", rubrics=write)
+    reward = grs.trl_reward(verifier, num_generations=2)
+    reward(prompts=["same"] * 4, completions=["done"] * 4, task_id=["t1", "t1", "t2", "t2"])
+    assert write_calls == ["t1", "t2"]
+
+
+def test_verifier_returning_the_wrong_length_is_an_error() -> None:
+    reward = wai.GroupwiseGrading(grader=by_order).trl_reward(lambda **kw: [1.0], num_generations=2)
+    with pytest.raises(ValueError, match="returned 1 rewards for 2"):
+        reward(prompts=["p"] * 2, completions=["a", "b"])
+
+
+def test_stats_accumulate_across_calls() -> None:
+    gar = wai.GroupwiseGrading(grader=by_order)
+    reward = gar.trl_reward(verifier, num_generations=2)
+    reward(prompts=["p"] * 4, completions=["done", "x", "done", "done"])
+    gar.check_spread(rows_for({"a": [(1, "x"), (1, "y")]}), strict=False)
+    assert str(gar.stats) == (
+        "groupwise grading (advantage): 3 groups, 1 mixed, 2 grader calls, 0 failed (fell back), 0 hacks zeroed; "
+        "factors mean 0.833 std 0.236"
+    )
+    assert gar.stats.as_dict()["groups"] == 3
+
+
+def test_fresh_stats_say_no_factors_yet() -> None:
+    assert str(wai.GroupwiseGrading(grader=by_order).stats).endswith("; no factors yet")

@@ -1,0 +1,124 @@
+"""The core/ -> whileai and cli/ -> whileai.cli mapping, its guards, and a light ``import whileai``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "trl", "transformers", "vllm", "datasets", "accelerate", "openai", "numpy", "pandas")
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_every_python_folder_is_a_listed_package() -> None:
+    tool = _pyproject()["tool"]["setuptools"]
+    roots = {source: name for name, source in tool["package-dir"].items()}
+    found = set()
+    for source, name in roots.items():
+        for init in (REPO / source).rglob("*.py"):
+            folder = init.parent.relative_to(REPO / source)
+            if "__pycache__" in folder.parts:
+                continue
+            found.add(".".join([name, *folder.parts]))
+            assert (init.parent / "__init__.py").exists(), f"{init.parent} has Python files but no __init__.py"
+    assert found == set(tool["packages"])
+
+
+def _run(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_import_whileai_is_light() -> None:
+    code = (
+        "import sys, json, whileai; "
+        "whileai.GroupwiseGrading; whileai.redistribute; import whileai.grading, whileai.methods; "
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_the_source_folder_refuses_its_own_name() -> None:
+    done = _run("import core")
+    assert done.returncode != 0
+    assert "install the project" in done.stderr and "import whileai" in done.stderr
+
+
+def test_ruff_bans_importing_the_source_folders(tmp_path: Path) -> None:
+    probe = REPO / "tests" / "unit" / "_ruff_probe_tmp.py"
+    probe.write_text("import core\nfrom cli import main\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--no-cache", str(probe)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        probe.unlink()
+    assert done.stdout.count("TID251") == 2, done.stdout + done.stderr
+
+
+def test_pytest_imports_by_importlib() -> None:
+    assert "--import-mode=importlib" in _pyproject()["tool"]["pytest"]["ini_options"]["addopts"]
+
+
+def test_public_names_resolve() -> None:
+    import whileai
+
+    for name in whileai.__all__:
+        assert getattr(whileai, name) is not None
+    assert sorted(whileai.__all__[1:]) == sorted(whileai._LAZY)
+    with pytest.raises(AttributeError):
+        whileai.no_such_name  # noqa: B018
+
+
+def test_base_install_is_light() -> None:
+    deps = " ".join(_pyproject()["project"]["dependencies"])
+    for heavy in ("torch", "trl", "transformers", "vllm", "datasets"):
+        assert heavy not in deps
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert any(d.startswith("trl>=1.16,<2") for d in extras["train"])
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-w", str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = dist.glob("whileai-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+    )
+    assert installed.returncode == 0, installed.stderr
+    code = (
+        "import whileai as wai, json; "
+        "print(json.dumps([wai.__file__, wai.redistribute([1, 1, 0, 0], factors={0: 1.0, 1: 0.5})]))"
+    )
+    done = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, out = json.loads(done.stdout)
+    assert path.startswith(str(env_dir)) and out == [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
+    script = env_dir / "bin" / "whileai"
+    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0"
+    helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "Exit codes" in helped.stdout

@@ -1,0 +1,30 @@
+"""The README's test line is what CI runs, and its quickstart prints what it says."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+
+
+def _fenced(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def test_ci_runs_the_readme_test_line() -> None:
+    line = next(b.strip() for b in _fenced("bash") if "pytest" in b)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert f"{line} || status=$?" in ci
+
+
+def test_quickstart_prints_what_the_readme_says() -> None:
+    code = next(b for b in _fenced("python") if "import whileai" in b)
+    expected = next(b for b in _fenced("text") if b.startswith("spread check"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README-quickstart", "exec"), {"__name__": "readme"})
+    assert out.getvalue() == expected
