@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "trl", "transformers", "vllm", "datasets", "accelerate", "openai", "numpy", "pandas")
