@@ -234,48 +234,100 @@ class GroupwiseGrading:
             passed: which members passed; by default ``R_i > 0``.
             send: False records the group without calling the grader (all-pass or all-fail groups in training).
         """
-        values = [_number(r, f"reward {i}") for i, r in enumerate(rewards)]
-        ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
-        task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
-        group = GradedGroup(task, values, ok, list(values), list(values))
-        if send and any(ok):
-            items = [
-                {"index": i, "prompt": prompts[i], "completion": completions[i], "reward": values[i], "passed": ok[i]}
-                for i in range(len(values))
-            ]
+        return self._grade_many([(rewards, prompts, completions, task_id, passed, send)])[0]
+
+    def _grade_many(
+        self,
+        requests: Sequence[
+            tuple[Sequence[float], Sequence[str], Sequence[str], str | None, Sequence[bool] | None, bool]
+        ],
+    ) -> list[GradedGroup]:
+        """Grade several groups; a grader with a batch method sees all of them in one call (the judge runs them
+        concurrently), any other grader is called group by group."""
+        opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
+        graded: list[GradedGroup] = []
+        for rewards, prompts, completions, task_id, passed, send in requests:
+            values = [_number(r, f"reward {i}") for i, r in enumerate(rewards)]
+            ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
+            task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
+            group = GradedGroup(task, values, ok, list(values), list(values))
+            graded.append(group)
+            if send and any(ok):
+                items = [
+                    {
+                        "index": i,
+                        "prompt": prompts[i],
+                        "completion": completions[i],
+                        "reward": values[i],
+                        "passed": ok[i],
+                    }
+                    for i in range(len(values))
+                ]
+                opened.append((group, items))
+        calls = {id(group): 0 for group in graded}
+        if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
-                calls = self._grade_advantage(group, items)
+                answers = self._ask(self.grader, "grade_groups", [items for _, items in opened], single=True)
+                for (group, items), answer in zip(opened, answers, strict=True):
+                    calls[id(group)] = 1
+                    self._close_advantage(group, items, answer)
             else:
-                calls = self._grade_reward(group, items)
-            group.seconds = time.perf_counter() - start
-        else:
-            calls = 0
-        self.stats.record(
-            mixed=group.mixed,
-            grader_calls=calls,
-            reason=group.reason,
-            hacks_zeroed=len(group.hacks) if (self.hack_zero and group.reason is None) else 0,
-            scores=group.scores,
-            seconds=group.seconds,
-        )
-        return group
+                for group, items in opened:
+                    calls[id(group)] = self._grade_reward(group, items)
+            share = (time.perf_counter() - start) / len(opened)
+            for group, _ in opened:
+                group.seconds = share
+        for group in graded:
+            self.stats.record(
+                mixed=group.mixed,
+                grader_calls=calls[id(group)],
+                reason=group.reason,
+                hacks_zeroed=len(group.hacks) if (self.hack_zero and group.reason is None) else 0,
+                scores=group.scores,
+                seconds=group.seconds,
+            )
+        return graded
 
-    def _grade_advantage(self, group: GradedGroup, items: list[dict[str, Any]]) -> int:
-        passes = [i for i, ok in enumerate(group.passed) if ok]
-        try:
-            answer = self.grader(items)
-        except Exception as exc:  # a grader must never stop training
-            group.reason = f"grader raised: {_describe(exc)}"
-            return 1
+    @staticmethod
+    def _ask(grader: Grader, batch_method: str, requests: list[Any], single: bool) -> list[Any]:
+        """The grader's answers to ``requests``, an exception standing in for an answer that raised.
+
+        A grader that has ``batch_method`` (``grade_groups`` or ``score_passes``) answers the whole list in one call
+        and may put an exception in place of any answer; others are called once per request.
+        """
+        batch = getattr(grader, batch_method, None)
+        if callable(batch):
+            try:
+                answers = list(batch(requests))
+            except Exception as exc:
+                return [exc] * len(requests)
+            if len(answers) != len(requests):
+                error = RuntimeError(f"{batch_method} returned {len(answers)} answers for {len(requests)} requests")
+                return [error] * len(requests)
+            return answers
+        answers = []
+        for request in requests:
+            try:
+                answers.append(grader(request) if single else grader(*request))
+            except Exception as exc:  # a grader must never stop training
+                answers.append(exc)
+        return answers
+
+    def _close_advantage(self, group: GradedGroup, items: list[dict[str, Any]], answer: Any) -> None:
+        """Validate one group's answer and redistribute, or record why the group falls back."""
+        if isinstance(answer, BaseException):
+            group.reason = f"grader raised: {_describe(answer)}"
+            return
         group.graded = True
+        passes = [i for i, ok in enumerate(group.passed) if ok]
         try:
             read = read_group_answer(
                 answer, size=len(items), passes=passes, min_factor=self.min_factor, hack_zero=self.hack_zero
             )
         except UnusableAnswer as exc:
             group.reason = f"unusable answer: {exc}"
-            return 1
+            return
 
         group.hacks = list(read.hacks)
         kept = [i for i in passes if not (self.hack_zero and i in read.hacks)]
@@ -290,7 +342,6 @@ class GroupwiseGrading:
         group.lam = moved.lam
         mean = sum(group.effective_rewards) / len(group.effective_rewards)
         group.shaped = [a + mean for a in moved.advantages]
-        return 1
 
     def _rubric(self, task_id: str, items: list[dict[str, Any]]) -> Any:
         if self.rubrics is None:
@@ -304,6 +355,7 @@ class GroupwiseGrading:
         return self._rubric_cache[task_id]
 
     def _grade_reward(self, group: GradedGroup, items: list[dict[str, Any]]) -> int:
+        """Score every pass of one group against its rubric (equation 2); returns the grader calls made."""
         try:
             rubric = self._rubric(group.task_id, items)
         except LookupError as exc:
@@ -312,28 +364,26 @@ class GroupwiseGrading:
         except Exception as exc:
             group.reason = f"rubric writer raised: {_describe(exc)}"
             return 0
-        calls = 0
+        passes = [item for item in items if item["passed"]]
+        answers = self._ask(self.grader, "score_passes", [(item, rubric) for item in passes], single=False)
         shaped = list(group.rewards)
         scores: list[float] = []
-        for item in items:
-            if not item["passed"]:
-                continue
-            calls += 1
+        for item, answer in zip(passes, answers, strict=True):
+            if isinstance(answer, BaseException):
+                group.reason = f"grader raised: {_describe(answer)}"
+                return len(passes)
             try:
-                read = read_pass_answer(self.grader(item, rubric))
+                read = read_pass_answer(answer)
             except UnusableAnswer as exc:
                 group.reason = f"unusable answer: {exc}"
-                return calls
-            except Exception as exc:
-                group.reason = f"grader raised: {_describe(exc)}"
-                return calls
+                return len(passes)
             i = item["index"]
             shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
             scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
         group.graded = True
         group.shaped = shaped
         group.scores = scores
-        return calls
+        return len(passes)
 
     # ------------------------------------------------------------------ batches
 
@@ -372,22 +422,16 @@ class GroupwiseGrading:
                 raise ValueError(f"got {len(task_ids)} task ids for {n} completions")
         prompt_texts = [prompt_text(p) for p in prompts]
         completion_texts = [completion_text(c) for c in completions]
-        graded = []
+        requests = []
         for start in self._groups_of(n, group_size):
             stop = start + group_size
             chunk = [_number(r, f"reward {start + i}") for i, r in enumerate(rewards[start:stop])]
             has_pass = any(r > 0 for r in chunk)
             send = (has_pass and not all(r > 0 for r in chunk)) if self.mode == "advantage" else has_pass
-            graded.append(
-                self.grade_group(
-                    chunk,
-                    prompt_texts[start:stop],
-                    completion_texts[start:stop],
-                    task_id=task_ids[start],
-                    send=send,
-                )
+            requests.append(
+                (chunk, prompt_texts[start:stop], completion_texts[start:stop], task_ids[start], None, send)
             )
-        return graded
+        return self._grade_many(requests)
 
     def shape(
         self,
@@ -450,22 +494,26 @@ class GroupwiseGrading:
         groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
         strict: bool = True,
         progress: Callable[[int], None] | None = None,
+        batch_size: int = 64,
     ) -> SpreadReport:
         """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
 
-        The streaming form of :meth:`check_spread` (the command line feeds it group by group); ``progress`` is
-        called with the number of rows of each group once it is graded.
+        The streaming form of :meth:`check_spread` (the command line feeds it group by group). Groups reach the
+        grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
+        ``progress`` is called with the number of rows of each group once it is done.
         """
         per_group: dict[str, list[float]] = {}
         failed: dict[str, int] = {}
         hacks: dict[str, list[int]] = {}
         skipped = 0
-        for task, members in groups:
-            rewards = [m[0] for m in members]
-            if sum(r > 0 for r in rewards) < 2:
-                skipped += 1
-            else:
-                graded = self.grade_group(rewards, [m[1] for m in members], [m[2] for m in members], task_id=task)
+        pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
+
+        def flush() -> None:
+            requests = [
+                ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+                for task, members in pending
+            ]
+            for (task, members), graded in zip(pending, self._grade_many(requests), strict=True):
                 if graded.reason is not None:
                     kind = graded.reason.split(":", 1)[0]
                     failed[kind] = failed.get(kind, 0) + 1
@@ -473,8 +521,20 @@ class GroupwiseGrading:
                     per_group[task] = graded.scores
                     if graded.hacks:
                         hacks[task] = graded.hacks
-            if progress is not None:
-                progress(len(members))
+                if progress is not None:
+                    progress(len(members))
+            pending.clear()
+
+        for task, members in groups:
+            if sum(m[0] > 0 for m in members) < 2:
+                skipped += 1
+                if progress is not None:
+                    progress(len(members))
+                continue
+            pending.append((task, members))
+            if len(pending) >= batch_size:
+                flush()
+        flush()
         report = spread_report(
             per_group,
             min_std=self.spread_min_std,

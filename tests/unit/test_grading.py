@@ -453,3 +453,82 @@ def test_stats_accumulate_across_calls() -> None:
 
 def test_fresh_stats_say_no_factors_yet() -> None:
     assert str(wai.GroupwiseGrading(grader=by_order).stats).endswith("; no factors yet")
+
+
+# ---------------------------------------------------------------- batch graders (the judge's protocol)
+
+
+class BatchRanker:
+    """A grader that answers many groups in one call, as the HTTP judge does."""
+
+    __name__ = "batch_ranker"
+
+    def __init__(self, fail_on=()):
+        self.batches = []
+        self.fail_on = set(fail_on)
+
+    def __call__(self, group):  # pragma: no cover - the batch method is preferred
+        raise AssertionError("batch graders are asked through grade_groups")
+
+    def grade_groups(self, groups):
+        self.batches.append(len(groups))
+        return [ValueError("bad") if n in self.fail_on else by_order(g) for n, g in enumerate(groups)]
+
+
+def test_batch_grader_sees_every_mixed_group_of_a_batch_at_once() -> None:
+    grader = BatchRanker(fail_on={1})
+    gar = wai.GroupwiseGrading(grader=grader)
+    reward = gar.trl_reward(verifier, num_generations=2)
+    out = reward(prompts=["p"] * 8, completions=["done", "x", "done", "y", "x", "y", "done", "done"])
+    assert grader.batches == [2]
+    assert out == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert gar.stats.failed == 1 and gar.stats.fallbacks == {"grader raised": 1}
+    assert repr(gar).startswith("GroupwiseGrading(mode=advantage, grader=batch_ranker,")
+
+
+def test_batch_grader_that_raises_or_miscounts_fails_every_group() -> None:
+    class Broken(BatchRanker):
+        def grade_groups(self, groups):
+            raise ConnectionError("endpoint down")
+
+    class Short(BatchRanker):
+        def grade_groups(self, groups):
+            return []
+
+    for grader, reason in ((Broken(), "ConnectionError: endpoint down"), (Short(), "returned 0 answers")):
+        gar = wai.GroupwiseGrading(grader=grader)
+        groups = gar.grade_batch([1, 0, 1, 0], ["p"] * 4, ["a"] * 4, group_size=2)
+        assert [g.shaped for g in groups] == [[1.0, 0.0], [1.0, 0.0]]
+        assert all(reason in g.reason for g in groups)
+
+
+def test_spread_check_hands_groups_to_a_batch_grader_in_chunks() -> None:
+    grader = BatchRanker()
+    rows = rows_for({f"s{i}": [(1, "a"), (1, "b"), (0, "c")] for i in range(5)})
+    report = wai.GroupwiseGrading(grader=grader).check_spread_groups(
+        (
+            (sid, [(r["reward"], "", r["final_text"]) for r in rows if r["scenario_id"] == sid])
+            for sid in [f"s{i}" for i in range(5)]
+        ),
+        strict=False,
+        batch_size=2,
+    )
+    assert grader.batches == [2, 2, 1] and report.verdict == "yes"
+
+
+def test_reward_mode_batch_scorer() -> None:
+    class Scorer:
+        def __init__(self):
+            self.requests = []
+
+        def __call__(self, item, rubric):  # pragma: no cover
+            raise AssertionError
+
+        def score_passes(self, requests):
+            self.requests.append(len(requests))
+            return [{"solution": 1.0, "behavior": 0.5} for _ in requests]
+
+    scorer = Scorer()
+    grs = wai.GroupwiseGrading(grader=scorer, mode="reward")
+    assert grs.shape([1, 1, 0], ["p"] * 3, ["a", "b", "c"], group_size=3) == [0.5, 0.5, 0.0]
+    assert scorer.requests == [2]
