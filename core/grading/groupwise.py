@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
 from whileai.grading.spread import SpreadReport, spread_report
 from whileai.grading.stats import GradingStats
@@ -241,6 +242,7 @@ class GroupwiseGrading:
         requests: Sequence[
             tuple[Sequence[float], Sequence[str], Sequence[str], str | None, Sequence[bool] | None, bool]
         ],
+        preflight: bool = False,
     ) -> list[GradedGroup]:
         """Grade several groups; a grader with a batch method sees all of them in one call (the judge runs them
         concurrently), any other grader is called group by group."""
@@ -268,13 +270,15 @@ class GroupwiseGrading:
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
-                answers = self._ask(self.grader, "grade_groups", [items for _, items in opened], single=True)
+                answers = self._ask(
+                    self.grader, "grade_groups", [items for _, items in opened], single=True, preflight=preflight
+                )
                 for (group, items), answer in zip(opened, answers, strict=True):
                     calls[id(group)] = 1
                     self._close_advantage(group, items, answer)
             else:
                 for group, items in opened:
-                    calls[id(group)] = self._grade_reward(group, items)
+                    calls[id(group)] = self._grade_reward(group, items, preflight=preflight)
             share = (time.perf_counter() - start) / len(opened)
             for group, _ in opened:
                 group.seconds = share
@@ -290,17 +294,21 @@ class GroupwiseGrading:
         return graded
 
     @staticmethod
-    def _ask(grader: Grader, batch_method: str, requests: list[Any], single: bool) -> list[Any]:
+    def _ask(grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
         """The grader's answers to ``requests``, an exception standing in for an answer that raised.
 
         A grader that has ``batch_method`` (``grade_groups`` or ``score_passes``) answers the whole list in one call
-        and may put an exception in place of any answer; others are called once per request.
+        and may put an exception in place of any answer; others are called once per request. In a preflight (the
+        spread check) a ``GraderUnavailable`` propagates, so the command line can exit 4; in training it is one more
+        fallback.
         """
         batch = getattr(grader, batch_method, None)
         if callable(batch):
             try:
                 answers = list(batch(requests))
             except Exception as exc:
+                if preflight and isinstance(exc, GraderUnavailable):
+                    raise
                 return [exc] * len(requests)
             if len(answers) != len(requests):
                 error = RuntimeError(f"{batch_method} returned {len(answers)} answers for {len(requests)} requests")
@@ -311,6 +319,8 @@ class GroupwiseGrading:
             try:
                 answers.append(grader(request) if single else grader(*request))
             except Exception as exc:  # a grader must never stop training
+                if preflight and isinstance(exc, GraderUnavailable):
+                    raise
                 answers.append(exc)
         return answers
 
@@ -354,7 +364,7 @@ class GroupwiseGrading:
             self._rubric_cache[task_id] = self.rubrics(task_id, items)
         return self._rubric_cache[task_id]
 
-    def _grade_reward(self, group: GradedGroup, items: list[dict[str, Any]]) -> int:
+    def _grade_reward(self, group: GradedGroup, items: list[dict[str, Any]], preflight: bool = False) -> int:
         """Score every pass of one group against its rubric (equation 2); returns the grader calls made."""
         try:
             rubric = self._rubric(group.task_id, items)
@@ -362,10 +372,14 @@ class GroupwiseGrading:
             group.reason = f"no rubric: {exc}"
             return 0
         except Exception as exc:
+            if preflight and isinstance(exc, GraderUnavailable):
+                raise
             group.reason = f"rubric writer raised: {_describe(exc)}"
             return 0
         passes = [item for item in items if item["passed"]]
-        answers = self._ask(self.grader, "score_passes", [(item, rubric) for item in passes], single=False)
+        answers = self._ask(
+            self.grader, "score_passes", [(item, rubric) for item in passes], single=False, preflight=preflight
+        )
         shaped = list(group.rewards)
         scores: list[float] = []
         for item, answer in zip(passes, answers, strict=True):
@@ -471,7 +485,9 @@ class GroupwiseGrading:
 
         Raises:
             ValueError: a row with a missing field or a non-numeric reward (naming the row and field); with
-                ``strict``, no spread or too few scores, with what to change.
+                ``strict``, no spread or too few scores, with what to change (``whileai.errors.NoSpread``, a
+                ``ValueError``).
+            GraderUnavailable: the grader could not be reached at all (a preflight does not fall back).
         """
         groups: dict[str, list[tuple[float, str, str]]] = {}
         for position, row in enumerate(rows):
@@ -513,7 +529,7 @@ class GroupwiseGrading:
                 ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
                 for task, members in pending
             ]
-            for (task, members), graded in zip(pending, self._grade_many(requests), strict=True):
+            for (task, members), graded in zip(pending, self._grade_many(requests, preflight=True), strict=True):
                 if graded.reason is not None:
                     kind = graded.reason.split(":", 1)[0]
                     failed[kind] = failed.get(kind, 0) + 1
@@ -546,7 +562,7 @@ class GroupwiseGrading:
             hacks=hacks,
         )
         if strict and not report.ok:
-            raise ValueError(str(report))
+            raise NoSpread(str(report))
         return report
 
     # ------------------------------------------------------------------ TRL

@@ -532,3 +532,18 @@ def test_reward_mode_batch_scorer() -> None:
     grs = wai.GroupwiseGrading(grader=scorer, mode="reward")
     assert grs.shape([1, 1, 0], ["p"] * 3, ["a", "b", "c"], group_size=3) == [0.5, 0.5, 0.0]
     assert scorer.requests == [2]
+
+
+def test_an_unreachable_grader_stops_a_preflight_but_not_training() -> None:
+    from whileai.errors import GraderUnavailable, NoSpread
+
+    def down(group):
+        raise GraderUnavailable("http://127.0.0.1:9/v1: connection refused")
+
+    gar = wai.GroupwiseGrading(grader=down)
+    with pytest.raises(GraderUnavailable, match="connection refused"):
+        gar.check_spread(rows_for({"a": [(1, "x"), (1, "y")]}))
+    reward = gar.trl_reward(verifier, num_generations=2)
+    assert reward(prompts=["p"] * 2, completions=["done", "x"]) == [1.0, 0.0]
+    assert gar.stats.fallbacks == {"grader raised": 1}
+    assert issubclass(NoSpread, ValueError)

@@ -1,0 +1,46 @@
+"""The errors whileai raises on purpose, each tied to the command line's exit code.
+
+Library callers catch them by class; ``whileai.cli`` maps ``exit_code`` to the process status and prints the
+message on one line. A grader's misbehaviour during training is not an error at all: the group falls back and is
+counted (``whileai.grading``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["BadInput", "GraderUnavailable", "MissingExtra", "NoSpread", "WhileaiError"]
+
+
+class WhileaiError(Exception):
+    """Base class; ``exit_code`` is the command line's status for it."""
+
+    exit_code = 2
+
+
+class NoSpread(WhileaiError, ValueError):
+    """The spread gate found no spread (or too few scores to judge)."""
+
+    exit_code = 1
+
+
+class BadInput(WhileaiError, ValueError):
+    """A recipe, rows file or argument that cannot be used; the message names the file, line or field."""
+
+    exit_code = 2
+
+
+class MissingExtra(WhileaiError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    exit_code = 3
+
+    def __init__(self, module: str, extra: str, purpose: str = "") -> None:
+        self.module = module
+        self.extra = extra
+        what = f" for {purpose}" if purpose else ""
+        super().__init__(f"{module} is not installed{what}: pip install 'whileai[{extra}]'")
+
+
+class GraderUnavailable(WhileaiError, RuntimeError):
+    """The grader cannot be reached at all (for instance a judge endpoint down after every retry)."""
+
+    exit_code = 4

@@ -1,0 +1,1 @@
+"""The judge: an OpenAI-compatible HTTP grader for ``GroupwiseGrading`` (issue 5)."""
