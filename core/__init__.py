@@ -31,6 +31,12 @@ _LAZY = {
     "redistribute": "whileai.methods",
     "rank_factors": "whileai.methods",
     "synthesize_reward": "whileai.methods",
+    "seeded_agent": "whileai.simulations.agents",
+    "simulate": "whileai.simulations.simulate",
+    "score": "whileai.simulations.passrate",
+    "load_scenarios": "whileai.simulations.scenarios",
+    "pass_at_k": "whileai.simulations.passrate",
+    "wilson_interval": "whileai.simulations.passrate",
 }
 
 __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's order
@@ -41,6 +47,12 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
     "redistribute",
     "rank_factors",
     "synthesize_reward",
+    "seeded_agent",
+    "simulate",
+    "score",
+    "load_scenarios",
+    "pass_at_k",
+    "wilson_interval",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +60,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.spread import SpreadReport
     from whileai.grading.stats import GradingStats
     from whileai.methods import rank_factors, redistribute, synthesize_reward
+    from whileai.simulations.agents import seeded_agent
+    from whileai.simulations.passrate import pass_at_k, score, wilson_interval
+    from whileai.simulations.scenarios import load_scenarios
+    from whileai.simulations.simulate import simulate
 
 
 def __getattr__(name: str) -> Any:

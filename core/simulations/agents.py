@@ -1,0 +1,355 @@
+"""Agents that work a support scenario: the small protocol they follow, and a seeded scripted agent.
+
+The protocol is two methods. ``agent.start(tools=..., seed=...)`` opens one rollout and returns an episode;
+``episode.act(transcript)`` reads the conversation so far (a list of :class:`Event`) and returns the next
+:class:`Action`: a :class:`ToolCall` or a :class:`Reply` to the customer. ``Reply(done=False)`` asks the customer
+something and waits for the answer; ``Reply(done=True)`` ends the conversation. A model-backed agent plugs in by
+turning the transcript into chat messages and the model's answer into an action.
+
+:func:`seeded_agent` is a scripted agent for the built-in support scenarios: it reads the customer's request and the
+tool results (it never sees the scenario's goal) and its choices are random but reproducible from the seed. Named
+behaviour rates set how often it looks the order up first, verifies, repeats a call, asks the customer, invents an id,
+misreads the order list or gives up. With the defaults, groups of 8 rollouts are mixed and their passes differ the way
+the reference page describes: one looked the order up first, one refunded twice (the API refused the second refund),
+one invented an id that happened to exist. Its failures are realistic: the wrong order, an over-refund, no action.
+
+What this module does not do: run the conversation or verify it (``whileai.simulations.simulate``). A model agent
+over an OpenAI-compatible endpoint is not here: it comes with the judge issue's HTTP client and tool-calling format.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "Action",
+    "Agent",
+    "AgentEpisode",
+    "Behaviour",
+    "Event",
+    "Reply",
+    "SeededAgent",
+    "ToolCall",
+    "seeded_agent",
+]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The agent calls a tool.
+
+    Attributes:
+        name: the tool's name, e.g. ``"refund_order"``.
+        arguments: the call's arguments by name, JSON-ready.
+    """
+
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The agent writes to the customer.
+
+    Attributes:
+        text: the message.
+        done: True ends the conversation; False asks the customer and waits for an answer.
+    """
+
+    text: str
+    done: bool = True
+
+
+Action = ToolCall | Reply
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a transcript.
+
+    Attributes:
+        role: ``"customer"`` (a message), ``"agent"`` (a message or a tool call) or ``"tool"`` (a tool's answer).
+        text: the message, for customer and agent messages.
+        call: the tool call, for an agent's call.
+        result: the tool's JSON-ready answer, for a tool event.
+    """
+
+    role: Literal["customer", "agent", "tool"]
+    text: str = ""
+    call: ToolCall | None = None
+    result: Mapping[str, Any] | None = None
+
+
+@runtime_checkable
+class AgentEpisode(Protocol):
+    """One rollout of an agent: called once per step with the whole transcript so far."""
+
+    def act(self, transcript: Sequence[Event]) -> Action:
+        """The next action, given the transcript (it starts with the customer's first message)."""
+        ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Anything that can open an episode on a scenario."""
+
+    def start(self, *, tools: Sequence[Mapping[str, Any]], seed: int | str) -> AgentEpisode:
+        """Open one rollout.
+
+        Args:
+            tools: the tools on offer, in the OpenAI function-calling format.
+            seed: this rollout's seed; an agent that samples should derive its randomness from it.
+        """
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The seeded scripted agent.
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How often the seeded agent does each thing, per rollout, as probabilities in [0, 1].
+
+    The defaults are whileai's convention, chosen so that groups of 8 on ``builtin:all`` are mostly mixed (about three
+    quarters pass) and their passes use between one and five tool calls.
+
+    Attributes:
+        look_up_first: look the order up before acting. A careful pass with one more call; it also catches an
+            invented or misread id (the item does not match the request) and recovers.
+        verify: look the order up again after acting. A pass with one more call.
+        repeat_call: make the action call twice. A full refund repeated is refused by the API (still a pass); a
+            partial refund repeated is accepted (an over-refund, a failure); a lookup repeated is harmless.
+        ask_customer: when the request names no order id, ask the customer for it (one more turn) rather than list
+            the orders.
+        invent_id: when the request names no order id and the agent does not ask, make one up from the usual
+            range. It may not exist (an error; the agent then lists the orders), exist as the wrong order (a
+            failure unless looked up first), or, rarely, be the right one (a pass by luck).
+        wrong_order: when picking the order from the list, take the wrong one (a failure unless looked up first).
+        skip_action: tell the customer it is done without making the action call (no action, a failure).
+        recover: after a tool error on an id it did not pick from the list, list the orders and try again (else
+            apologise, a failure).
+        give_up: apologise and do nothing (a failure).
+    """
+
+    look_up_first: float = 0.4
+    verify: float = 0.3
+    repeat_call: float = 0.2
+    ask_customer: float = 0.15
+    invent_id: float = 0.4
+    wrong_order: float = 0.3
+    skip_action: float = 0.1
+    recover: float = 0.6
+    give_up: float = 0.1
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"behaviour rate {spec.name} must be a probability in [0, 1], got {value!r}")
+
+
+BEHAVIOURS: tuple[str, ...] = tuple(spec.name for spec in fields(Behaviour))
+
+GIVE_UP_TEXT = "I'm sorry, I can't help with this request here. Please contact us by phone."
+
+# The built-in scenarios' order ids run from ORD-1040 to ORD-1049; an invented id is drawn from that range.
+_INVENTED_ID_RANGE = (1040, 1049)
+_ORDER_ID = re.compile(r"\bORD-\d+\b")
+_AMOUNT = re.compile(r"\$(\d+(?:\.\d{1,2})?)")
+_NEW_ADDRESS = re.compile(r"new address: ([^.\n]+)")
+_ACTION_TOOLS = {"refund": "refund_order", "cancel": "cancel_order", "address": "change_address"}
+
+
+def _request_kind(request: str) -> str | None:
+    """What the customer wants, from keywords: refund, cancel, address, lookup, or None when unclear."""
+    text = request.lower()
+    if "refund" in text:
+        return "refund"
+    if "cancel" in text:
+        return "cancel"
+    if "new address" in text:
+        return "address"
+    if "tracking" in text or "where is" in text:
+        return "lookup"
+    return None
+
+
+def _find_order_id(text: str) -> str | None:
+    match = _ORDER_ID.search(text)
+    return match.group(0) if match else None
+
+
+def _mentions(request: str, item: str) -> bool:
+    return item.lower() in request.lower()
+
+
+class SeededAgent:
+    """A scripted support agent with seeded, named behaviour rates. Build it with :func:`seeded_agent`.
+
+    Args:
+        seed: the agent's own seed, combined with each rollout's seed.
+        behaviour: the rates.
+    """
+
+    def __init__(self, seed: int = 0, behaviour: Behaviour | None = None) -> None:
+        self.seed = seed
+        self.behaviour = behaviour or Behaviour()
+
+    def __repr__(self) -> str:
+        rates = ", ".join(f"{name}={getattr(self.behaviour, name)}" for name in BEHAVIOURS)
+        return f"seeded_agent(seed={self.seed}, {rates})"
+
+    def start(self, *, tools: Sequence[Mapping[str, Any]] = (), seed: int | str = 0) -> _SeededEpisode:
+        """Open one rollout; its choices depend only on the agent's seed and ``seed``."""
+        offered = {tool.get("function", {}).get("name") for tool in tools}
+        return _SeededEpisode(self.behaviour, random.Random(f"{self.seed}:{seed}"), offered)
+
+
+class _SeededEpisode:
+    """One scripted rollout: a generator that yields actions and receives the event that answers each."""
+
+    def __init__(self, behaviour: Behaviour, rng: random.Random, offered: set[str | None]) -> None:
+        self._behaviour = behaviour
+        self._rng = rng
+        self._offered = offered
+        self._script: Generator[Action, Event, None] | None = None
+        self._finished = False
+
+    def act(self, transcript: Sequence[Event]) -> Action:
+        try:
+            if self._script is None:
+                self._script = self._run(transcript[0].text)
+                return next(self._script)
+            return self._script.send(transcript[-1])
+        except StopIteration:
+            return Reply("Is there anything else I can help with?")
+
+    def _pick_from_list(self, request: str, misread: bool) -> Generator[Action, Event, str | None]:
+        """List the orders and pick the one whose item the request mentions (or, misreading, another one)."""
+        listing = yield ToolCall("list_orders", {})
+        orders = (listing.result or {}).get("orders", [])
+        matching = [order["order_id"] for order in orders if _mentions(request, order["item"])]
+        others = [order["order_id"] for order in orders if order["order_id"] not in matching]
+        if misread and others:
+            return self._rng.choice(others)
+        return matching[0] if matching else None
+
+    def _run(self, request: str) -> Generator[Action, Event, None]:
+        rng = self._rng
+        # Every decision is drawn up front in a fixed order, so changing one rate does not shift the others' draws.
+        plan = {name: rng.random() < getattr(self._behaviour, name) for name in BEHAVIOURS}
+        kind = _request_kind(request)
+        needed = {"list_orders", "lookup_order", _ACTION_TOOLS.get(kind, "lookup_order")}
+        if kind is None or plan["give_up"] or (self._offered and not needed <= self._offered):
+            yield Reply(GIVE_UP_TEXT)
+            return
+
+        # Find the order: named in the request, asked for, made up, or picked from the list.
+        order_id = _find_order_id(request)
+        listed = False
+        if order_id is None and plan["ask_customer"]:
+            answer = yield Reply("Could you tell me the order number, please?", done=False)
+            order_id = _find_order_id(answer.text)
+        elif order_id is None and plan["invent_id"]:
+            order_id = f"ORD-{rng.randint(*_INVENTED_ID_RANGE)}"
+        if order_id is None:
+            order_id = yield from self._pick_from_list(request, misread=plan["wrong_order"])
+            listed = True
+        if order_id is None:
+            yield Reply(GIVE_UP_TEXT)
+            return
+
+        # Look it up first (always, for a question): a record whose item is not the one asked about is caught here.
+        record = None
+        if plan["look_up_first"] or kind == "lookup":
+            looked = yield ToolCall("lookup_order", {"order_id": order_id})
+            record = (looked.result or {}).get("order")
+            if record is None or not _mentions(request, record["item"]):
+                order_id = yield from self._pick_from_list(request, misread=False)
+                listed = True
+                if order_id is None:
+                    yield Reply(GIVE_UP_TEXT)
+                    return
+                if kind == "lookup":
+                    looked = yield ToolCall("lookup_order", {"order_id": order_id})
+                    record = (looked.result or {}).get("order")
+
+        if kind == "lookup":
+            if plan["repeat_call"]:
+                yield ToolCall("lookup_order", {"order_id": order_id})
+            if record is None:
+                yield Reply(GIVE_UP_TEXT)
+            elif record.get("tracking"):
+                yield Reply(f"Your {record['item']} ({order_id}) is on its way: tracking number {record['tracking']}.")
+            else:
+                yield Reply(f"Your {record['item']} ({order_id}) is {record['status']}; it has no tracking number yet.")
+            return
+
+        # Act (or only claim to), recover once from an error by listing the orders, repeat or verify as planned.
+        arguments = self._action_arguments(kind, request)
+        call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
+        if plan["skip_action"]:
+            yield Reply(self._summary(kind, order_id, arguments))
+            return
+        outcome = yield call
+        if "error" in (outcome.result or {}) and not listed and plan["recover"]:
+            order_id = yield from self._pick_from_list(request, misread=False)
+            if order_id is not None:
+                call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
+                outcome = yield call
+        if order_id is None or "error" in (outcome.result or {}):
+            error = (outcome.result or {}).get("error", "the order could not be found")
+            yield Reply(f"I'm sorry, I could not do that: {error}.")
+            return
+        if plan["repeat_call"]:
+            yield call
+        if plan["verify"]:
+            yield ToolCall("lookup_order", {"order_id": order_id})
+        yield Reply(self._summary(kind, order_id, arguments))
+
+    @staticmethod
+    def _action_arguments(kind: str, request: str) -> dict[str, Any]:
+        if kind == "refund":
+            amount = _AMOUNT.search(request)
+            return {"amount": float(amount.group(1)) if amount else 0.0}
+        if kind == "address":
+            address = _NEW_ADDRESS.search(request)
+            return {"address": address.group(1).strip() if address else ""}
+        return {}
+
+    @staticmethod
+    def _summary(kind: str, order_id: str, arguments: Mapping[str, Any]) -> str:
+        if kind == "refund":
+            return f"Done: I refunded ${arguments['amount']:.2f} on {order_id}."
+        if kind == "cancel":
+            return f"Done: {order_id} is cancelled and you will not be charged."
+        return f"Done: {order_id} will ship to {arguments['address']}."
+
+
+def seeded_agent(seed: int = 0, **behaviour: float) -> SeededAgent:
+    """A scripted support agent whose choices are random but reproducible from ``seed``.
+
+    Args:
+        seed: the agent's seed; with the rollout seeds that :func:`~whileai.simulations.simulate.simulate` derives,
+            the same seeds give the same transcripts.
+        **behaviour: rates that override :class:`Behaviour`'s defaults: ``look_up_first``, ``verify``,
+            ``repeat_call``, ``ask_customer``, ``invent_id``, ``wrong_order``, ``skip_action``, ``recover``,
+            ``give_up``.
+
+    Returns:
+        A :class:`SeededAgent`.
+
+    Example:
+        >>> agent = seeded_agent(seed=1, give_up=0.0, invent_id=0.0)
+        >>> agent.behaviour.give_up
+        0.0
+    """
+    unknown = sorted(set(behaviour) - set(BEHAVIOURS))
+    if unknown:
+        raise TypeError(f"unknown behaviour {', '.join(unknown)}; the behaviours are {', '.join(BEHAVIOURS)}")
+    return SeededAgent(seed=seed, behaviour=Behaviour(**behaviour))

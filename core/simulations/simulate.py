@@ -1,0 +1,195 @@
+"""Roll an agent out on scenarios and turn each conversation into a graded row.
+
+:func:`simulate` samples ``n`` rollouts per scenario. Each rollout gets a fresh order desk, the customer's first
+message, and an agent episode; the agent acts until it replies with ``done=True`` or runs out of steps. The
+customer's later turns are scripted (``simulator=False``): any question gets the scenario's ``customer_reply``. The
+scenario's verifier then reads the final orders (and the last reply), and the row records the outcome.
+
+A row is what ``GroupwiseGrading.check_spread`` and ``whileai spread`` read::
+
+    {"scenario_id": "refund-17", "sample": 3, "prompt": "Hi, this is Ana. ...",
+     "final_text": "<tool_call>lookup_order {\"order_id\": \"ORD-1042\"}</tool_call>\\n<tool_result>...",
+     "reward": 1.0, "passed": true, "turns": 3, "tool_calls": 2, "reason": null}
+
+``final_text`` is the whole conversation after the first message: tool calls as
+``<tool_call>name {json args}</tool_call>``, tool answers as ``<tool_result>{json}</tool_result>``, messages as
+``agent: ...`` and ``customer: ...``, one per line. ``turns`` counts the agent's steps (each tool call or message is
+one), ``tool_calls`` its tool calls, ``reason`` says why the verifier failed the rollout (None for a pass).
+
+Every rollout's randomness comes from ``(seed, scenario_id, sample)``, so the same arguments give byte-identical rows
+(``json.dumps(rows, sort_keys=True)``), whatever ``max_workers`` is.
+
+What this module does not do: an LLM customer (``simulator=True`` needs the judge issue's client and raises until
+then), or scoring (``whileai.simulations.passrate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from whileai.simulations.agents import Agent, Event, Reply, ToolCall
+from whileai.simulations.scenarios import Scenario, load_scenarios
+from whileai.simulations.support_tools import SUPPORT_TOOLS
+
+__all__ = ["SimulatorUnavailableError", "render_transcript", "rollout", "simulate"]
+
+# A rollout that has not finished after this many agent steps is cut off and verified as it stands.
+MAX_AGENT_STEPS = 16
+
+
+class SimulatorUnavailableError(RuntimeError):
+    """``simulator=True`` was asked for but no LLM endpoint is configured to play the customer."""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def render_transcript(events: Iterable[Event]) -> str:
+    """A transcript as one string, one event per line.
+
+    Args:
+        events: the conversation (usually without the customer's first message, which is the row's prompt).
+
+    Returns:
+        Tool calls as ``<tool_call>name {json args}</tool_call>``, tool answers as
+        ``<tool_result>{json}</tool_result>``, messages as ``agent: text`` or ``customer: text``.
+
+    Example:
+        >>> print(render_transcript([Event("agent", call=ToolCall("list_orders", {})),
+        ...                          Event("tool", result={"orders": []}), Event("agent", text="Done.")]))
+        <tool_call>list_orders {}</tool_call>
+        <tool_result>{"orders": []}</tool_result>
+        agent: Done.
+    """
+    lines = []
+    for event in events:
+        if event.call is not None:
+            lines.append(f"<tool_call>{event.call.name} {_dumps(dict(event.call.arguments))}</tool_call>")
+        elif event.role == "tool":
+            lines.append(f"<tool_result>{_dumps(event.result)}</tool_result>")
+        else:
+            lines.append(f"{event.role}: {event.text}")
+    return "\n".join(lines)
+
+
+def rollout(scenario: Scenario, agent: Agent, *, seed: int | str = 0, max_steps: int = MAX_AGENT_STEPS) -> dict:
+    """Run one conversation of ``agent`` on ``scenario`` with a scripted customer, and verify its end state.
+
+    Args:
+        scenario: the task.
+        agent: anything following the :class:`~whileai.simulations.agents.Agent` protocol.
+        seed: this rollout's seed, handed to ``agent.start``.
+        max_steps: the most agent steps before the conversation is cut off.
+
+    Returns:
+        A row without ``sample`` (see the module docstring).
+    """
+    desk = scenario.desk()
+    transcript: list[Event] = [Event("customer", text=scenario.prompt)]
+    episode = agent.start(tools=SUPPORT_TOOLS, seed=seed)
+    last_reply = ""
+    turns = tool_calls = 0
+    for _ in range(max_steps):
+        action = episode.act(transcript)
+        turns += 1
+        if isinstance(action, ToolCall):
+            tool_calls += 1
+            transcript.append(Event("agent", call=action))
+            transcript.append(Event("tool", result=desk.call(action.name, action.arguments)))
+        elif isinstance(action, Reply):
+            last_reply = action.text
+            transcript.append(Event("agent", text=action.text))
+            if action.done:
+                break
+            transcript.append(Event("customer", text=scenario.customer_reply))
+        else:
+            raise TypeError(f"an agent's act() must return a ToolCall or a Reply, got {type(action).__name__}")
+    verdict = scenario.verify(desk.orders, last_reply)
+    return {
+        "scenario_id": scenario.scenario_id,
+        "prompt": scenario.prompt,
+        "final_text": render_transcript(transcript[1:]),
+        "reward": 1.0 if verdict.passed else 0.0,
+        "passed": verdict.passed,
+        "turns": turns,
+        "tool_calls": tool_calls,
+        "reason": None if verdict.passed else "; ".join(verdict.reasons),
+    }
+
+
+def simulate(
+    scenarios: Sequence[Scenario] | str,
+    agent: Agent,
+    n: int = 8,
+    simulator: bool = False,
+    seed: int = 0,
+    *,
+    max_steps: int = MAX_AGENT_STEPS,
+    max_workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict]:
+    """Sample ``n`` rollouts of ``agent`` per scenario and return one row per rollout.
+
+    Args:
+        scenarios: the scenarios, or a family name for :func:`~whileai.simulations.scenarios.load_scenarios`
+            (e.g. ``"builtin:refunds"``, generated with ``seed``).
+        agent: anything following the :class:`~whileai.simulations.agents.Agent` protocol, e.g.
+            :func:`~whileai.simulations.agents.seeded_agent`.
+        n: rollouts per scenario (the group size).
+        simulator: False scripts the customer's later turns; True would have an LLM play the customer, which needs
+            an endpoint: it raises :class:`SimulatorUnavailableError` until the judge client provides one.
+        seed: the seed every rollout's randomness derives from.
+        max_steps: the most agent steps per rollout.
+        max_workers: scenarios run on this many threads (worth it for a remote agent; the rows come back in
+            scenario order either way).
+        progress: called as ``progress(done, total)`` after each scenario, e.g. to drive a progress bar.
+
+    Returns:
+        ``len(scenarios) * n`` rows, grouped by scenario, samples in order.
+
+    Example:
+        >>> from whileai.simulations.agents import seeded_agent
+        >>> rows = simulate("builtin:refunds", seeded_agent(seed=0), n=2, seed=0)
+        >>> sorted(rows[0])
+        ['final_text', 'passed', 'prompt', 'reason', 'reward', 'sample', 'scenario_id', 'tool_calls', 'turns']
+    """
+    if simulator:
+        raise SimulatorUnavailableError(
+            "simulator=True needs an LLM endpoint to play the customer, and none is configured: whileai has no "
+            "model client yet (it comes with the judge client). Use simulator=False, which scripts the customer."
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (rollouts per scenario) must be a positive integer, got {n!r}")
+    if isinstance(scenarios, str):
+        scenarios = load_scenarios(scenarios, seed=seed)
+    scenarios = list(scenarios)
+    ids = [scenario.scenario_id for scenario in scenarios]
+    if len(set(ids)) != len(ids):
+        duplicated = sorted({scenario_id for scenario_id in ids if ids.count(scenario_id) > 1})
+        raise ValueError(f"scenario ids must be unique, these repeat: {', '.join(duplicated[:5])}")
+
+    def group(scenario: Scenario) -> list[dict]:
+        rows = []
+        for sample in range(n):
+            row = rollout(scenario, agent, seed=f"{seed}:{scenario.scenario_id}:{sample}", max_steps=max_steps)
+            rows.append({"sample": sample, **row})
+        return rows
+
+    total = len(scenarios)
+    groups: list[list[dict]] = []
+    if max_workers <= 1:
+        for done, scenario in enumerate(scenarios, start=1):
+            groups.append(group(scenario))
+            if progress is not None:
+                progress(done, total)
+    else:
+        with ThreadPoolExecutor(max_workers=max_workers) as pool:
+            for done, rows in enumerate(pool.map(group, scenarios), start=1):
+                groups.append(rows)
+                if progress is not None:
+                    progress(done, total)
+    return [row for rows in groups for row in rows]
