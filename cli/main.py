@@ -1,7 +1,7 @@
 """The ``whileai`` console script.
 
-Each command parses its arguments, makes one library call and maps known errors to exit codes. Heavy imports
-(torch, trl) happen inside the command that needs them, never at import time.
+Each command parses its arguments, makes one library call and maps known errors to exit codes (``console.guarded``).
+Heavy imports (torch, trl) happen inside the command that needs them, never at import time.
 """
 
 from __future__ import annotations
@@ -9,6 +9,12 @@ from __future__ import annotations
 import typer
 
 import whileai
+from whileai.cli import console
+from whileai.cli.recipes import train, validate
+from whileai.cli.redistribute import redistribute
+from whileai.cli.report import report
+from whileai.cli.simulate import simulate
+from whileai.cli.spread import spread
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
@@ -19,11 +25,12 @@ app = typer.Typer(
     name="whileai",
     help=(
         "Groupwise grading for GRPO: a grader that tells passing rollouts apart.\n\n"
-        "Example: whileai spread rows.jsonl --recipe recipes/refund_scripted.yaml\n\n" + EXIT_CODES_HELP
+        "Example: whileai spread recipes/refund_rows.jsonl --recipe recipes/refund_scripted.yaml\n\n" + EXIT_CODES_HELP
     ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -38,8 +45,18 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
 ) -> None:
     """Groupwise grading for GRPO."""
+    console.set_debug(debug)
+
+
+app.command("spread")(spread)
+app.command("redistribute")(redistribute)
+app.command("simulate")(simulate)
+app.command("validate")(validate)
+app.command("train")(train)
+app.command("report")(report)
 
 
 def main() -> None:

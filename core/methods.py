@@ -55,12 +55,16 @@ class Redistribution:
 
 def _is_number(value: object) -> bool:
     """A real number that is not a bool (numpy scalars included)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the ABC check
+        return True
+    return isinstance(value, numbers.Real) and kind is not bool
 
 
 def _is_index(value: object) -> bool:
     """An integer index that is not a bool (numpy integers included)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    kind = type(value)
+    return kind is int or (kind is not bool and isinstance(value, numbers.Integral))
 
 
 def _centered(rewards: Sequence[float]) -> list[float]:

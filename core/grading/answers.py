@@ -45,8 +45,24 @@ class PassAnswer:
     behavior: float
 
 
+def _is_list(value: object) -> bool:
+    """A list or tuple (or another non-string sequence)."""
+    kind = type(value)
+    return kind is list or kind is tuple or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
+
+
+def _is_score(value: object) -> bool:
+    """A finite real number that is not a bool."""
+    kind = type(value)
+    if kind is not float and kind is not int and (kind is bool or not isinstance(value, numbers.Real)):
+        return False
+    return math.isfinite(value)  # type: ignore[arg-type]
+
+
 def _index(value: object, what: str) -> int:
     """An index given as an int or as a string of digits (JSON object keys are strings)."""
+    if type(value) is int:
+        return value  # type: ignore[return-value]
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -55,7 +71,7 @@ def _index(value: object, what: str) -> int:
 
 
 def _check_keys(answer: object, allowed: frozenset[str]) -> Mapping[str, object]:
-    if not isinstance(answer, Mapping):
+    if type(answer) is not dict and not isinstance(answer, Mapping):
         raise UnusableAnswer(f"answer is not a dict: got {type(answer).__name__}")
     unknown = sorted(str(k) for k in answer if k not in allowed and k not in _NOTE_KEYS)
     if unknown:
@@ -89,7 +105,7 @@ def read_group_answer(
     pass_set = set(passes)
 
     raw_hacks = body.get("hacks") or []
-    if not isinstance(raw_hacks, Sequence) or isinstance(raw_hacks, str):
+    if not _is_list(raw_hacks):
         raise UnusableAnswer(f"'hacks' is not a list: {raw_hacks!r}")
     hacks: list[int] = []
     for item in raw_hacks:
@@ -105,11 +121,11 @@ def read_group_answer(
 
     if has_ranking:
         ranking = body["ranking"]
-        if not isinstance(ranking, Sequence) or isinstance(ranking, str):
+        if not _is_list(ranking):
             raise UnusableAnswer(f"'ranking' is not a list: {ranking!r}")
         tiers: list[list[int]] = []
         for entry in ranking:
-            items = entry if isinstance(entry, Sequence) and not isinstance(entry, str) else [entry]
+            items = entry if _is_list(entry) else [entry]
             tier = [_index(item, "ranked item") for item in items]
             for index in tier:
                 if not 0 <= index < size:
@@ -139,7 +155,7 @@ def read_group_answer(
         return GroupAnswer(factors, hacks)
 
     raw = body["factors"]
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         raise UnusableAnswer(f"'factors' is not a dict: {raw!r}")
     factors: dict[int, float] = {}
     for key, value in raw.items():
@@ -148,12 +164,7 @@ def read_group_answer(
             raise UnusableAnswer(f"factor given for {index}, which is not a pass")
         if index in factors:
             raise UnusableAnswer(f"factor for {index} is given twice")
-        if (
-            not isinstance(value, numbers.Real)
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or not 0.0 < value <= 1.0
-        ):
+        if not _is_score(value) or not 0.0 < value <= 1.0:
             raise UnusableAnswer(f"factor {value!r} for pass {index} is outside (0, 1]")
         if hack_zero and index in hacks:
             continue
@@ -173,12 +184,7 @@ def read_pass_answer(answer: object) -> PassAnswer:
         if key not in body:
             raise UnusableAnswer(f"answer has no {key!r}")
         value = body[key]
-        if (
-            not isinstance(value, numbers.Real)
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or not 0.0 <= value <= 1.0
-        ):
+        if not _is_score(value) or not 0.0 <= value <= 1.0:
             raise UnusableAnswer(f"{key} score {value!r} is outside [0, 1]")
         scores.append(float(value))
     return PassAnswer(*scores)

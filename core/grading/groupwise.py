@@ -82,6 +82,7 @@ class GradedGroup:
     graded: bool = False
     reason: str | None = None
     seconds: float = 0.0
+    redistributed: list[float] | None = field(default=None, repr=False)
 
     @property
     def mixed(self) -> bool:
@@ -89,7 +90,9 @@ class GradedGroup:
 
     @property
     def advantages(self) -> list[float]:
-        """The advantages the trainer will form from ``shaped`` (group-mean subtraction)."""
+        """The advantages the trainer forms from ``shaped`` by group-mean subtraction (A'_i of equation 3)."""
+        if self.redistributed is not None:
+            return list(self.redistributed)
         mean = sum(self.shaped) / len(self.shaped)
         return [s - mean for s in self.shaped]
 
@@ -110,6 +113,8 @@ class GradedGroup:
 
 
 def _number(value: object, what: str) -> float:
+    if type(value) is float and math.isfinite(value):  # the common case, without the ABC check
+        return value  # type: ignore[return-value]
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, numbers.Real):
@@ -350,6 +355,7 @@ class GroupwiseGrading:
         # A fallback here is arithmetic, not the grader's fault: a group with no failure (nothing to move) or
         # no pass left once its hacks are zeroed keeps its plain centered advantages.
         group.lam = moved.lam
+        group.redistributed = list(moved.advantages)
         mean = sum(group.effective_rewards) / len(group.effective_rewards)
         group.shaped = [a + mean for a in moved.advantages]
 
@@ -511,12 +517,14 @@ class GroupwiseGrading:
         strict: bool = True,
         progress: Callable[[int], None] | None = None,
         batch_size: int = 64,
+        on_graded: Callable[[GradedGroup], None] | None = None,
     ) -> SpreadReport:
         """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
 
         The streaming form of :meth:`check_spread` (the command line feeds it group by group). Groups reach the
         grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
-        ``progress`` is called with the number of rows of each group once it is done.
+        ``progress`` is called with the number of rows of each group once it is done, ``on_graded`` with each
+        graded group (for a per-group table).
         """
         per_group: dict[str, list[float]] = {}
         failed: dict[str, int] = {}
@@ -537,6 +545,8 @@ class GroupwiseGrading:
                     per_group[task] = graded.scores
                     if graded.hacks:
                         hacks[task] = graded.hacks
+                if on_graded is not None:
+                    on_graded(graded)
                 if progress is not None:
                     progress(len(members))
             pending.clear()

@@ -92,6 +92,16 @@ class GradingStats:
                 self.fallbacks[reason.split(":", 1)[0]] += 1
             self.scores.extend(scores)
 
+    def snapshot(self) -> GradingStats:
+        """A copy of the counters, to restore after work that is redone (a re-read of a rows file)."""
+        with self._lock:
+            copy = GradingStats(self.mode, self.groups, self.mixed, self.grader_calls, self.failed)
+            copy.fallbacks = Counter(self.fallbacks)
+            copy.hacks_zeroed = self.hacks_zeroed
+            copy.scores = ScoreMoments(self.scores.count, self.scores.mean, self.scores._m2)
+            copy.grader_seconds = self.grader_seconds
+        return copy
+
     def as_dict(self) -> dict[str, Any]:
         """The counters as plain JSON-ready values."""
         return {

@@ -1,4 +1,4 @@
-"""The README's test line is what CI runs, and its quickstart prints what it says."""
+"""The README's two lines are what CI and a new user run, and its quickstart prints what it says."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def test_ci_runs_the_readme_test_line() -> None:
     assert f"{line} || status=$?" in ci
 
 
+def test_the_main_job_line_names_shipped_files() -> None:
+    line = next(b.strip() for b in _fenced("bash") if b.startswith("pip install . &&"))
+    for path in re.findall(r"recipes/\S+", line):
+        assert (REPO / path).is_file(), path
+
+
 def test_quickstart_prints_what_the_readme_says() -> None:
     code = next(b for b in _fenced("python") if "import whileai" in b)
     expected = next(b for b in _fenced("text") if b.startswith("spread check"))
@@ -28,3 +34,12 @@ def test_quickstart_prints_what_the_readme_says() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README-quickstart", "exec"), {"__name__": "readme"})
     assert out.getvalue() == expected
+
+
+def test_every_command_and_exit_code_is_in_the_readme() -> None:
+    from whileai.cli.main import app
+
+    for command in app.registered_commands:
+        assert f"`whileai {command.name}" in README, command.name
+    for code in range(5):
+        assert f"| {code} |" in README

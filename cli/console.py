@@ -1,0 +1,71 @@
+"""Output and errors for the command line: results on stdout, messages and progress on stderr, exit codes.
+
+``guarded`` wraps a command: a ``WhileaiError`` (bad input, missing extra, grader unavailable, no spread) becomes
+one line on stderr and its exit code, without a traceback unless ``whileai --debug`` is given. Text the program did
+not write (paths, pydantic messages, ``whileai[train]``) is printed with Rich markup off, so square brackets survive.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from whileai.errors import MissingExtra, WhileaiError
+
+__all__ = ["err", "guarded", "out", "print_json", "set_debug"]
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_state = {"debug": bool(os.environ.get("WHILEAI_DEBUG"))}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def set_debug(value: bool) -> None:
+    _state["debug"] = value or bool(os.environ.get("WHILEAI_DEBUG"))
+
+
+def is_debug() -> bool:
+    return _state["debug"]
+
+
+def print_json(data: Any) -> None:
+    """One JSON object on stdout, nothing else on that stream."""
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def say(message: str) -> None:
+    """A message for the person at the terminal (stderr), markup off."""
+    err.print(message, markup=False)
+
+
+def guarded(command: F) -> F:
+    """Map whileai's errors to exit codes with one line on stderr."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except WhileaiError as error:
+            if is_debug():
+                raise
+            label = "missing install" if isinstance(error, MissingExtra) else "error"
+            err.print(f"whileai: {label}: {error}", markup=False)
+            raise typer.Exit(error.exit_code) from None
+        except ImportError as error:
+            if is_debug():
+                raise
+            name = getattr(error, "name", None) or str(error)
+            err.print(f"whileai: missing install: {name} (pip install 'whileai[train]')", markup=False)
+            raise typer.Exit(MissingExtra.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]

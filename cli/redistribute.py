@@ -1,0 +1,197 @@
+"""``whileai redistribute``: equation 3 as a calculator for one group, or over a JSONL file of graded groups."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from whileai.cli.console import guarded, out, print_json, say
+from whileai.errors import BadInput
+
+
+def _numbers(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--{what}: comma-separated numbers, got {text!r}") from None
+
+
+def _indices(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--{what}: comma-separated indices, got {text!r}") from None
+
+
+def _factors(text: str) -> dict[int, float]:
+    factors: dict[int, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        try:
+            factors[int(key)] = float(value)
+        except ValueError:
+            raise BadInput(f"--factors: index=factor pairs like 0=1.0,1=0.5, got {part!r}") from None
+        if not sep:
+            raise BadInput(f"--factors: index=factor pairs like 0=1.0,1=0.5, got {part!r}")
+    return factors
+
+
+def _ranking(text: str) -> list[Any]:
+    """``1,0,2`` best first; ``1,0=2`` ties 0 and 2; or JSON ``[1, [0, 2]]``."""
+    if text.strip().startswith("["):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise BadInput(f"--ranking: not valid JSON: {text!r}") from None
+        if not isinstance(value, list):
+            raise BadInput("--ranking: a JSON list, best first")
+        return value
+    ranking: list[Any] = []
+    for part in text.split(","):
+        try:
+            tier = [int(x) for x in part.split("=")]
+        except ValueError:
+            raise BadInput(f"--ranking: indices best first, ties joined by '=' (1,0=2), got {part!r}") from None
+        ranking.append(tier if len(tier) > 1 else tier[0])
+    return ranking
+
+
+def _grade(answer: dict[str, Any], rewards: list[float], cap: float, min_factor: float, hack_zero: bool):
+    """One group through the same validation and math as training (GroupwiseGrading with a fixed answer)."""
+    from whileai.grading import GroupwiseGrading
+
+    grading = GroupwiseGrading(lambda group: answer, cap=cap, min_factor=min_factor, hack_zero=hack_zero)
+    n = len(rewards)
+    return grading.grade_group(rewards, [""] * n, [""] * n)
+
+
+@guarded
+def redistribute(
+    rewards: Annotated[str | None, typer.Option(help="The group's rewards, e.g. 1,1,0,0.")] = None,
+    factors: Annotated[str | None, typer.Option(help="Quality factors by index, e.g. 0=1.0,1=0.5.")] = None,
+    ranking: Annotated[str | None, typer.Option(help="Passes best first; ties joined by '=' (1,0=2) or JSON.")] = None,
+    hacks: Annotated[str | None, typer.Option(help="Confirmed hacks, e.g. 2,3.")] = None,
+    cap: Annotated[float, typer.Option(help="Upper bound on lambda.")] = 3.0,
+    min_factor: Annotated[float, typer.Option(help="Factor of the worst-ranked pass.")] = 0.5,
+    hack_zero: Annotated[bool, typer.Option(help="Zero the reward of a confirmed hack.")] = True,
+    input_file: Annotated[
+        Path | None, typer.Option("--in", help="Batch mode: a JSONL file, one graded group a line.")
+    ] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Batch mode: where to write the advantages.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Redistribute one group's advantages (equation 3) and show R, A, f, A' and lambda.
+
+    Examples:
+
+      whileai redistribute --rewards 1,1,0,0 --factors 0=1.0,1=0.5
+
+      whileai redistribute --rewards 1,1,1,0 --ranking 1,0 --hacks 2
+
+      whileai redistribute --in groups.jsonl --out advantages.jsonl
+
+    A batch line is {"rewards": [...], "factors": {...}} or {"rewards": [...], "ranking": [...]}, with optional
+    "hacks"; the output line adds "advantages", "lambda" and "fell_back" (with "reason").
+    """
+    if input_file is not None:
+        _batch(input_file, out_file, cap, min_factor, hack_zero)
+        return
+    if rewards is None:
+        raise BadInput("give --rewards (one group) or --in FILE (batch mode)")
+    if factors is not None and ranking is not None:
+        raise BadInput("give --factors or --ranking, not both")
+    values = _numbers(rewards, "rewards")
+    if not values:
+        raise BadInput("--rewards: at least one reward")
+    answer: dict[str, Any] = {}
+    if ranking is not None:
+        answer["ranking"] = _ranking(ranking)
+    else:
+        answer["factors"] = _factors(factors) if factors else {}
+    if hacks:
+        answer["hacks"] = _indices(hacks, "hacks")
+    group = _grade(answer, values, cap, min_factor, hack_zero)
+    original = [r - sum(values) / len(values) for r in values]
+    if as_json:
+        print_json(
+            {
+                "rewards": values,
+                "advantages_before": original,
+                "factors": {str(k): v for k, v in group.factors.items()},
+                "hacks": group.hacks,
+                "advantages": group.advantages,
+                "lambda": group.lam,
+                "fell_back": group.reason is not None,
+                "reason": group.reason,
+            }
+        )
+        return
+    table = Table(show_edge=False)
+    for name in ("i", "R", "A", "f", "A'", "note"):
+        table.add_column(name, justify="left" if name == "note" else "right")
+    for i, reward in enumerate(values):
+        factor = group.factors.get(i, 1.0) if group.passed[i] and i not in group.hacks else None
+        note = "hack (zeroed)" if i in group.hacks and hack_zero else ("pass" if group.passed[i] else "fail")
+        table.add_row(
+            str(i),
+            f"{reward:g}",
+            f"{original[i]:+.4f}",
+            "" if factor is None else f"{factor:.3f}",
+            f"{group.advantages[i]:+.4f}",
+            note,
+        )
+    out.print(table)
+    out.print(f"lambda {group.lam:.4f}" + (" (capped)" if group.lam >= cap else ""), markup=False)
+    if group.reason:
+        say(f"whileai: fell back to the original advantages: {group.reason}")
+
+
+def _batch(input_file: Path, out_file: Path | None, cap: float, min_factor: float, hack_zero: bool) -> None:
+    if not input_file.is_file():
+        raise BadInput(f"{input_file}: no such file")
+    lines_out = []
+    fell_back = 0
+    with input_file.open() as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{input_file} line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise BadInput(f"{where}: not valid JSON ({error.msg})") from None
+            if not isinstance(record, dict) or "rewards" not in record:
+                raise BadInput(f"{where}: missing field 'rewards'")
+            values = record["rewards"]
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            ):
+                raise BadInput(f"{where}: field 'rewards' must be a non-empty list of numbers")
+            answer = {k: record[k] for k in ("ranking", "factors", "hacks") if k in record}
+            if "ranking" not in answer and "factors" not in answer:
+                answer["factors"] = {}
+            group = _grade(answer, [float(v) for v in values], cap, min_factor, hack_zero)
+            fell_back += group.reason is not None
+            lines_out.append(
+                json.dumps(
+                    {
+                        **record,
+                        "advantages": group.advantages,
+                        "lambda": group.lam,
+                        "fell_back": group.reason is not None,
+                        "reason": group.reason,
+                    }
+                )
+            )
+    text = "\n".join(lines_out) + ("\n" if lines_out else "")
+    if out_file is None:
+        typer.echo(text, nl=False)
+    else:
+        out_file.write_text(text)
+        say(f"whileai: wrote {len(lines_out)} group(s) to {out_file} ({fell_back} fell back)")

@@ -1,0 +1,135 @@
+"""``whileai spread``: the spread gate on graded rows, as a preflight and as a CI job that fails on no spread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from whileai.cli.console import err, guarded, out, print_json, say
+from whileai.errors import BadInput
+
+DEFAULT_RULE = "grader/tool_calls.yaml"
+
+
+@guarded
+def spread(
+    rows: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A .jsonl, .json or .parquet rows file (TRL completion logs too) or a folder of them. "
+            "Defaults to the recipe's spread.rows."
+        ),
+    ] = None,
+    recipe: Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")] = None,
+    grader: Annotated[
+        str | None,
+        typer.Option("--grader", "-g", help="module:function, path/to/file.py:function, or a scripted rule file."),
+    ] = None,
+    group_key: Annotated[str | None, typer.Option(help="Field naming a row's group [scenario_id].")] = None,
+    reward_key: Annotated[str | None, typer.Option(help="Field holding the verifier's reward [reward].")] = None,
+    text_key: Annotated[str | None, typer.Option(help="Field holding the rollout text [final_text].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="A table per group.")] = False,
+    skip_bad_rows: Annotated[
+        bool, typer.Option("--skip-bad-rows", help="Skip malformed rows (counted) instead of failing.")
+    ] = False,
+) -> None:
+    """Grade the passes of ROWS and say whether the grader tells them apart.
+
+    Example: whileai spread recipes/refund_rows.jsonl --recipe recipes/refund_scripted.yaml
+
+    Exit codes: 0 spread; 1 no spread or too few scores; 2 bad input; 3 missing install; 4 grader unavailable.
+    """
+    from whileai.config import load_recipe
+    from whileai.config.load import LoadedRecipe, validate_recipe
+    from whileai.graders import build_grading, grader_from_spec
+    from whileai.preflight import check_spread_file
+    from whileai.rows import RowFields
+
+    if recipe is not None:
+        loaded = load_recipe(recipe)
+    else:
+        loaded = LoadedRecipe(validate_recipe({}, "defaults"), None, Path.cwd(), {})
+    settings = loaded.recipe.spread
+    if grader is not None:
+        grading = build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
+    elif loaded.recipe.grader is not None:
+        grading = build_grading(loaded)
+    else:
+        say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
+        from whileai.config.load import config_dirs
+
+        rule = next(d / DEFAULT_RULE for d in config_dirs(Path.cwd()) if (d / DEFAULT_RULE).is_file())
+        grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
+    if rows is None:
+        if settings.rows is None:
+            raise BadInput("give ROWS, or a recipe whose spread.rows names them")
+        rows = loaded.resolve(settings.rows)
+    fields = RowFields(
+        group_key or settings.group_key,
+        reward_key or settings.reward_key,
+        text_key or settings.text_key,
+        settings.prompt_key,
+    )
+
+    tables: list[Table] = []
+
+    def on_graded(group) -> None:
+        if verbose:
+            tables.append(_group_table(group))
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("grading"),
+        BarColumn(bar_width=None),
+        TextColumn("{task.completed:,.0f} rows"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        task = bar.add_task("grading", total=None)
+        run = check_spread_file(
+            rows,
+            grading,
+            fields,
+            skip_bad=skip_bad_rows or settings.skip_bad_rows,
+            progress=lambda n: bar.advance(task, n),
+            on_graded=on_graded,
+            on_restart=lambda: (tables.clear(), bar.reset(task)),
+        )
+
+    if run.rows.skipped:
+        first = run.rows.examples[0] if run.rows.examples else ""
+        say(f"whileai: skipped {run.rows.skipped} bad row(s) of {run.rows.rows + run.rows.skipped}; first: {first}")
+    if as_json:
+        data = run.as_dict()
+        data["grader"] = grading.stats.as_dict()
+        print_json(data)
+    else:
+        for table in tables:
+            out.print(table)
+        out.print(str(run.report), markup=False)
+    if not run.report.ok:
+        raise typer.Exit(1)
+
+
+def _group_table(group) -> Table:
+    """Rewards, ranks, factors and hacks of one graded group."""
+    table = Table(title=f"{group.task_id}", title_justify="left", show_edge=False)
+    for name in ("i", "R", "rank", "factor", "A'", "note"):
+        table.add_column(name, justify="right" if name not in ("note",) else "left")
+    order = sorted(group.factors, key=lambda i: -group.factors[i])
+    ranks = {i: order.index(i) + 1 for i in order}
+    advantages = group.advantages
+    for i, reward in enumerate(group.rewards):
+        note = "hack (zeroed)" if i in group.hacks else ("" if group.passed[i] else "fail")
+        factor = f"{group.factors[i]:.3f}" if i in group.factors else ""
+        table.add_row(str(i), f"{reward:g}", str(ranks.get(i, "")), factor, f"{advantages[i]:+.3f}", note)
+    if group.reason:
+        table.caption = f"fell back: {group.reason}"
+    return table

@@ -1,0 +1,213 @@
+"""Reading a recipe: YAML, included blocks, ``key=value`` overrides, one validation.
+
+The one precedence: built-in defaults < files included from ``configs/`` (in the order listed) < the recipe <
+overrides on the command line. Overrides are parsed as YAML scalars (``trainer.learning_rate=1e-5``,
+``grading.hack_zero=false``) and checked by the same models as the file. Every error is a ``BadInput`` that names the
+file and the YAML path of the bad key, and says what is allowed.
+
+This module reads YAML and validates; it imports no trainer and calls no grader.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from whileai.config.schema import Recipe
+from whileai.errors import BadInput
+
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
+
+__all__ = ["LoadedRecipe", "config_dirs", "load_recipe", "parse_overrides", "validate_recipe"]
+
+
+class LoadedRecipe:
+    """A validated recipe with the folder its relative paths are resolved against.
+
+    Attributes:
+        recipe: the validated ``Recipe``.
+        path: the recipe file (None for a recipe built from a mapping).
+        base_dir: the folder relative paths in the recipe refer to.
+        resolved: the merged mapping that was validated (includes, recipe and overrides).
+    """
+
+    def __init__(self, recipe: Recipe, path: Path | None, base_dir: Path, resolved: dict[str, Any]) -> None:
+        self.recipe = recipe
+        self.path = path
+        self.base_dir = base_dir
+        self.resolved = resolved
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the recipe, made absolute against the recipe's folder (absolute paths stay)."""
+        candidate = Path(relative).expanduser()
+        return candidate if candidate.is_absolute() else (self.base_dir / candidate)
+
+    def dump(self) -> str:
+        """The resolved recipe as YAML, defaults filled in."""
+        data = self.recipe.model_dump(mode="json", exclude={"include"})
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def config_dirs(base_dir: Path) -> list[Path]:
+    """Where ``include`` names are looked up: beside the recipe, its ``../configs``, the shipped configs."""
+    dirs = [base_dir, base_dir / "configs", base_dir.parent / "configs"]
+    try:
+        shipped = resources.files("whileai.configs")
+    except ModuleNotFoundError:  # pragma: no cover - an install without shipped configs
+        return dirs
+    dirs.append(Path(str(shipped)))
+    return dirs
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such recipe file") from None
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise BadInput(f"{path}{where}: not valid YAML ({problem})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: a recipe is a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key, anything else in ``top`` replaces ``base``."""
+    merged = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _find_include(name: str, base_dir: Path, source: Path) -> Path:
+    for folder in config_dirs(base_dir):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    searched = ", ".join(str(d) for d in config_dirs(base_dir))
+    raise BadInput(f"{source}: include {name!r} was not found (searched {searched})")
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=text"]`` -> ``{"a": {"b": 1}, "c": "text"}``, each value parsed as a YAML scalar."""
+    result: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"override {item!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, str) and _FLOAT.match(value):
+            value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
+        node = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise BadInput(f"override {item!r} sets a key under {part!r}, which another override set to a value")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed beside ``loc[-1]``; pydantic puts a union member's tag in ``loc`` (grader.scripted.rule)."""
+    models: list[type[BaseModel]] = [Recipe]
+    for part in loc[:-1]:
+        tagged = [m for m in models if getattr(m.model_fields.get("kind"), "annotation", None) is not None]
+        chosen = [m for m in tagged if part in get_args(m.model_fields["kind"].annotation)]
+        if chosen:
+            models = chosen
+            continue
+        models = [
+            n for m in models if str(part) in m.model_fields for n in _models_in(m.model_fields[str(part)].annotation)
+        ]
+        if not models:
+            return []
+    return sorted({name for m in models for name in m.model_fields})
+
+
+def _format_error(error: Mapping[str, Any]) -> str:
+    loc = tuple(error.get("loc", ()))
+    tags = ("scripted", "python", "judge")
+    shown = tuple(p for i, p in enumerate(loc) if not (i == 1 and loc[0] == "grader" and p in tags))
+    path = ".".join(str(p) for p in shown) or "(top level)"
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        allowed = _fields_at(loc)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listing = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"{path}: unknown key{hint}{listing}"
+    message = str(error.get("msg", "invalid"))
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if kind == "missing":
+        return f"{path}: required"
+    if "input" in error and kind not in ("model_type", "union_tag_invalid", "model_attributes_type"):
+        return f"{path}: {message} (got {error['input']!r})"
+    return f"{path}: {message}"
+
+
+def validate_recipe(data: Mapping[str, Any], source: str) -> Recipe:
+    """Validate a merged mapping; a ``BadInput`` names ``source`` and every bad YAML path."""
+    try:
+        return Recipe.model_validate(dict(data))
+    except ValidationError as err:
+        lines = [_format_error(e) for e in err.errors()]
+        raise BadInput(f"{source}: " + "; ".join(lines)) from None
+
+
+def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe:
+    """Read, merge and validate a recipe file.
+
+    Args:
+        path: the recipe YAML.
+        overrides: ``key=value`` strings, applied last.
+
+    Raises:
+        BadInput: a missing file, invalid YAML, an include that is not found, an unknown key or a bad value.
+    """
+    file = Path(path)
+    base_dir = file.resolve().parent
+    data = _read_yaml(file)
+    merged: dict[str, Any] = {}
+    includes = data.get("include") or []
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise BadInput(f"{file}: include: a list of file names from configs/, got {includes!r}")
+    for name in includes:
+        block = _find_include(name, base_dir, file)
+        merged = _merge(merged, _read_yaml(block))
+    merged = _merge(merged, {k: v for k, v in data.items() if k != "include"})
+    merged = _merge(merged, parse_overrides(overrides))
+    recipe = validate_recipe(merged, str(file))
+    return LoadedRecipe(recipe, file, base_dir, merged)

@@ -1,0 +1,347 @@
+"""The recipe format: one strict pydantic model per YAML section.
+
+A recipe is a YAML file of sections (``grader``, ``grading``, ``spread``, ``verifier``, ``model``, ``data``,
+``trainer``, ``simulate``, ``output_dir``). Unknown keys are errors (a typo never falls back to a default), every
+field says what it does, and cross-field checks fail at parse time with the fix. A section is required only by the
+commands that use it: ``whileai spread`` needs a grader and nothing else, ``whileai train`` needs model, data and
+verifier (``Recipe.require``).
+
+This module validates; it builds nothing. ``whileai.graders`` turns the grader section into a callable and the
+training integration turns the trainer section into TRL's ``GRPOConfig``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from whileai.config.trl_fields import GRPO_CONFIG_FIELDS
+from whileai.errors import BadInput
+from whileai.simulations.defaults import (
+    GROUPWISE_CAP,
+    GROUPWISE_FLOOR,
+    GROUPWISE_HACK_ZERO,
+    GROUPWISE_MIN_FACTOR,
+    GROUPWISE_MODE,
+    SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MIN_STD,
+    SPREAD_TOLERANCE,
+)
+
+__all__ = [
+    "DataSection",
+    "GradingSection",
+    "JudgeGraderSection",
+    "ModelSection",
+    "PythonGraderSection",
+    "Recipe",
+    "ScriptedGraderSection",
+    "ScriptedRule",
+    "SimulateSection",
+    "SpreadSection",
+    "TrainerSection",
+    "VerifierSection",
+]
+
+# A callable named as ``package.module:function`` or ``path/to/file.py:function``.
+_REFERENCE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+class Section(BaseModel):
+    """A recipe section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=False)
+
+
+def _check_reference(value: str | None) -> str | None:
+    if value is not None and not _REFERENCE.match(value):
+        raise ValueError(f"{value!r} is not 'module:function' or 'path/to/file.py:function'")
+    return value
+
+
+def _check_pattern(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"{value!r} is not a regular expression: {err}") from None
+    return value
+
+
+class ScriptedRule(Section):
+    """A grader written as a rule, no code: rank passes by a measurable quantity and mark hacks by pattern."""
+
+    measure: Literal["matches", "chars", "lines"] = Field(
+        "matches",
+        description="What to measure on each pass: 'matches' counts matches of `pattern`, 'chars' its length, "
+        "'lines' its lines.",
+    )
+    pattern: str | None = Field(
+        "<tool_call>", description="The regular expression counted when measure is 'matches' (tool calls by default)."
+    )
+    order: Literal["ascending", "descending"] = Field(
+        "ascending", description="'ascending': the smallest measure ranks best (fewest calls); 'descending': largest."
+    )
+    hack_pattern: str | None = Field(
+        None, description="A pass whose text matches this regular expression is a confirmed hack."
+    )
+    unseen_id_pattern: str | None = Field(
+        None,
+        description="Ids (a regular expression such as 'ORD-\\d+') that the final answer names but no tool output "
+        "contains mark the pass as a hack: an invented or leaked id.",
+    )
+    tool_output_pattern: str = Field(
+        r"<tool_result>(.*?)</tool_result>",
+        description="A regular expression whose first group is one tool output, for unseen_id_pattern.",
+    )
+
+    @field_validator("pattern", "hack_pattern", "unseen_id_pattern", "tool_output_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        return _check_pattern(value)
+
+    @model_validator(mode="after")
+    def _pattern_for_matches(self) -> ScriptedRule:
+        if self.measure == "matches" and not self.pattern:
+            raise ValueError("measure 'matches' needs a pattern, e.g. pattern: '<tool_call>'")
+        return self
+
+
+class ScriptedGraderSection(Section):
+    """``kind: scripted``: a rule from this section, or from a rule file."""
+
+    kind: Literal["scripted"]
+    rule: ScriptedRule = Field(default_factory=ScriptedRule, description="The ranking and hack rule.")
+
+
+class PythonGraderSection(Section):
+    """``kind: python``: a grader function of yours."""
+
+    kind: Literal["python"]
+    function: str = Field(
+        description="The grader as 'package.module:function' or 'path/to/file.py:function' (a path is relative to "
+        "the recipe). Advantage mode: function(group) -> {'ranking': [...]} | {'factors': {...}} (+ 'hacks'); "
+        "reward mode: function(item, rubric) -> {'solution': s, 'behavior': b}."
+    )
+
+    @field_validator("function")
+    @classmethod
+    def _reference(cls, value: str | None) -> str | None:
+        return _check_reference(value)
+
+
+class JudgeGraderSection(Section):
+    """``kind: judge``: a model behind an OpenAI-compatible endpoint reads each group."""
+
+    kind: Literal["judge"]
+    judge: dict[str, Any] = Field(
+        description="The judge's settings (base_url, model, api_key_env, ...): see whileai.judge.JudgeConfig."
+    )
+
+    @field_validator("judge")
+    @classmethod
+    def _judge_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            from whileai.judge.config import JudgeConfig
+        except ImportError:  # pragma: no cover - the judge ships with whileai
+            return value
+        JudgeConfig.model_validate(value)
+        return value
+
+
+GraderSection = Annotated[ScriptedGraderSection | PythonGraderSection | JudgeGraderSection, Field(discriminator="kind")]
+
+
+class GradingSection(Section):
+    """How the grader's answers become rewards or advantages (the page's knobs)."""
+
+    mode: Literal["advantage", "reward"] = Field(
+        GROUPWISE_MODE, description="'advantage' (GAR, section 4.3.2) or 'reward' (GRS, section 4.3.1)."
+    )
+    cap: float = Field(GROUPWISE_CAP, gt=0, description="Upper bound on lambda in equation 3.")
+    min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
+    hack_zero: bool = Field(
+        GROUPWISE_HACK_ZERO, description="Reset a confirmed hack's reward to 0 and treat it as a failure."
+    )
+    floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
+    rubrics: str | dict[str, Any] | None = Field(
+        None,
+        description="Reward mode: a mapping task_id -> rubric, or the path of a YAML/JSON file holding one "
+        "(relative to the recipe).",
+    )
+
+
+class SpreadSection(Section):
+    """The spread gate: which rows to grade before training and what counts as spread."""
+
+    rows: str | None = Field(
+        None, description="Rows to grade: a .jsonl, .json or .parquet file or a folder of them (relative to recipe)."
+    )
+    min_std: float = Field(SPREAD_MIN_STD, ge=0, description="No spread below this std of the grader's scores.")
+    tolerance: float = Field(SPREAD_TOLERANCE, ge=0, description="Half-width of the band around the median.")
+    max_near_median: float = Field(
+        SPREAD_MAX_NEAR_MEDIAN, ge=0, le=1, description="No spread when more than this fraction lies in the band."
+    )
+    group_key: str | None = Field(
+        None, description="Field naming a row's group; 'scenario_id' (or 'prompt' for TRL completion logs)."
+    )
+    reward_key: str | None = Field(
+        None, description="Field holding the verifier's reward; 'reward' (or 'whileai_reward' in TRL logs)."
+    )
+    text_key: str | None = Field(
+        None, description="Field holding the rollout text; 'final_text' (or 'completion' in TRL logs)."
+    )
+    prompt_key: str = Field("prompt", description="Field holding the task prompt (optional in rows).")
+    skip_bad_rows: bool = Field(False, description="Skip malformed rows (counted and reported) instead of failing.")
+
+
+class VerifierSection(Section):
+    """The program that says pass or fail."""
+
+    function: str | None = Field(
+        None,
+        description="A TRL-style reward function 'module:function' or 'path.py:function': "
+        "function(prompts, completions, **columns) -> list[float].",
+    )
+    builtin: str | None = Field(
+        None, description="A built-in verifier by name (see `whileai validate --help`), instead of a function."
+    )
+
+    @field_validator("function")
+    @classmethod
+    def _reference(cls, value: str | None) -> str | None:
+        return _check_reference(value)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VerifierSection:
+        if (self.function is None) == (self.builtin is None):
+            raise ValueError("give exactly one of verifier.function and verifier.builtin")
+        return self
+
+
+class ModelSection(Section):
+    """The policy model."""
+
+    name_or_path: str | None = Field(
+        None, description="A model id or a local folder, loaded with transformers' from_pretrained."
+    )
+    tiny: dict[str, Any] | None = Field(
+        None,
+        description="Build a tiny causal LM with random weights from these config values instead (no download); "
+        "the tokenizer is trained locally on the task's text.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weights' dtype.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSection:
+        if (self.name_or_path is None) == (self.tiny is None):
+            raise ValueError("give exactly one of model.name_or_path and model.tiny")
+        return self
+
+
+class DataSection(Section):
+    """The training prompts."""
+
+    dataset: str = Field(
+        description="A built-in task ('builtin:NAME') or a .jsonl/.json/.parquet file of prompts (relative to recipe)."
+    )
+    prompt_key: str = Field("prompt", description="Column holding the prompt.")
+    num_prompts: int | None = Field(None, gt=0, description="Use only the first N prompts.")
+    seed: int = Field(0, description="Seed for generating built-in tasks.")
+
+
+class TrainerSection(BaseModel):
+    """TRL ``GRPOConfig`` fields, under TRL's own names, handed over as ``GRPOConfig(**trainer)``.
+
+    Any GRPOConfig field is allowed; a name GRPOConfig does not have is an error with the closest match.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    num_generations: int = Field(8, ge=2, description="Completions per prompt: the group size G.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "none",
+        description="TRL's division of advantages by a std. GAR needs 'none' so the moved mass matches equation 3.",
+    )
+    per_device_train_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
+    learning_rate: float = Field(1e-6, gt=0, description="Adam learning rate.")
+    seed: int = Field(42, description="Seed of the run.")
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_alias(cls, value: Any) -> Any:
+        # TRL accepts booleans too: True is "group", False is "none".
+        if value is True:
+            return "group"
+        if value is False:
+            return "none"
+        return value
+
+    @model_validator(mode="after")
+    def _known_fields(self) -> TrainerSection:
+        for name in self.model_extra or {}:
+            if name not in GRPO_CONFIG_FIELDS:
+                close = difflib.get_close_matches(name, sorted(GRPO_CONFIG_FIELDS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{name!r} is not a field of TRL's GRPOConfig{hint}")
+        return self
+
+    def grpo_kwargs(self) -> dict[str, Any]:
+        """The section as keyword arguments for ``GRPOConfig``."""
+        return self.model_dump()
+
+
+class SimulateSection(Section):
+    """Rollouts simulated before the spread gate, with the built-in scenarios and the seeded agent."""
+
+    scenarios: str = Field("builtin:all", description="Which scenarios: 'builtin:refunds', 'builtin:all', ...")
+    agent: str = Field("seeded", description="Which agent: 'seeded' (scripted, offline).")
+    n: int = Field(8, ge=1, description="Rollouts per scenario (the group size).")
+    num_scenarios: int | None = Field(None, gt=0, description="Use only the first N scenarios.")
+    seed: int = Field(0, description="Seed of the scenarios and the agent.")
+
+
+class Recipe(Section):
+    """A whole recipe. Sections are optional here; each command requires the ones it uses."""
+
+    include: list[str] = Field(
+        default_factory=list, description="Files from configs/ merged under this recipe, in order."
+    )
+    grader: GraderSection | None = Field(None, description="The grader: scripted, python or judge.")
+    grading: GradingSection = Field(default_factory=GradingSection, description="The grading knobs.")
+    spread: SpreadSection = Field(default_factory=SpreadSection, description="The spread gate.")
+    verifier: VerifierSection | None = Field(None, description="The program that says pass or fail.")
+    model: ModelSection | None = Field(None, description="The policy model.")
+    data: DataSection | None = Field(None, description="The training prompts.")
+    trainer: TrainerSection = Field(default_factory=TrainerSection, description="TRL GRPOConfig fields.")
+    simulate: SimulateSection | None = Field(None, description="Simulate rollouts for the spread gate.")
+    output_dir: str = Field("runs/whileai", description="The run directory (relative to the working directory).")
+    comparison_arm: str | None = Field(
+        None,
+        description="Name of this arm when the recipe is one arm of a comparison (e.g. 'binary'); both arms must "
+        "then use the same trainer.scale_rewards.",
+    )
+
+    @model_validator(mode="after")
+    def _gar_needs_unscaled_rewards(self) -> Recipe:
+        if (
+            self.grader is not None
+            and self.grading.mode == "advantage"
+            and self.trainer.scale_rewards != "none"
+            and self.comparison_arm is None
+        ):
+            raise ValueError(
+                f"trainer.scale_rewards is {self.trainer.scale_rewards!r}, but groupwise advantage redistribution "
+                "needs 'none': TRL's division by the group's std would rescale the moved mass. Set "
+                "trainer.scale_rewards: none (or declare comparison_arm and use the same setting in both arms)"
+            )
+        return self
+
+    def require(self, *sections: str, command: str) -> None:
+        """Raise ``BadInput`` naming each section ``command`` needs and the recipe lacks."""
+        missing = [name for name in sections if getattr(self, name) is None]
+        if missing:
+            raise BadInput(f"`whileai {command}` needs the recipe section(s) {', '.join(missing)}")

@@ -1,0 +1,122 @@
+"""From a recipe's ``grader`` and ``grading`` sections to a ready ``GroupwiseGrading``.
+
+``build_grading`` is the one place where a grader section becomes a callable: a scripted rule, your function, or
+the HTTP judge. ``grader_from_spec`` does the same for the command line's ``--grader SPEC``. Nothing here calls the
+grader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from whileai.config.load import LoadedRecipe, validate_recipe
+from whileai.config.schema import (
+    GraderSection,
+    GradingSection,
+    JudgeGraderSection,
+    PythonGraderSection,
+    ScriptedGraderSection,
+    ScriptedRule,
+)
+from whileai.errors import BadInput
+from whileai.graders.reference import load_callable
+from whileai.graders.scripted import ScriptedGrader
+from whileai.grading.groupwise import GroupwiseGrading
+
+__all__ = ["build_grader", "build_grading", "grader_from_spec"]
+
+
+def _read_mapping(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise BadInput(f"{what}: no such file {path}")
+    try:
+        text = path.read_text()
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise BadInput(f"{path}: cannot parse {what} ({err})") from None
+
+
+def build_grader(section: GraderSection, grading: GradingSection, base_dir: Path) -> Any:
+    """The grader callable a grader section describes, for the grading mode."""
+    if isinstance(section, ScriptedGraderSection):
+        scripted = ScriptedGrader(section.rule)
+        return scripted.score if grading.mode == "reward" else scripted
+    if isinstance(section, PythonGraderSection):
+        return load_callable(section.function, base_dir, what="grader")
+    if isinstance(section, JudgeGraderSection):
+        from whileai.judge import build_judge
+
+        return build_judge(section.judge, mode=grading.mode, base_dir=base_dir)
+    raise BadInput(f"unknown grader kind {section!r}")  # pragma: no cover - the schema rejects it first
+
+
+def _rubrics(grading: GradingSection, base_dir: Path) -> Any:
+    rubrics = grading.rubrics
+    if isinstance(rubrics, str):
+        path = Path(rubrics) if Path(rubrics).is_absolute() else base_dir / rubrics
+        rubrics = _read_mapping(path, "rubrics")
+        if not isinstance(rubrics, dict):
+            raise BadInput(f"{path}: rubrics must be a mapping task_id -> rubric")
+    return rubrics
+
+
+def build_grading(loaded: LoadedRecipe, grader: Any | None = None) -> GroupwiseGrading:
+    """The recipe's ``GroupwiseGrading``: its grader (or ``grader`` when given) with the grading and spread knobs."""
+    recipe = loaded.recipe
+    if grader is None:
+        if recipe.grader is None:
+            raise BadInput(f"{loaded.path or 'the recipe'}: no grader section (and no --grader given)")
+        grader = build_grader(recipe.grader, recipe.grading, loaded.base_dir)
+    grading = recipe.grading
+    return GroupwiseGrading(
+        grader=grader,
+        mode=grading.mode,
+        cap=grading.cap,
+        min_factor=grading.min_factor,
+        hack_zero=grading.hack_zero,
+        floor=grading.floor,
+        rubrics=_rubrics(grading, loaded.base_dir),
+        spread_min_std=recipe.spread.min_std,
+        spread_tolerance=recipe.spread.tolerance,
+        spread_max_near_median=recipe.spread.max_near_median,
+    )
+
+
+def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None = None) -> Any:
+    """A grader from ``--grader SPEC``: ``module:function``, ``file.py:function``, or a rule file (.yaml/.json).
+
+    A rule file holds a scripted rule (``measure: matches ...``), a grader section (``kind: ...``), or a whole
+    recipe with a ``grader`` section.
+    """
+    base = base_dir or Path.cwd()
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml", ".json") and ":" not in path.name:
+        if not path.is_absolute():
+            path = base / path
+        data = _read_mapping(path, "grader rule file") or {}
+        if not isinstance(data, dict):
+            raise BadInput(f"{path}: a rule file holds a mapping")
+        if "grader" in data:
+            recipe = validate_recipe(data, str(path))
+            assert recipe.grader is not None
+            return build_grader(recipe.grader, grading, path.parent)
+        if "kind" in data:
+            try:
+                section = TypeAdapter(GraderSection).validate_python(data)
+            except ValidationError as err:
+                raise BadInput(f"{path}: {err.errors()[0]['msg']}") from None
+            return build_grader(section, grading, path.parent)
+        try:
+            rule = ScriptedRule.model_validate(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise BadInput(f"{path}: {where}: {first['msg']}") from None
+        scripted = ScriptedGrader(rule, name=path.stem)
+        return scripted.score if grading.mode == "reward" else scripted
+    return load_callable(spec, base, what="grader")

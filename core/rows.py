@@ -1,0 +1,379 @@
+"""Graded rows from files: JSONL, JSON, Parquet (TRL's completion logs included) or a folder of them, as groups.
+
+The spread gate reads rows with a group key (``scenario_id``), the verifier's reward and the rollout text, and
+grades them group by group. Files are streamed, not loaded whole: a JSONL file is read line by line and a Parquet
+file batch by batch, and a group is handed on as soon as the next group starts. When a group's rows are not
+contiguous the reader makes a second pass that seeks to each group's rows by their recorded offsets, so memory
+stays at one group plus one offset per row either way. A ``.json`` file (a list of rows) is parsed whole; use JSONL
+for large inputs.
+
+TRL's ``log_completions`` files (``completions/completions_00010.parquet``) have no group key: their rows come in
+consecutive groups of one prompt, so they are grouped by ``prompt`` and read ``completion`` as the text and
+``whileai_reward`` (the verifier's reward that ``trl_reward`` logs) as the reward.
+
+Every bad row is a ``BadInput`` naming the file, the line (or Parquet row) and the field, unless ``skip_bad`` is set:
+then it is skipped and counted in ``RowStats``. Nothing here grades.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BadInput, MissingExtra
+from whileai.grading.text import completion_text
+
+__all__ = ["GroupsNotContiguous", "RowFields", "RowStats", "iter_groups", "list_row_files", "read_rows"]
+
+
+class GroupsNotContiguous(Exception):
+    """Raised by a one-pass read (``contiguous=True``) when a group's rows turn out to be split: read again
+    without the assumption."""
+
+
+SUFFIXES = (".jsonl", ".json", ".parquet")
+Member = tuple[float, str, str]  # (reward, prompt, completion text)
+
+
+@dataclass(frozen=True)
+class RowFields:
+    """The field names a row is read by; None picks the default for the file's format."""
+
+    group_key: str | None = None
+    reward_key: str | None = None
+    text_key: str | None = None
+    prompt_key: str = "prompt"
+
+    def for_columns(self, columns: Sequence[str]) -> RowFields:
+        """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows."""
+        trl_log = "completion" in columns and "advantage" in columns and "final_text" not in columns
+        if trl_log:
+            return RowFields(
+                self.group_key or "prompt",
+                self.reward_key or "whileai_reward",
+                self.text_key or "completion",
+                self.prompt_key,
+            )
+        return RowFields(
+            self.group_key or "scenario_id",
+            self.reward_key or "reward",
+            self.text_key or "final_text",
+            self.prompt_key,
+        )
+
+
+@dataclass
+class RowStats:
+    """What the reader saw: rows read, rows skipped as bad (with the first few reasons), files."""
+
+    rows: int = 0
+    skipped: int = 0
+    files: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def skip(self, reason: str) -> None:
+        self.skipped += 1
+        if len(self.examples) < 5:
+            self.examples.append(reason)
+
+
+def list_row_files(path: str | Path) -> list[Path]:
+    """The row files at ``path``: the file itself, or every row file under a folder, sorted."""
+    root = Path(path)
+    if root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        if not files:
+            raise BadInput(f"{root}: no .jsonl, .json or .parquet files in this folder")
+        return files
+    if not root.exists():
+        raise BadInput(f"{root}: no such file or folder")
+    if root.suffix not in SUFFIXES:
+        raise BadInput(f"{root}: rows must be .jsonl, .json or .parquet, not {root.suffix or 'a file without suffix'}")
+    return [root]
+
+
+def _group_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
+    """(group id, member) of one row, or ``BadInput`` naming ``where`` and the field."""
+    if type(row) is dict:
+        try:  # the common case, checked by type only
+            group, reward, text = row[fields.group_key], row[fields.reward_key], row[fields.text_key]
+            prompt = row.get(fields.prompt_key)
+            if (
+                type(group) is str
+                and (type(reward) is float or type(reward) is int)
+                and math.isfinite(reward)
+                and type(text) is str
+                and (prompt is None or type(prompt) is str)
+            ):
+                return group, (float(reward), prompt or "", text)
+        except KeyError:
+            pass  # reported below with the field's name
+    if not isinstance(row, dict):
+        raise BadInput(f"{where}: a row is a JSON object, got {type(row).__name__}")
+    for key in (fields.group_key, fields.reward_key, fields.text_key):
+        if key not in row:
+            raise BadInput(f"{where}: missing field {key!r}")
+    group = row[fields.group_key]
+    if group is None:
+        raise BadInput(f"{where}: field {fields.group_key!r} is empty")
+    reward = row[fields.reward_key]
+    if isinstance(reward, bool):
+        reward = float(reward)
+    if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+        raise BadInput(f"{where}: field {fields.reward_key!r} is not a finite number (got {reward!r})")
+    text = row[fields.text_key]
+    if text is None or not isinstance(text, (str, list, dict)):
+        raise BadInput(f"{where}: field {fields.text_key!r} is not text or a list of messages (got {text!r})")
+    prompt = row.get(fields.prompt_key)
+    prompt_text = prompt if isinstance(prompt, str) else ("" if prompt is None else completion_text(prompt))
+    return _group_value(group), (float(reward), prompt_text, completion_text(text))
+
+
+# ---------------------------------------------------------------- raw rows, with their positions
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
+    """(offset, line number, parsed row or the JSONDecodeError) for every non-blank line."""
+    loads = json.JSONDecoder().decode
+    with path.open("rb", buffering=1 << 20) as handle:
+        offset = 0
+        for number, line in enumerate(handle, start=1):
+            start = offset
+            offset += len(line)
+            if not line.strip():
+                continue
+            try:
+                yield start, number, loads(line.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                yield start, number, err
+
+
+def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("rows"), list):
+        data = data["rows"]
+    if not isinstance(data, list):
+        raise BadInput(f"{path}: a .json rows file holds a list of rows (or {{'rows': [...]}})")
+    for number, row in enumerate(data):
+        yield number, number, row
+
+
+def _parquet_batches(path: Path, columns: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingExtra("pyarrow", "parquet", "reading .parquet rows") from None
+    try:
+        reader = pq.ParquetFile(path)
+    except Exception as err:
+        raise BadInput(f"{path}: not a readable Parquet file ({err})") from None
+    for batch in reader.iter_batches(batch_size=4096, columns=columns):
+        yield batch.to_pylist()
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingExtra("pyarrow", "parquet", "reading .parquet rows") from None
+    try:
+        return list(pq.ParquetFile(path).schema_arrow.names)
+    except Exception as err:
+        raise BadInput(f"{path}: not a readable Parquet file ({err})") from None
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
+    number = 0
+    for batch in _parquet_batches(path):
+        for row in batch:
+            yield number, number, row
+            number += 1
+
+
+def _raw_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
+    if path.suffix == ".jsonl":
+        return _jsonl_rows(path)
+    if path.suffix == ".json":
+        return _json_rows(path)
+    return _parquet_rows(path)
+
+
+def _where(path: Path, number: int) -> str:
+    return f"{path} line {number}" if path.suffix == ".jsonl" else f"{path} row {number}"
+
+
+def _first_columns(path: Path) -> list[str]:
+    """The field names of the file's first row (its schema for Parquet)."""
+    if path.suffix == ".parquet":
+        return _parquet_columns(path)
+    for _, _, row in _raw_rows(path):
+        if isinstance(row, dict):
+            return list(row)
+    return []
+
+
+# ---------------------------------------------------------------- groups
+
+
+def _members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
+    """(position, group id, member) of every good row of one file."""
+    for position, number, row in _raw_rows(path):
+        try:
+            if isinstance(row, Exception):
+                raise BadInput(f"{_where(path, number)}: not valid JSON ({getattr(row, 'msg', row)})")
+            try:
+                group, member = _member(row, fields, "")
+            except BadInput:
+                group, member = _member(row, fields, _where(path, number))  # again, to name the place
+        except BadInput as err:
+            if not skip_bad:
+                raise
+            stats.skip(str(err))
+            continue
+        stats.rows += 1
+        yield position, group, member
+
+
+def _index(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> tuple[dict[str, array], bool]:
+    """First pass: every group's row positions, in order of first appearance, and whether groups are contiguous."""
+    index: dict[str, array] = {}
+    contiguous = True
+    last: str | None = None
+    for position, group, _ in _members(path, fields, stats, skip_bad):
+        positions = index.get(group)
+        if positions is None:
+            positions = index[group] = array("q")
+        elif group != last:
+            contiguous = False
+        positions.append(position)
+        last = group
+    return index, contiguous
+
+
+def _read_indexed(
+    path: Path, fields: RowFields, index: dict[str, array], contiguous: bool
+) -> Iterator[tuple[str, list[Member]]]:
+    """Second pass: the members of each indexed group (bad rows were dropped by the index)."""
+    if path.suffix == ".jsonl" and not contiguous:
+        with path.open("rb") as handle:
+            for group, positions in index.items():
+                members = []
+                for position in positions:
+                    handle.seek(position)
+                    members.append(_member(json.loads(handle.readline()), fields, str(path))[1])
+                yield group, members
+        return
+    if contiguous:  # one sequential pass, a group at a time
+        current: str | None = None
+        members: list[Member] = []
+        lookup = {positions[0]: g for g, positions in index.items()}
+        last = {positions[-1] for positions in index.values()}
+        for position, _, row in _raw_rows(path):
+            if position in lookup:
+                current, members = lookup[position], []
+            if current is None:
+                continue  # a bad row before any group
+            try:
+                members.append(_member(row, fields, str(path))[1])
+            except BadInput:
+                pass  # skipped in the first pass
+            if position in last:
+                yield current, members
+                current = None
+        return
+    # .json and .parquet whose groups are interleaved: collected in memory (write JSONL for huge inputs).
+    wanted = {p: g for g, positions in index.items() for p in positions}
+    collected: dict[str, list[Member]] = {g: [] for g in index}
+    for position, _, row in _raw_rows(path):
+        group = wanted.get(position)
+        if group is not None:
+            collected[group].append(_member(row, fields, str(path))[1])
+    yield from collected.items()
+
+
+def _one_pass(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[str, list[Member]]]:
+    """Groups of a file whose groups are contiguous, in one pass; ``GroupsNotContiguous`` when one is split."""
+    finished: set[str] = set()
+    current: str | None = None
+    members: list[Member] = []
+    for _, group, member in _members(path, fields, stats, skip_bad):
+        if group != current:
+            if current is not None:
+                finished.add(current)
+                yield current, members
+            if group in finished:
+                raise GroupsNotContiguous(f"{path}: the rows of group {group!r} are not contiguous")
+            current, members = group, []
+        members.append(member)
+    if current is not None:
+        yield current, members
+
+
+def iter_groups(
+    path: str | Path,
+    fields: RowFields | None = None,
+    *,
+    skip_bad: bool = False,
+    stats: RowStats | None = None,
+    contiguous: bool = False,
+) -> Iterator[tuple[str, list[Member]]]:
+    """Stream ``(group id, [(reward, prompt, text), ...])`` from a rows file or folder.
+
+    Two passes per file: the first validates every row and records each group's row positions (8 bytes a row),
+    the second reads the groups one at a time. With ``contiguous=True`` the file is read once, a group handed on as
+    soon as the next one starts, and ``GroupsNotContiguous`` is raised if a group's rows turn out to be split (the
+    caller then reads again without the assumption). Groups never span files: a group id is qualified by its file
+    name when a folder holds several files.
+
+    Args:
+        path: a ``.jsonl``, ``.json`` or ``.parquet`` file, or a folder of them.
+        fields: the field names; defaults depend on the file's format (see ``RowFields.for_columns``).
+        skip_bad: skip malformed rows (counted in ``stats``) instead of raising.
+        stats: filled with rows read and skipped.
+
+    Raises:
+        BadInput: a missing file, an unreadable file, or (without ``skip_bad``) a bad row, naming file, line, field.
+        MissingExtra: a Parquet file without pyarrow installed.
+    """
+    fields = fields or RowFields()
+    stats = stats if stats is not None else RowStats()
+    files = list_row_files(path)
+    for file in files:
+        stats.files += 1
+        chosen = fields.for_columns(_first_columns(file))
+        prefix = f"{file.name}:" if len(files) > 1 else ""
+        if contiguous:
+            for group, members in _one_pass(file, chosen, stats, skip_bad):
+                yield prefix + group, members
+            continue
+        index, in_order = _index(file, chosen, stats, skip_bad)
+        for group, members in _read_indexed(file, chosen, index, in_order):
+            yield prefix + group, members
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a file or folder as dicts (small inputs; the spread gate streams with ``iter_groups``)."""
+    rows = []
+    for file in list_row_files(path):
+        for _, number, row in _raw_rows(file):
+            if isinstance(row, Exception):
+                raise BadInput(f"{_where(file, number)}: not valid JSON ({getattr(row, 'msg', row)})")
+            rows.append(row)
+    return rows

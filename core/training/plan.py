@@ -1,0 +1,76 @@
+"""What ``whileai train`` will do with a recipe, said before anything heavy is imported (``--dry-run``).
+
+The plan names the spread gate's rows, the grader, the verifier, the model and data, and the ``GRPOConfig``
+arguments, including the settings whileai sets itself (``scale_rewards``, ``log_completions``, the generation
+backend). It reads the recipe only: no torch, no TRL, no grader call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from whileai.config.load import LoadedRecipe
+
+__all__ = ["TrainingPlan", "grpo_arguments", "training_plan"]
+
+
+def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments of a recipe, with the run directory and completion logging set.
+
+    Completion logs are on so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``.
+    """
+    recipe = loaded.recipe
+    kwargs = recipe.trainer.grpo_kwargs()
+    kwargs.setdefault("output_dir", recipe.output_dir)
+    kwargs.setdefault("log_completions", True)
+    kwargs.setdefault("report_to", "none")
+    return kwargs
+
+
+@dataclass
+class TrainingPlan:
+    """The steps of a run, as (step, what) pairs."""
+
+    steps: list[tuple[str, str]] = field(default_factory=list)
+
+    def lines(self) -> list[tuple[str, str]]:
+        return list(self.steps)
+
+
+def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
+    """Describe the run a recipe asks for."""
+    recipe = loaded.recipe
+    plan = TrainingPlan()
+    if recipe.grader is None:
+        plan.steps.append(("grader", "none: the verifier's binary reward (a comparison arm without grading)"))
+        plan.steps.append(("spread gate", "skipped: no grader to check"))
+    else:
+        grader = recipe.grader.kind
+        detail = getattr(recipe.grader, "function", None) or (
+            recipe.grader.judge.get("model") if recipe.grader.kind == "judge" else "rule"
+        )
+        plan.steps.append(("grader", f"{grader} ({detail}), mode {recipe.grading.mode}, cap {recipe.grading.cap}"))
+        if recipe.spread.rows:
+            rows = f"rows {loaded.resolve(recipe.spread.rows)}"
+        elif recipe.simulate is not None:
+            sim = recipe.simulate
+            rows = f"simulated: {sim.scenarios} x {sim.n} with the {sim.agent} agent (seed {sim.seed})"
+        else:
+            rows = "none given: the gate is skipped and the run records it"
+        plan.steps.append(("spread gate", rows))
+    verifier = recipe.verifier
+    if verifier is not None:
+        plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
+    if recipe.model is not None:
+        model = recipe.model.name_or_path or f"tiny random-weight model {recipe.model.tiny}"
+        plan.steps.append(("model", model))
+    if recipe.data is not None:
+        plan.steps.append(("data", recipe.data.dataset))
+    args = grpo_arguments(loaded)
+    plan.steps.append(("GRPOConfig", ", ".join(f"{k}={v!r}" for k, v in args.items())))
+    plan.steps.append(
+        ("generation", "vLLM colocate when CUDA and vllm are available at run time, else transformers generate")
+    )
+    plan.steps.append(("run directory", str(recipe.output_dir)))
+    return plan
