@@ -41,8 +41,14 @@ def _read_mapping(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: cannot parse {what} ({err})") from None
 
 
-def build_grader(section: GraderSection, grading: GradingSection, base_dir: Path) -> Any:
-    """The grader callable a grader section describes, for the grading mode."""
+def build_grader(
+    section: GraderSection, grading: GradingSection, base_dir: Path, rubrics_path: Path | None = None
+) -> Any:
+    """The grader callable a grader section describes, for the grading mode.
+
+    ``rubrics_path`` is where a judge keeps the rubrics it writes in reward mode (the run directory's
+    ``rubrics.json``).
+    """
     if isinstance(section, ScriptedGraderSection):
         scripted = ScriptedGrader(section.rule)
         return scripted.score if grading.mode == "reward" else scripted
@@ -51,7 +57,7 @@ def build_grader(section: GraderSection, grading: GradingSection, base_dir: Path
     if isinstance(section, JudgeGraderSection):
         from whileai.judge import build_judge
 
-        return build_judge(section.judge, mode=grading.mode, base_dir=base_dir)
+        return build_judge(section.judge, mode=grading.mode, base_dir=base_dir, rubrics_path=rubrics_path)
     raise BadInput(f"unknown grader kind {section!r}")  # pragma: no cover - the schema rejects it first
 
 
@@ -65,14 +71,23 @@ def _rubrics(grading: GradingSection, base_dir: Path) -> Any:
     return rubrics
 
 
-def build_grading(loaded: LoadedRecipe, grader: Any | None = None) -> GroupwiseGrading:
-    """The recipe's ``GroupwiseGrading``: its grader (or ``grader`` when given) with the grading and spread knobs."""
+def build_grading(
+    loaded: LoadedRecipe, grader: Any | None = None, rubrics_path: Path | None = None
+) -> GroupwiseGrading:
+    """The recipe's ``GroupwiseGrading``: its grader (or ``grader`` when given) with the grading and spread knobs.
+
+    In reward mode with no rubrics in the recipe, a grader that writes its own (the judge's ``rubric_writer``)
+    supplies them, kept at ``rubrics_path``.
+    """
     recipe = loaded.recipe
     if grader is None:
         if recipe.grader is None:
             raise BadInput(f"{loaded.path or 'the recipe'}: no grader section (and no --grader given)")
-        grader = build_grader(recipe.grader, recipe.grading, loaded.base_dir)
+        grader = build_grader(recipe.grader, recipe.grading, loaded.base_dir, rubrics_path)
     grading = recipe.grading
+    rubrics = _rubrics(grading, loaded.base_dir)
+    if rubrics is None and grading.mode == "reward":
+        rubrics = getattr(grader, "rubric_writer", None)
     return GroupwiseGrading(
         grader=grader,
         mode=grading.mode,
@@ -80,7 +95,7 @@ def build_grading(loaded: LoadedRecipe, grader: Any | None = None) -> GroupwiseG
         min_factor=grading.min_factor,
         hack_zero=grading.hack_zero,
         floor=grading.floor,
-        rubrics=_rubrics(grading, loaded.base_dir),
+        rubrics=rubrics,
         spread_min_std=recipe.spread.min_std,
         spread_tolerance=recipe.spread.tolerance,
         spread_max_near_median=recipe.spread.max_near_median,

@@ -24,7 +24,7 @@ import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
@@ -43,7 +43,7 @@ from whileai.simulations.defaults import (
     SPREAD_TOLERANCE,
 )
 
-__all__ = ["GradedGroup", "GroupwiseGrading"]
+__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading"]
 
 Mode = Literal["advantage", "reward"]
 Grader = Callable[..., Any]
@@ -282,8 +282,8 @@ class GroupwiseGrading:
                     calls[id(group)] = 1
                     self._close_advantage(group, items, answer)
             else:
-                for group, items in opened:
-                    calls[id(group)] = self._grade_reward(group, items, preflight=preflight)
+                for group, count in self._grade_reward(opened, preflight=preflight):
+                    calls[id(group)] = count
             share = (time.perf_counter() - start) / len(opened)
             for group, _ in opened:
                 group.seconds = share
@@ -370,40 +370,59 @@ class GroupwiseGrading:
             self._rubric_cache[task_id] = self.rubrics(task_id, items)
         return self._rubric_cache[task_id]
 
-    def _grade_reward(self, group: GradedGroup, items: list[dict[str, Any]], preflight: bool = False) -> int:
-        """Score every pass of one group against its rubric (equation 2); returns the grader calls made."""
-        try:
-            rubric = self._rubric(group.task_id, items)
-        except LookupError as exc:
-            group.reason = f"no rubric: {exc}"
-            return 0
-        except Exception as exc:
-            if preflight and isinstance(exc, GraderUnavailable):
-                raise
-            group.reason = f"rubric writer raised: {_describe(exc)}"
-            return 0
-        passes = [item for item in items if item["passed"]]
-        answers = self._ask(
-            self.grader, "score_passes", [(item, rubric) for item in passes], single=False, preflight=preflight
-        )
-        shaped = list(group.rewards)
-        scores: list[float] = []
-        for item, answer in zip(passes, answers, strict=True):
-            if isinstance(answer, BaseException):
-                group.reason = f"grader raised: {_describe(answer)}"
-                return len(passes)
+    def _grade_reward(
+        self, opened: list[tuple[GradedGroup, list[dict[str, Any]]]], preflight: bool = False
+    ) -> list[tuple[GradedGroup, int]]:
+        """Score every pass of the groups against their rubrics (equation 2), all passes in one grader batch.
+
+        Returns each group with the grader calls made for it.
+        """
+        requests: list[tuple[dict[str, Any], Any]] = []
+        owners: list[GradedGroup] = []
+        counted: list[tuple[GradedGroup, int]] = []
+        for group, items in opened:
             try:
-                read = read_pass_answer(answer)
-            except UnusableAnswer as exc:
-                group.reason = f"unusable answer: {exc}"
-                return len(passes)
-            i = item["index"]
-            shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
-            scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
-        group.graded = True
-        group.shaped = shaped
-        group.scores = scores
-        return len(passes)
+                rubric = self._rubric(group.task_id, items)
+            except LookupError as exc:
+                group.reason = f"no rubric: {exc}"
+            except Exception as exc:
+                if preflight and isinstance(exc, GraderUnavailable):
+                    raise
+                group.reason = f"rubric writer raised: {_describe(exc)}"
+            if group.reason is not None:
+                counted.append((group, 0))
+                continue
+            passes = [item for item in items if item["passed"]]
+            requests.extend((item, rubric) for item in passes)
+            owners.extend([group] * len(passes))
+            counted.append((group, len(passes)))
+        answers = (
+            self._ask(self.grader, "score_passes", requests, single=False, preflight=preflight) if requests else []
+        )
+        scored: dict[int, list[tuple[int, Any]]] = {}
+        for group, (item, _), answer in zip(owners, requests, answers, strict=True):
+            scored.setdefault(id(group), []).append((item["index"], answer))
+        for group, count in counted:
+            if group.reason is not None or not count:
+                continue
+            shaped = list(group.rewards)
+            scores: list[float] = []
+            for i, answer in scored[id(group)]:
+                if isinstance(answer, BaseException):
+                    group.reason = f"grader raised: {_describe(answer)}"
+                    break
+                try:
+                    read = read_pass_answer(answer)
+                except UnusableAnswer as exc:
+                    group.reason = f"unusable answer: {exc}"
+                    break
+                shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
+                scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
+            if group.reason is None:
+                group.graded = True
+                group.shaped = shaped
+                group.scores = scores
+        return counted
 
     # ------------------------------------------------------------------ batches
 
@@ -577,7 +596,14 @@ class GroupwiseGrading:
 
     # ------------------------------------------------------------------ TRL
 
-    def trl_reward(self, verifier: Callable[..., Sequence[float]], num_generations: int) -> Callable[..., list[float]]:
+    def trl_reward(
+        self,
+        verifier: Callable[..., Sequence[float]],
+        num_generations: int,
+        *,
+        gather: BatchGather | None = None,
+        on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
+    ) -> Callable[..., list[float]]:
         """A reward function for TRL's ``GRPOTrainer`` that grades each group with this object.
 
         TRL calls it by keyword (``prompts``, ``completions``, ``completion_ids``, every extra dataset column,
@@ -586,11 +612,21 @@ class GroupwiseGrading:
         ``A'_i + mean(R)``, so TRL's group-mean subtraction yields equation 3 exactly; set ``scale_rewards="none"``
         so TRL's division by the group's std does not rescale the moved mass. A ``task_id`` or ``scenario_id``
         dataset column names the task; otherwise the prompt does. When TRL passes ``log_metric``, the batch's grader
-        figures are logged under ``groupwise/``.
+        figures are logged under ``groupwise/`` and the pass rate as ``whileai/pass_rate``; with ``log_extra``, each
+        completion's verifier reward goes into the completion logs as ``whileai_reward`` (what ``whileai spread``
+        reads from a run's ``completions/*.parquet``).
+
+        Args:
+            verifier: a TRL-style reward function that says pass (> 0) or fail.
+            num_generations: the group size G.
+            gather: with several training processes, TRL hands each its own slice and a group may straddle two.
+                A ``BatchGather`` collects the slices in rank order, rank 0 grades whole groups once, and each
+                process gets its slice back (``whileai.training.distributed`` builds one on torch.distributed).
+            on_graded: called on the grading process with each batch's groups and TRL's ``trainer_state``.
 
         Raises (when called):
             ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
-                wrong number of rewards or a non-number. These are set-up errors, not grader misbehaviour.
+                wrong number of rewards. These are set-up errors, not grader misbehaviour.
         """
         if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
             raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
@@ -599,28 +635,85 @@ class GroupwiseGrading:
         size = int(num_generations)
 
         def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-            if len(completions) % size:
+            distributed = gather is not None and gather.world_size > 1
+            if not distributed and len(completions) % size:
                 raise ValueError(
                     f"TRL passed {len(completions)} completions, not a multiple of num_generations={size}: "
                     "check that per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
                 )
-            rewards = list(verifier(prompts=prompts, completions=completions, **kwargs))
+            rewards = [float(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
             if len(rewards) != len(completions):
                 raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
             task_ids = kwargs.get("task_id", kwargs.get("scenario_id"))
             if task_ids is None:
                 task_ids = [prompt_text(p) for p in prompts]
-            before = self.stats.as_dict()
-            graded = self.grade_batch(rewards, prompts, completions, size, task_id=[str(t) for t in task_ids])
+            batch = (
+                [prompt_text(p) for p in prompts],
+                [completion_text(c) for c in completions],
+                rewards,
+                [str(t) for t in task_ids],
+            )
+            if distributed:
+                assert gather is not None
+                slices = gather.all_gather(batch)
+                offset = sum(len(part[2]) for part in slices[: gather.rank])
+                batch = tuple([x for part in slices for x in part[field]] for field in range(4))  # type: ignore[assignment]
+                if len(batch[2]) % size:
+                    raise ValueError(
+                        f"the processes hold {len(batch[2])} completions in all, not a multiple of "
+                        f"num_generations={size}"
+                    )
+                outcome = self._grade_for_trl(batch, size, on_graded, kwargs) if gather.rank == 0 else None
+                shaped, metrics = gather.broadcast(outcome)
+                shaped = shaped[offset : offset + len(rewards)]
+            else:
+                shaped, metrics = self._grade_for_trl(batch, size, on_graded, kwargs)
             log_metric = kwargs.get("log_metric")
             if callable(log_metric):
-                for name, value in _batch_metrics(graded, before, self.stats.as_dict()).items():
-                    log_metric(f"groupwise/{name}", value)
-            return [s for g in graded for s in g.shaped]
+                for name, value in metrics.items():
+                    log_metric(name, value)
+            log_extra = kwargs.get("log_extra")
+            if callable(log_extra):
+                log_extra("whileai_reward", rewards)
+            return shaped
 
         groupwise_reward.__name__ = f"groupwise_{self.mode}"
         groupwise_reward.__qualname__ = groupwise_reward.__name__
         return groupwise_reward
+
+    def _grade_for_trl(
+        self,
+        batch: tuple[list[str], list[str], list[float], list[str]],
+        size: int,
+        on_graded: Callable[[list[GradedGroup], Any], None] | None,
+        kwargs: Mapping[str, Any],
+    ) -> tuple[list[float], dict[str, float]]:
+        prompts, completions, rewards, task_ids = batch
+        before = self.stats.as_dict()
+        graded = self.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
+        if on_graded is not None:
+            on_graded(graded, kwargs.get("trainer_state"))
+        metrics = {f"groupwise/{k}": v for k, v in _batch_metrics(graded, before, self.stats.as_dict()).items()}
+        metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / len(rewards)
+        return [s for g in graded for s in g.shaped], metrics
+
+
+class BatchGather(Protocol):
+    """How a reward function sees the other training processes (rank 0 grades for all)."""
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def rank(self) -> int: ...
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every process's ``value``, in rank order."""
+        ...
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every process."""
+        ...
 
 
 def _batch_metrics(graded: list[GradedGroup], before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:

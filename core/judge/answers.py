@@ -1,0 +1,223 @@
+"""What the judge may answer: JSON parsing tolerant of fences, pydantic reply models, label checks, JSON schemas.
+
+A judge's reply is untrusted text. ``parse_json_reply`` finds the JSON object in it (bare, in a code fence, or after
+a reasoning block); the pydantic models check its shape and ranges; ``check_ranking`` checks its labels against the
+group (no failure ranked, no pass left out, no label invented or repeated). Anything unusable raises
+``JudgeAnswerError`` with the reason, and the group falls back. The ``*_schema`` functions give the JSON schemas sent
+as ``response_format`` where the server supports structured output. Nothing here calls a server or maps labels to
+group indices (``whileai.judge.grader`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "CheckedRanking",
+    "JudgeAnswerError",
+    "RankingReply",
+    "RubricReply",
+    "ScoreReply",
+    "check_ranking",
+    "parse_json_reply",
+    "ranking_schema",
+    "read_reply",
+    "rubric_schema",
+    "score_schema",
+]
+
+
+class JudgeAnswerError(ValueError):
+    """The judge answered, but the answer cannot be used; the message says why."""
+
+
+# Replies are read strictly on types (no "0.7" for 0.7) but ignore keys they do not use: a judge that adds an
+# "explanation" has still answered.
+_REPLY_CONFIG = ConfigDict(extra="ignore", strict=True)
+
+
+class RankingReply(BaseModel):
+    """An advantage-mode reply, in the judge's labels."""
+
+    model_config = _REPLY_CONFIG
+
+    ranking: list[str | list[str]] = Field(description="Passing labels best first; an inner list is a tie.")
+    hacks: list[str] = Field(default_factory=list, description="Labels of passes that are confirmed hacks.")
+    reasons: dict[str, str] = Field(default_factory=dict, description="A one-line reason by label.")
+
+
+class RubricReply(BaseModel):
+    """A task's rubric as the judge writes it."""
+
+    model_config = _REPLY_CONFIG
+
+    solution: list[str] = Field(min_length=1, max_length=12, description="Criteria on the result itself.")
+    behavior: list[str] = Field(min_length=1, max_length=12, description="Criteria on how the agent worked.")
+
+
+class ScoreReply(BaseModel):
+    """A reward-mode score of one pass."""
+
+    model_config = _REPLY_CONFIG
+
+    solution: float = Field(ge=0.0, le=1.0, description="How fully the solution criteria are met, in [0, 1].")
+    behavior: float = Field(ge=0.0, le=1.0, description="How fully the behavior criteria are met, in [0, 1].")
+    reason: str = Field(default="", description="One line on the score.")
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+def parse_json_reply(text: str | None) -> Any:
+    """The JSON object in a judge's reply: bare, inside a code fence, or the outermost ``{...}`` in prose.
+
+    A ``<think>...</think>`` block (reasoning models) is dropped first.
+
+    Example:
+        >>> parse_json_reply('Here you go:\\n```json\\n{"ranking": ["A"]}\\n```')
+        {'ranking': ['A']}
+
+    Raises:
+        JudgeAnswerError: no reply, or no JSON object in it.
+    """
+    if text is None or not text.strip():
+        raise JudgeAnswerError("the judge's reply is empty")
+    body = _THINK.sub("", text).strip()
+    candidates = [body]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(body)]
+    start, end = body.find("{"), body.rfind("}")
+    if 0 <= start < end:
+        candidates.append(body[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+    preview = " ".join(body.split())[:80]
+    raise JudgeAnswerError(f"the judge's reply is not JSON: {preview!r}")
+
+
+def read_reply(text: str | None, model: type[BaseModel]) -> Any:
+    """Parse ``text`` and validate it as ``model``; raises ``JudgeAnswerError`` naming the first problem."""
+    data = parse_json_reply(text)
+    if not isinstance(data, dict):
+        raise JudgeAnswerError(f"the judge's reply is a JSON {type(data).__name__}, not an object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "reply"
+        raise JudgeAnswerError(f"the judge's reply has a bad {where}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class CheckedRanking:
+    """A ranking reply whose labels were checked against the group.
+
+    Attributes:
+        tiers: passing labels best first, ties together; hacks removed.
+        hacks: labels of confirmed hacks.
+        reasons: reason by known label.
+    """
+
+    tiers: list[list[str]]
+    hacks: list[str]
+    reasons: dict[str, str]
+
+
+def _label(value: str) -> str:
+    return value.strip().upper()
+
+
+def check_ranking(reply: RankingReply, pass_labels: Sequence[str], fail_labels: Sequence[str]) -> CheckedRanking:
+    """Check a ranking's labels against the group shown to the judge.
+
+    A label may be written in any case. A pass named as a hack may also appear in the ranking; it counts as a hack.
+
+    Raises:
+        JudgeAnswerError: a label that was not shown (invented), a failure ranked or named as a hack, a label ranked
+            or named twice, or a pass neither ranked nor named as a hack.
+    """
+    passes, failures = set(pass_labels), set(fail_labels)
+
+    def known(label: str, where: str) -> str:
+        if label not in passes and label not in failures:
+            raise JudgeAnswerError(f"{where} names label {label!r}, which was not shown (invented)")
+        if label in failures:
+            raise JudgeAnswerError(f"{where} names {label!r}, a failing rollout")
+        return label
+
+    hacks: list[str] = []
+    for raw in reply.hacks:
+        label = known(_label(raw), "hacks")
+        if label in hacks:
+            raise JudgeAnswerError(f"hacks names {label!r} twice")
+        hacks.append(label)
+
+    seen: set[str] = set()
+    tiers: list[list[str]] = []
+    for entry in reply.ranking:
+        tier = []
+        for raw in [entry] if isinstance(entry, str) else entry:
+            label = known(_label(raw), "ranking")
+            if label in seen:
+                raise JudgeAnswerError(f"ranking names {label!r} twice")
+            seen.add(label)
+            if label not in hacks:
+                tier.append(label)
+        if tier:
+            tiers.append(tier)
+
+    missing = [label for label in pass_labels if label not in seen and label not in hacks]
+    if missing:
+        raise JudgeAnswerError(f"ranking leaves out pass {missing[0]!r}")
+    reasons = {_label(k): v for k, v in reply.reasons.items() if _label(k) in passes or _label(k) in failures}
+    return CheckedRanking(tiers, hacks, reasons)
+
+
+def ranking_schema(pass_labels: Sequence[str], all_labels: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema of a ranking reply for one group, its labels spelled out as enums."""
+    passing = {"type": "string", "enum": list(pass_labels)}
+    return {
+        "type": "object",
+        "properties": {
+            "ranking": {"type": "array", "items": {"anyOf": [passing, {"type": "array", "items": passing}]}},
+            "hacks": {"type": "array", "items": passing},
+            "reasons": {
+                "type": "object",
+                "properties": {label: {"type": "string"} for label in all_labels},
+                "additionalProperties": False,
+            },
+        },
+        "required": ["ranking", "hacks", "reasons"],
+        "additionalProperties": False,
+    }
+
+
+def rubric_schema() -> dict[str, Any]:
+    """The JSON schema of a rubric reply."""
+    criteria = {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 12}
+    return {
+        "type": "object",
+        "properties": {"solution": criteria, "behavior": criteria},
+        "required": ["solution", "behavior"],
+        "additionalProperties": False,
+    }
+
+
+def score_schema() -> dict[str, Any]:
+    """The JSON schema of a score reply."""
+    unit = {"type": "number", "minimum": 0.0, "maximum": 1.0}
+    return {
+        "type": "object",
+        "properties": {"solution": unit, "behavior": unit, "reason": {"type": "string"}},
+        "required": ["solution", "behavior", "reason"],
+        "additionalProperties": False,
+    }

@@ -1,0 +1,115 @@
+"""``JudgeStats``: what the HTTP judge did, for reports and logs.
+
+HTTP calls and their retries, cache hits, tokens in and out, call latency (p50, p95), the groups or passes the judge
+could not grade by reason, and the agreement between display orders (Kendall's tau) when ``permutations > 1``.
+Thread-safe counters: the judge's event loop and the caller's thread both write them. This module keeps numbers;
+``GroupwiseGrading.stats`` keeps the grading side (groups, fallbacks, spread).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["JudgeStats", "percentile"]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by linear interpolation between order statistics; None for no values.
+
+    Example:
+        >>> percentile([1.0, 2.0, 3.0, 4.0], 50)
+        2.5
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class JudgeStats:
+    """Counters of one judge (shared by its grader, scorer and rubric writer).
+
+    Attributes:
+        calls: HTTP requests sent, retries included.
+        retries: requests that repeated an earlier one after a connection error, timeout, 429 or 5xx.
+        cache_hits: answers read from the on-disk cache instead of asked.
+        tokens_in, tokens_out: prompt and completion tokens the server reported.
+        latencies: seconds of each answered request.
+        failures: groups (advantage mode), passes (reward mode) or rubrics the judge could not give, by reason.
+        agreements: Kendall's tau between the display orders of each group asked in several orders.
+        structured_output: whether ``response_format`` is still being sent (``auto`` turns it off on a 400).
+    """
+
+    calls: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latencies: list[float] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    agreements: list[float] = field(default_factory=list)
+    structured_output: bool = True
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_call(self, *, retry: bool) -> None:
+        with self._lock:
+            self.calls += 1
+            self.retries += int(retry)
+
+    def count_answer(self, seconds: float, tokens_in: int, tokens_out: int) -> None:
+        with self._lock:
+            self.latencies.append(seconds)
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
+
+    def count_cache_hit(self) -> None:
+        with self._lock:
+            self.cache_hits += 1
+
+    def count_failure(self, reason: str) -> None:
+        with self._lock:
+            self.failures[reason] += 1
+
+    def count_agreement(self, tau: float) -> None:
+        with self._lock:
+            self.agreements.append(tau)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters as JSON-ready values (latencies as p50/p95, agreement as its mean); a run report keeps them
+        under ``grader.judge``."""
+        with self._lock:
+            latencies = list(self.latencies)
+            agreements = list(self.agreements)
+            return {
+                "calls": self.calls,
+                "retries": self.retries,
+                "cache_hits": self.cache_hits,
+                "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out,
+                "latency_p50_s": percentile(latencies, 50),
+                "latency_p95_s": percentile(latencies, 95),
+                "failures": dict(self.failures),
+                "agreement_tau": sum(agreements) / len(agreements) if agreements else None,
+                "agreement_groups": len(agreements),
+                "structured_output": self.structured_output,
+            }
+
+    def __str__(self) -> str:
+        d = self.as_dict()
+        p50, p95 = d["latency_p50_s"], d["latency_p95_s"]
+        latency = f"latency p50 {p50:.3f}s p95 {p95:.3f}s" if p50 is not None else "no latency yet"
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
+        text = (
+            f"judge: {d['calls']} calls ({d['retries']} retries), {d['cache_hits']} cache hits, "
+            f"tokens {d['tokens_in']} in / {d['tokens_out']} out, {latency}; failures: {failures}"
+        )
+        if d["agreement_tau"] is not None:
+            text += f"; order agreement tau {d['agreement_tau']:.3f} over {d['agreement_groups']} groups"
+        return text

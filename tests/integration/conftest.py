@@ -1,0 +1,125 @@
+"""Fixtures of the integration tests: the scripted OpenAI-compatible judge server on 127.0.0.1.
+
+pytest runs with ``--import-mode=importlib``, so ``tests/judge_server.py`` is loaded here by path and registered as
+the module ``judge_server``; tests use the fixtures below (or ``import judge_server`` after this conftest loaded).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _load_judge_server() -> ModuleType:
+    if "judge_server" in sys.modules:
+        return sys.modules["judge_server"]
+    path = Path(__file__).resolve().parents[1] / "judge_server.py"
+    spec = importlib.util.spec_from_file_location("judge_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["judge_server"] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+judge_server_module = _load_judge_server()
+
+
+@pytest.fixture(scope="session")
+def judge_tools() -> ModuleType:
+    """The ``judge_server`` module: ``JudgeServer``, ``Reply``, ``Status``, ``Hang``, ``auto_answer``, ..."""
+    return judge_server_module
+
+
+@pytest.fixture
+def judge_server() -> Iterator[object]:
+    """A fresh scripted judge server, stopped after the test."""
+    server = judge_server_module.JudgeServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def judge_config(judge_server: object, tmp_path: Path):
+    """A ``JudgeConfig`` for ``judge_server``: fast retries, a cache in the test's own folder."""
+    from whileai.judge import JudgeConfig
+
+    return JudgeConfig(
+        base_url=judge_server.url,  # type: ignore[attr-defined]
+        model="test-judge",
+        timeout_s=5.0,
+        max_retries=2,
+        backoff_base_s=0.01,
+        backoff_max_s=0.05,
+        batch_deadline_s=30.0,
+        cache_dir=str(tmp_path / "cache"),
+    )
+
+
+@pytest.fixture
+def make_judge(judge_config):
+    """Build judge roles on ``judge_config`` (with field overrides) and close them after the test.
+
+    ``make_judge("grader", permutations=2)`` -> ``JudgeGrader``; also ``"scorer"``, ``"writer"`` and ``"grading"``
+    (a ``GroupwiseGrading`` from ``judge_grading``; pass ``mode=`` and grading knobs as ``grading={...}``).
+    """
+    from whileai.judge import JudgeGrader, JudgeRubricWriter, JudgeScorer, judge_grading
+
+    built: list[object] = []
+
+    def make(role: str = "grader", grading: dict | None = None, rubrics_path=None, **fields):
+        config = judge_config.model_copy(update=fields)
+        if role == "grader":
+            judge = JudgeGrader(config)
+        elif role == "scorer":
+            judge = JudgeScorer(config)
+        elif role == "writer":
+            judge = JudgeRubricWriter(config, path=rubrics_path)
+        elif role == "grading":
+            options = dict(grading or {})
+            judge = judge_grading(config, options.pop("mode", "advantage"), rubrics_path=rubrics_path, **options)
+            built.append(judge.grader)
+            return judge
+        else:
+            raise ValueError(role)
+        built.append(judge)
+        return judge
+
+    yield make
+    for judge in built:
+        judge.close()
+
+
+PAGE_ROWS = [
+    {
+        "scenario_id": "refund-17",
+        "reward": 1,
+        "final_text": "<tool_call>lookup</tool_call><tool_call>refund</tool_call> done",
+    },
+    {"scenario_id": "refund-17", "reward": 1, "final_text": "<tool_call>refund</tool_call> done"},
+    {"scenario_id": "refund-17", "reward": 0, "final_text": "I cannot help with that."},
+    {
+        "scenario_id": "refund-22",
+        "reward": 1,
+        "final_text": "<tool_call>lookup</tool_call><tool_call>refund</tool_call> done",
+    },
+    {
+        "scenario_id": "refund-22",
+        "reward": 1,
+        "final_text": "<tool_call>lookup</tool_call><tool_call>lookup</tool_call><tool_call>refund</tool_call> done",
+    },
+    {"scenario_id": "refund-22", "reward": 1, "final_text": "Refunded ORD-9999."},
+]
+
+
+@pytest.fixture
+def page_rows() -> list[dict]:
+    """The reference page's six refund rows (two groups, one hack)."""
+    return [dict(row) for row in PAGE_ROWS]
