@@ -1,0 +1,237 @@
+"""Critic-free baselines from groups of attempts at the same task (sections 7.5 and 7.7 of the chapter).
+
+Rewards come as ``[N]`` laid out as consecutive groups of ``group_size`` attempts at one task (episodes
+``0..G-1`` are task 0, ``G..2G-1`` task 1, ...), one scalar per episode. Every function is a reshape to
+``[N/G, G]`` and a few reductions: no Python loop over groups.
+
+- ``group_advantages``: GRPO's mean baseline, divided by the group's std (``"group"``), by the std of the whole
+  batch's rewards (``"batch"``, TRL's ``scale_rewards="batch"``) or not at all (``"none"``, Dr. GRPO).
+- ``rloo_advantages``: the leave-one-out baseline, ``G/(G-1) * (R - mean)``.
+- ``group_center_batch_scale``: 7.7's option (b), centered in the group and scaled by the batch std of the centered
+  advantages.
+- ``whiten``: batch whitening, masked.
+- ``zero_variance_fraction`` and ``expected_group_push``: the diagnostics of 7.5 and 7.7.
+
+The standard deviations are sample standard deviations (Bessel's correction), as ``torch.std`` and TRL compute
+them. Every division adds ``STD_EPS = 1e-4`` to the standard deviation, TRL's GRPO convention, so a zero-variance
+group gets advantage 0 and not NaN. Broadcasting an episode's advantage to its tokens is the caller's
+``adv[:, None] * mask``. No I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "STD_EPS",
+    "expected_group_push",
+    "group_advantages",
+    "group_center_batch_scale",
+    "rloo_advantages",
+    "whiten",
+    "zero_variance_fraction",
+]
+
+# Added to every standard deviation before dividing by it (TRL GRPOTrainer: ``advantages / (std + 1e-4)``).
+STD_EPS = 1e-4
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be [N], got shape {tuple(rewards.shape)}")
+    if int(group_size) != group_size or group_size < 1:
+        raise ValueError(f"group_size must be a positive integer, got {group_size}")
+    if rewards.shape[0] % group_size:
+        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
+    work = torch.float64 if rewards.dtype == torch.float64 else torch.float32
+    return rewards.to(work).view(-1, int(group_size))  # [N/G, G]
+
+
+def _center(grouped: torch.Tensor) -> torch.Tensor:
+    """``R - mean_group`` as a new tensor: ``[N/G, G]`` -> ``[N/G, G]``."""
+    return grouped - grouped.sum(1, keepdim=True).div_(grouped.shape[1])
+
+
+def _out(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1).to(like.dtype if like.is_floating_point() else torch.get_default_dtype())
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale: Literal["group", "batch", "none"] = "group"
+) -> torch.Tensor:
+    """GRPO's group-mean advantage ``A_i = (R_i - mean_group) / (std + 1e-4)`` (section 7.5).
+
+    Args:
+        rewards: ``[N]``, consecutive groups of ``group_size``.
+        group_size: attempts per task, ``G``; ``G >= 2`` whenever a std is taken.
+        scale: ``"group"`` divides by each group's sample std (GRPO, TRL's default); ``"batch"`` by the sample std
+            of all ``N`` rewards (TRL's ``scale_rewards="batch"``); ``"none"`` does not divide (Dr. GRPO).
+
+    Returns:
+        ``[N]`` advantages in the rewards' dtype.
+
+    Example (one success in eight: +0.875 / -0.125 centered, x2.83 with the group std):
+        >>> r = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+        >>> group_advantages(r, 8, scale="none")[:2]
+        tensor([ 0.8750, -0.1250])
+        >>> group_advantages(r, 8)[:2]
+        tensor([ 2.4742, -0.3535])
+    """
+    grouped = _groups(rewards, group_size)  # [N/G, G]
+    centered = _center(grouped)  # [N/G, G]
+    if scale == "none":
+        return _out(centered, rewards)
+    if group_size < 2 and scale == "group":
+        raise ValueError("a group std needs group_size >= 2")
+    if scale == "group":
+        # Bessel-corrected std from the centered values, summed explicitly: torch.std over a tiny inner dim is
+        # several times slower on CPU.
+        std = centered.square().sum(1, keepdim=True).div_(group_size - 1).sqrt_()  # [N/G, 1]
+    elif scale == "batch":
+        std = grouped.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
+    else:
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return _out(centered.div_(std + STD_EPS), rewards)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Leave-one-out advantages ``A_i = R_i - mean_{j != i} R_j = G/(G-1) * (R_i - mean)`` (section 7.5).
+
+    Unbiased: the baseline of episode ``i`` uses only the other ``G - 1``, independent of it.
+
+    Args:
+        rewards: ``[N]``, consecutive groups of ``group_size >= 2``.
+        group_size: attempts per task.
+
+    Returns:
+        ``[N]`` advantages in the rewards' dtype.
+
+    Example:
+        >>> rloo_advantages(torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0]), 8)[:2]
+        tensor([ 1.0000, -0.1429])
+    """
+    if group_size < 2:
+        raise ValueError("RLOO needs group_size >= 2")
+    grouped = _groups(rewards, group_size)  # [N/G, G]
+    return _out(_center(grouped).mul_(group_size / (group_size - 1)), rewards)
+
+
+def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Center within each group, then divide by the batch's std of the centered values (section 7.7, option b).
+
+    Keeps the within-task comparison of group centering and a unit step size across the batch, without the
+    per-group difficulty weighting of the group std. Unlike ``group_advantages(scale="batch")`` (TRL's), the scale
+    is the std of ``R - mean_group``, not of ``R``: the spread between tasks' pass rates does not shrink it.
+
+    Args:
+        rewards: ``[N]``, consecutive groups of ``group_size``.
+        group_size: attempts per task.
+
+    Returns:
+        ``[N]`` in the rewards' dtype, sample std 1 over the batch (up to ``STD_EPS``) unless every group is flat.
+
+    Example:
+        >>> group_center_batch_scale(torch.tensor([1.0, 0, 1, 1]), 2)
+        tensor([ 1.2244, -1.2244,  0.0000,  0.0000])
+    """
+    grouped = _groups(rewards, group_size)  # [N/G, G]
+    centered = _center(grouped)  # [N/G, G]
+    std = centered.std() if centered.numel() > 1 else centered.new_zeros(())  # []
+    return _out(centered / (std + STD_EPS), rewards)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Batch whitening ``(x - mean) / (std + 1e-4)`` over the entries selected by ``mask`` (all when ``None``).
+
+    Mean and sample std are taken over the selected entries only; unselected entries come back as 0. Applied to
+    episode rewards ``[N]`` this is the batch whitening that 7.7 compares with group centering; applied to token
+    advantages ``[B, T]`` with the policy mask it is PPO's advantage whitening.
+
+    Args:
+        x: any shape, e.g. ``[N]`` or ``[B, T]``.
+        mask: same shape as ``x`` (bool or numeric), or ``None``.
+
+    Returns:
+        Same shape and dtype as ``x``.
+
+    Example:
+        >>> whiten(torch.tensor([1.0, 2.0, 3.0, 100.0]), torch.tensor([1, 1, 1, 0]))
+        tensor([-0.9999,  0.0000,  0.9999,  0.0000])
+    """
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    values = x.to(work)
+    if mask is None:
+        keep = torch.ones_like(values)
+    else:
+        if mask.shape != x.shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} differs from x {tuple(x.shape)}")
+        keep = (mask != 0).to(work)
+    count = keep.sum()
+    mean = (values * keep).sum() / count.clamp(min=1)  # []
+    var = ((values - mean) ** 2 * keep).sum() / (count - 1).clamp(min=1)  # [], Bessel-corrected
+    out = (values - mean) / (var.sqrt() + STD_EPS) * keep
+    return out.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
+def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Fraction of episodes whose group has zero variance (all rewards equal), which carry no gradient (7.5, 7.7).
+
+    Groups are equal-sized, so this is also the fraction of groups.
+
+    Args:
+        rewards: ``[N]``, consecutive groups of ``group_size``.
+        group_size: attempts per task.
+
+    Returns:
+        0-dim float tensor in ``[0, 1]``.
+
+    Example:
+        >>> zero_variance_fraction(torch.tensor([0.0, 0, 1, 0, 1, 1]), 2)
+        tensor(0.6667)
+    """
+    grouped = _groups(rewards, group_size)  # [N/G, G]
+    flat = grouped.amax(1) == grouped.amin(1)  # [N/G]
+    return flat.to(grouped.dtype).mean()
+
+
+def expected_group_push(p: float | torch.Tensor, group_size: int, normalize: bool) -> float | torch.Tensor:
+    """Expected total absolute advantage of a group for a task of pass rate ``p``, exact from the binomial (7.5).
+
+    With ``k`` successes in ``G`` binary attempts, the mean-centered advantages sum in absolute value to
+    ``2k(G-k)/G``; with ``normalize`` each is divided by the group's sample std plus ``STD_EPS``, exactly as
+    ``group_advantages(scale="group")`` does. The expectation sums over ``k ~ Binomial(G, p)``.
+
+    Args:
+        p: pass rate(s) in ``[0, 1]``, a float or a tensor of any shape.
+        group_size: ``G >= 2``.
+        normalize: divide by the group std (GRPO) or not (Dr. GRPO).
+
+    Returns:
+        A float for a float ``p``, else a float64 tensor shaped like ``p``.
+
+    Example (the difficulty-bias ratio of 7.5 at p = 0.1, G = 8):
+        >>> round(expected_group_push(0.1, 8, True) / expected_group_push(0.1, 8, False), 2)
+        2.49
+    """
+    if group_size < 2:
+        raise ValueError("group_size must be >= 2")
+    probs = torch.as_tensor(p, dtype=torch.float64)
+    if ((probs < 0) | (probs > 1)).any():
+        raise ValueError("pass rates must lie in [0, 1]")
+    g = int(group_size)
+    k = torch.arange(g + 1, dtype=torch.float64)  # [G+1]
+    log_comb = torch.tensor(
+        [math.lgamma(g + 1) - math.lgamma(i + 1) - math.lgamma(g - i + 1) for i in range(g + 1)], dtype=torch.float64
+    )
+    # Binomial pmf without 0 * log(0): xlogy gives 0 for the k = 0 and k = G ends at p = 0 or 1.
+    p_ = probs[..., None]  # [..., 1]
+    log_pmf = log_comb + torch.special.xlogy(k, p_) + torch.special.xlogy(g - k, 1 - p_)  # [..., G+1]
+    push = 2 * k * (g - k) / g  # [G+1]
+    if normalize:
+        std = torch.sqrt(k * (g - k) / (g * (g - 1)))  # [G+1], sample std of k ones and G-k zeros
+        push = push / (std + STD_EPS)
+    out = (log_pmf.exp() * push).sum(-1)  # [...]
+    return float(out) if not isinstance(p, torch.Tensor) else out
