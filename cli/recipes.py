@@ -75,6 +75,7 @@ def train(
     skip_spread_gate: Annotated[
         bool, typer.Option("--skip-spread-gate", help="Train even when the spread gate fails (recorded in the run).")
     ] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint of the run.")] = False,
 ) -> None:
     """Train with TRL's GRPOTrainer and the recipe's groupwise grader, after the spread gate.
 
@@ -101,6 +102,8 @@ def train(
         return
     from whileai.training.run import run_training
 
-    result = run_training(loaded, skip_spread_gate=skip_spread_gate)
+    result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
     if result.spread_failed:
+        say("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
         raise typer.Exit(1)
+    say(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")

@@ -25,6 +25,7 @@ def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
     kwargs.setdefault("output_dir", recipe.output_dir)
     kwargs.setdefault("log_completions", True)
     kwargs.setdefault("report_to", "none")
+    kwargs.setdefault("num_completions_to_print", 2)
     return kwargs
 
 

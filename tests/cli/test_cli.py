@@ -319,8 +319,34 @@ def test_report_reads_a_spread_report_and_a_trl_run(tmp_path: Path) -> None:
         {"step": 2, "train_runtime": 10.0},
     ]
     (run / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    result = invoke("report", report, tmp_path / "run")
+    result = runner.invoke(app, ["report", str(report), str(tmp_path / "run")], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "verdict" in result.stdout and "zero-std groups" in result.stdout
     data = json.loads(invoke("report", report, tmp_path / "run", "--json").stdout)
     assert [r["kind"] for r in data["reports"]] == ["spread", "run"] and len(data["reports"][1]["steps"]) == 2
     assert invoke("report", tmp_path).exit_code == 2
+
+
+def test_train_dry_run_prints_the_plan_without_torch() -> None:
+    import subprocess
+    import sys
+
+    recipe = REPO / "recipes" / "tiny_cpu_gar.yaml"
+    code = (
+        "import sys\n"
+        "from whileai.cli.main import app\n"
+        f"app(['train', {str(recipe)!r}, 'trainer.max_steps=5', '--dry-run'], standalone_mode=False)\n"
+        "print('HEAVY', [m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout
+    assert "spread gate" in done.stdout and "max_steps=5" in done.stdout and "scale_rewards='none'" in done.stdout
+
+
+def test_gar_recipe_refuses_scaled_rewards_unless_declared_an_arm(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("grader: {kind: scripted}\ntrainer: {scale_rewards: group}\n")
+    result = invoke("validate", recipe)
+    assert result.exit_code == 2 and "needs 'none'" in result.stderr
+    recipe.write_text("comparison_arm: gar\ngrader: {kind: scripted}\ntrainer: {scale_rewards: group}\n")
+    assert invoke("validate", recipe).exit_code == 0

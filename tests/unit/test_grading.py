@@ -391,6 +391,7 @@ def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
         "groupwise/hacks_zeroed": 0.0,
         "groupwise/score_mean": 0.75,
         "groupwise/score_std": 0.25,
+        "whileai/pass_rate": 2 / 3,
     }
 
 
@@ -547,3 +548,65 @@ def test_an_unreachable_grader_stops_a_preflight_but_not_training() -> None:
     assert reward(prompts=["p"] * 2, completions=["done", "x"]) == [1.0, 0.0]
     assert gar.stats.fallbacks == {"grader raised": 1}
     assert issubclass(NoSpread, ValueError)
+
+
+def test_trl_reward_logs_the_verifier_reward_per_completion() -> None:
+    extras = {}
+    reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=2)
+    reward(prompts=["p"] * 2, completions=["done", "x"], log_extra=lambda c, v: extras.__setitem__(c, v))
+    assert extras == {"whileai_reward": [1.0, 0.0]}
+
+
+class ThreadGather:
+    """Two ranks in two threads, exchanging through a barrier: the BatchGather protocol without torch."""
+
+    def __init__(self, shared, rank, world_size=2):
+        self.shared, self.rank, self.world_size = shared, rank, world_size
+
+    def all_gather(self, value):
+        self.shared["slots"][self.rank] = value
+        self.shared["barrier"].wait()
+        out = list(self.shared["slots"])
+        self.shared["barrier"].wait()
+        return out
+
+    def broadcast(self, value):
+        if self.rank == 0:
+            self.shared["root"] = value
+        self.shared["barrier"].wait()
+        out = self.shared["root"]
+        self.shared["barrier"].wait()
+        return out
+
+
+def test_groups_split_across_processes_are_graded_whole() -> None:
+    import threading
+
+    completions = ["done", "x", "done done", "done", "y", "done"]  # groups of 3: [0:3], [3:6]
+    single = wai.GroupwiseGrading(grader=count_calls_by_length).trl_reward(verifier, num_generations=3)
+    expected = single(prompts=["p"] * 3 + ["q"] * 3, completions=completions)
+
+    shared = {"slots": [None, None], "barrier": threading.Barrier(2), "root": None}
+    grading = wai.GroupwiseGrading(grader=count_calls_by_length)
+    seen = []
+    results = {}
+
+    def rank(r, lo, hi):
+        reward = grading.trl_reward(
+            verifier, num_generations=3, gather=ThreadGather(shared, r), on_graded=lambda g, s: seen.append(len(g))
+        )
+        prompts = (["p"] * 3 + ["q"] * 3)[lo:hi]
+        results[r] = reward(prompts=prompts, completions=completions[lo:hi])
+
+    threads = [threading.Thread(target=rank, args=(0, 0, 2)), threading.Thread(target=rank, args=(1, 2, 6))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results[0] + results[1] == expected
+    assert seen == [2] and grading.stats.groups == 2  # graded once, on rank 0
+
+
+def count_calls_by_length(group):
+    passes = sorted((g for g in group if g["passed"]), key=lambda g: len(g["completion"]))
+    return {"ranking": [g["index"] for g in passes]}

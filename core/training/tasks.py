@@ -1,0 +1,142 @@
+"""Training tasks and verifiers shipped with whileai, and loading a recipe's ``data`` and ``verifier`` sections.
+
+Built-in tasks (``data.dataset: builtin:NAME``):
+
+- ``builtin:echo_digits``: a synthetic task for a tiny random-weight model on a CPU. The prompt holds two digits;
+  the verifier passes a completion that contains both. A longer completion has more chances to hit them, so a binary
+  reward pays for length, the way agent rollouts grow under a pass/fail test; the passes differ in something
+  measurable (how many words they spend before the answer is complete).
+- ``builtin:support``: the support scenarios of ``whileai.simulations`` as a multi-turn TRL environment
+  (``environment_factory``), for a real instruct model.
+
+Built-in verifiers (``verifier.builtin``): ``echoes_digits`` and ``support`` (the scenario's end-state check, read from
+the environment TRL passes). A recipe may instead name its own TRL-style reward function.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from whileai.config.load import LoadedRecipe
+from whileai.errors import BadInput
+from whileai.graders.reference import load_callable
+from whileai.grading.text import completion_text
+
+__all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
+
+# The words of builtin:echo_digits. Completions are drawn from the same vocabulary (the tokenizer is trained on it).
+ECHO_WORDS = (
+    "task please repeat the digits done when ready call look think check again then ok so and a b c d e f "
+    "0 1 2 3 4 5 6 7 8 9"
+).split()
+
+
+def echoes_digits(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """1.0 when the completion contains both digits of its prompt, else 0.0 (the ``echoes_digits`` verifier).
+
+    Example:
+        >>> echoes_digits(["task 4 7 please repeat the digits"] * 2, ["4 ok 7", "4 4"])
+        [1.0, 0.0]
+    """
+    rewards = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        wanted = {w for w in completion_text(prompt).split() if w.isdigit()}
+        said = set(completion_text(completion).split())
+        rewards.append(1.0 if wanted and wanted <= said else 0.0)
+    return rewards
+
+
+def support_verifier(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """The support scenario's end-state check, from the environments TRL passes (``environment_factory``)."""
+    environments = kwargs.get("environments")
+    if environments is None:
+        raise BadInput("the support verifier needs data.dataset: builtin:support (TRL's environment_factory)")
+    return [float(env.get_reward()) for env in environments]
+
+
+BUILTIN_VERIFIERS: dict[str, Callable[..., list[float]]] = {
+    "echoes_digits": echoes_digits,
+    "support": support_verifier,
+}
+
+
+@dataclass
+class TrainingTask:
+    """What the trainer needs from the ``data`` section.
+
+    Attributes:
+        rows: the training rows (a ``prompt`` column and any extra columns TRL passes to reward functions).
+        corpus: text a tiny model's tokenizer is trained on.
+        environment_factory: a TRL environment class for multi-turn tasks, or None.
+    """
+
+    rows: list[dict[str, Any]]
+    corpus: list[str] = field(default_factory=list)
+    environment_factory: Any = None
+
+
+def _echo_digits(num_prompts: int, seed: int) -> TrainingTask:
+    rng = random.Random(seed)
+    rows = []
+    for index in range(num_prompts):
+        first, second = rng.sample("0123456789", 2)
+        rows.append({"prompt": f"task {first} {second} please repeat the digits", "task_id": f"echo-{index}"})
+    return TrainingTask(rows, corpus=[" ".join(ECHO_WORDS)] * 4 + [r["prompt"] for r in rows])
+
+
+def _support(num_prompts: int | None, seed: int) -> TrainingTask:
+    import functools
+
+    from whileai.simulations.environment import SupportEnvironment, environment_rows
+    from whileai.simulations.scenarios import load_scenarios
+
+    scenarios = load_scenarios("builtin:actions", n=num_prompts, seed=seed)
+    rows = environment_rows(scenarios, seed=seed)
+    factory = functools.partial(SupportEnvironment, scenarios, seed=seed)
+    return TrainingTask([dict(r) for r in rows], environment_factory=factory)
+
+
+def load_task(loaded: LoadedRecipe) -> TrainingTask:
+    """The training rows of the recipe's ``data`` section (a built-in task or a rows file)."""
+    data = loaded.recipe.data
+    if data is None:
+        raise BadInput("the recipe has no data section")
+    if data.dataset == "builtin:echo_digits":
+        return _echo_digits(data.num_prompts or 64, data.seed)
+    if data.dataset == "builtin:support":
+        return _support(data.num_prompts, data.seed)
+    if data.dataset.startswith("builtin:"):
+        raise BadInput(f"data.dataset: unknown built-in task {data.dataset!r} (builtin:echo_digits, builtin:support)")
+    path = loaded.resolve(data.dataset)
+    if not path.is_file():
+        raise BadInput(f"data.dataset: no such file {path}")
+    from whileai.rows import read_rows
+
+    rows = read_rows(path)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict) or data.prompt_key not in row:
+            raise BadInput(f"{path} row {number}: missing field {data.prompt_key!r}")
+        if data.prompt_key != "prompt":
+            row["prompt"] = row.pop(data.prompt_key)
+    if data.num_prompts:
+        rows = rows[: data.num_prompts]
+    corpus = [json.dumps(r["prompt"]) if not isinstance(r["prompt"], str) else r["prompt"] for r in rows]
+    return TrainingTask(rows, corpus=corpus)
+
+
+def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:
+    """The recipe's verifier: a built-in by name or a TRL-style reward function by reference."""
+    section = loaded.recipe.verifier
+    if section is None:
+        raise BadInput("the recipe has no verifier section")
+    if section.builtin is not None:
+        verifier = BUILTIN_VERIFIERS.get(section.builtin)
+        if verifier is None:
+            raise BadInput(f"verifier.builtin: unknown {section.builtin!r} (allowed: {', '.join(BUILTIN_VERIFIERS)})")
+        return verifier
+    assert section.function is not None
+    return load_callable(section.function, loaded.base_dir, what="verifier")
