@@ -247,7 +247,7 @@ class JudgeClient:
         The request goes through the official client's ``post`` (its connection pool, auth, error classes and
         timeout) with a plain JSON body: ``chat.completions.create`` walks every request through its typed
         transform and builds a pydantic model of every response, about 4 ms of CPU per call, which at 64 calls in
-        flight on a small CPU costs more than the judge's own latency (benchmarks/README_judge.md).
+        flight on a small CPU costs more than the judge's own latency (benchmarks/README.md, judge).
         """
         request: dict[str, Any] = {
             "model": self.config.model,
