@@ -37,6 +37,9 @@ def spread(
     skip_bad_rows: Annotated[
         bool, typer.Option("--skip-bad-rows", help="Skip malformed rows (counted) instead of failing.")
     ] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")
+    ] = False,
 ) -> None:
     """Grade the passes of ROWS and say whether the grader tells them apart.
 
@@ -52,6 +55,8 @@ def spread(
 
     if recipe is not None:
         loaded = load_recipe(recipe)
+        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
+            loaded = load_recipe(recipe, ["grader.judge.no_cache=true"])
     else:
         loaded = LoadedRecipe(validate_recipe({}, "defaults"), None, Path.cwd(), {})
     settings = loaded.recipe.spread

@@ -1,0 +1,48 @@
+"""``whileai spread --recipe`` with a judge grader against the scripted OpenAI-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from whileai.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = (
+    "spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75\n"
+    "spread: yes. The grader tells these passes apart.\n"
+)
+runner = CliRunner()
+
+
+def judge_recipe(tmp_path: Path, base_url: str) -> Path:
+    recipe = yaml.safe_load((REPO / "recipes" / "refund_judge.yaml").read_text())
+    recipe["grader"]["judge"].update(
+        base_url=base_url, cache_dir=str(tmp_path / "cache"), max_retries=1, backoff_base_s=0.01, timeout_s=5.0
+    )
+    recipe["spread"]["rows"] = str(REPO / "recipes" / "refund_rows.jsonl")
+    path = tmp_path / "judge.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_spread_with_the_judge_recipe_caches_and_refetches(judge_server, tmp_path: Path) -> None:
+    recipe = judge_recipe(tmp_path, judge_server.url)
+    first = runner.invoke(app, ["spread", "--recipe", str(recipe)], catch_exceptions=False)
+    assert first.exit_code == 0 and first.stdout == PAGE
+    calls = len(judge_server.requests)
+    assert calls == 2  # one per group with two or more passes
+    again = runner.invoke(app, ["spread", "--recipe", str(recipe), "--json"], catch_exceptions=False)
+    assert json.loads(again.stdout)["verdict"] == "yes" and len(judge_server.requests) == calls  # from the cache
+    fresh = runner.invoke(app, ["spread", "--recipe", str(recipe), "--no-cache"], catch_exceptions=False)
+    assert fresh.exit_code == 0 and len(judge_server.requests) == 2 * calls
+
+
+def test_an_unreachable_judge_exits_4_naming_the_url(judge_tools, tmp_path: Path) -> None:
+    url = judge_tools.closed_port_url()
+    recipe = judge_recipe(tmp_path, url)
+    result = runner.invoke(app, ["spread", "--recipe", str(recipe)])
+    assert result.exit_code == 4 and url.split("/v1")[0] in result.stderr
