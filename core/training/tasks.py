@@ -2,10 +2,10 @@
 
 Built-in tasks (``data.dataset: builtin:NAME``):
 
-- ``builtin:echo_digits``: a synthetic task for a tiny random-weight model on a CPU. The prompt holds two digits;
-  the verifier passes a completion that contains both. A longer completion has more chances to hit them, so a binary
-  reward pays for length, the way agent rollouts grow under a pass/fail test; the passes differ in something
-  measurable (how many words they spend before the answer is complete).
+- ``builtin:echo_digits``: a synthetic task for a tiny random-weight model on a CPU. The prompt holds a digit;
+  the verifier passes a completion that contains it and ends before the length limit. A longer completion has
+  more chances to hit the digits, so a binary reward pays for length until rollouts run into the limit, the way
+  agent rollouts grow under a pass/fail test; the passes differ in something measurable (how many words they spend).
 - ``builtin:support``: the support scenarios of ``whileai.simulations`` as a multi-turn TRL environment
   (``environment_factory``), for a real instruct model.
 
@@ -15,6 +15,7 @@ the environment TRL passes). A recipe may instead name its own TRL-style reward 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -30,23 +31,31 @@ __all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
 
 # The words of builtin:echo_digits. Completions are drawn from the same vocabulary (the tokenizer is trained on it).
 ECHO_WORDS = (
-    "task please repeat the digits done when ready call look think check again then ok so and a b c d e f "
+    "task please repeat the digit digits done when ready call look think check again then ok so and a b c d e f "
     "0 1 2 3 4 5 6 7 8 9"
 ).split()
 
 
-def echoes_digits(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """1.0 when the completion contains both digits of its prompt, else 0.0 (the ``echoes_digits`` verifier).
+def echoes_digits(
+    prompts: Sequence[Any], completions: Sequence[Any], max_length: int | None = None, **kwargs: Any
+) -> list[float]:
+    """1.0 when the completion contains every digit of its prompt and finished, else 0.0 (``echoes_digits``).
+
+    A completion that ran into ``max_length`` tokens (TRL's ``completion_ids``) was cut off, not finished: it fails,
+    like an agent rollout that hits the length limit.
 
     Example:
-        >>> echoes_digits(["task 4 7 please repeat the digits"] * 2, ["4 ok 7", "4 4"])
-        [1.0, 0.0]
+        >>> echoes_digits(["task 4 7 please repeat the digits"] * 3, ["4 ok 7", "4 4", "7 4 4"],
+        ...               max_length=3, completion_ids=[[1, 2], [1, 1], [2, 1, 1]])
+        [1.0, 0.0, 0.0]
     """
+    ids = kwargs.get("completion_ids")
     rewards = []
-    for prompt, completion in zip(prompts, completions, strict=True):
+    for index, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         wanted = {w for w in completion_text(prompt).split() if w.isdigit()}
         said = set(completion_text(completion).split())
-        rewards.append(1.0 if wanted and wanted <= said else 0.0)
+        cut_off = max_length is not None and ids is not None and len(ids[index]) >= max_length
+        rewards.append(1.0 if wanted and wanted <= said and not cut_off else 0.0)
     return rewards
 
 
@@ -83,14 +92,12 @@ def _echo_digits(num_prompts: int, seed: int) -> TrainingTask:
     rng = random.Random(seed)
     rows = []
     for index in range(num_prompts):
-        first, second = rng.sample("0123456789", 2)
-        rows.append({"prompt": f"task {first} {second} please repeat the digits", "task_id": f"echo-{index}"})
+        digit = rng.choice("0123456789")
+        rows.append({"prompt": f"task {digit} please repeat the digit", "task_id": f"echo-{index}"})
     return TrainingTask(rows, corpus=[" ".join(ECHO_WORDS)] * 4 + [r["prompt"] for r in rows])
 
 
 def _support(num_prompts: int | None, seed: int) -> TrainingTask:
-    import functools
-
     from whileai.simulations.environment import SupportEnvironment, environment_rows
     from whileai.simulations.scenarios import load_scenarios
 
@@ -137,6 +144,9 @@ def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:
         verifier = BUILTIN_VERIFIERS.get(section.builtin)
         if verifier is None:
             raise BadInput(f"verifier.builtin: unknown {section.builtin!r} (allowed: {', '.join(BUILTIN_VERIFIERS)})")
+        if verifier is echoes_digits:
+            limit = loaded.recipe.trainer.model_dump().get("max_completion_length")
+            return functools.partial(echoes_digits, max_length=limit)
         return verifier
     assert section.function is not None
     return load_callable(section.function, loaded.base_dir, what="verifier")

@@ -86,3 +86,19 @@ def test_the_spread_gate_refuses_before_training(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "spread: no." in result.stderr
     assert json.loads((out / "whileai_run.json").read_text())["started"] is False
     assert not (out / "base_model").exists()
+
+
+@pytest.mark.slow
+def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    binary = tmp_path / "binary"
+    arm = REPO / "recipes" / "tiny_cpu_binary.yaml"
+    result = runner.invoke(app, ["train", str(arm), *SMOKE, f"output_dir={binary}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert not (binary / "grading.jsonl").exists()  # the binary arm grades nothing
+    plot = tmp_path / "arms.png"
+    data = json.loads(runner.invoke(app, ["report", str(binary), str(run_dir), "--plot", str(plot), "--json"]).stdout)
+    comparison = data["comparison"]
+    assert comparison["paired"] and comparison["low"] <= comparison["difference"] <= comparison["high"]
+    assert "points, 95%" in comparison["text"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000

@@ -86,3 +86,18 @@ def test_trainer_section_hands_over_to_grpo_config(tmp_path: Path) -> None:
         "none",
         "dr_grpo",
     )
+
+
+CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[str(p.relative_to(REPO)) for p in CONFIGS])
+def test_every_shipped_config_parses_and_recipe_blocks_validate(config: Path) -> None:
+    import yaml
+
+    from whileai.config.load import validate_recipe
+
+    data = yaml.safe_load(config.read_text())
+    assert isinstance(data, dict)
+    if config.parent.name in ("grader", "trainer"):
+        validate_recipe(data, str(config))
