@@ -102,3 +102,18 @@ def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path) -> No
     assert comparison["paired"] and comparison["low"] <= comparison["difference"] <= comparison["high"]
     assert "points, 95%" in comparison["text"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    first = ["train", str(RECIPE), *SMOKE, "trainer.save_steps=1", f"output_dir={out}"]
+    assert runner.invoke(app, first, catch_exceptions=False).exit_code == 0
+    logged = len((out / "grading.jsonl").read_text().splitlines())
+    again = [*first, "trainer.max_steps=3", "--resume"]
+    result = runner.invoke(app, again, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads((out / "whileai_run.json").read_text())
+    assert summary["resumed"] is True and summary["steps"] == 3
+    lines = (out / "grading.jsonl").read_text().splitlines()
+    assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {2}
