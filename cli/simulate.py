@@ -1,4 +1,9 @@
-"""``whileai simulate``: rollouts of the built-in support scenarios by the seeded agent, as rows for the spread gate."""
+"""``whileai simulate``: rollouts of the built-in support scenarios as rows for the spread gate.
+
+The agent is the seeded scripted one (offline, no key) or a served model (``--agent model --base-url --model``); the
+customer's later turns are scripted, or played by a served model with ``--simulator``. The endpoint options are the
+command line's own: a recipe's ``simulate`` section sets the scenarios, the agent's kind, n and the seed.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from whileai.cli.console import err, guarded, say
 from whileai.errors import BadInput
 
+# Threads running scenarios at once when the agent or the customer is a served model (the seeded agent runs on one).
+DEFAULT_REMOTE_WORKERS = 8
+
 
 @guarded
 def simulate(
@@ -19,19 +27,49 @@ def simulate(
     scenarios: Annotated[
         str | None, typer.Option(help="Scenario family: builtin:refunds, builtin:all, ... [builtin:all]")
     ] = None,
-    agent: Annotated[str | None, typer.Option(help="The agent: seeded (scripted, offline). [seeded]")] = None,
+    agent: Annotated[
+        str | None, typer.Option(help="The agent: seeded (scripted, offline) or model (a served model). [seeded]")
+    ] = None,
     n: Annotated[int | None, typer.Option("--n", help="Rollouts per scenario (the group size). [8]")] = None,
     num_scenarios: Annotated[int | None, typer.Option(help="Use only the first N scenarios.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the scenarios and the agent. [0]")] = None,
     recipe: Annotated[
         Path | None, typer.Option("--recipe", "-r", help="Read defaults from a recipe's simulate section.")
     ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="--agent model: the OpenAI-compatible server, up to /v1.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="--agent model: the served model's name.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Name of the environment variable holding the API key (never the key).")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="--agent model: sampling temperature.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per model answer.")] = 1024,
+    timeout: Annotated[float, typer.Option(help="Seconds one HTTP call may take.")] = 60.0,
+    max_retries: Annotated[
+        int, typer.Option(help="Retries of a failed HTTP call (connection, timeout, 429, 5xx).")
+    ] = 4,
+    workers: Annotated[
+        int | None, typer.Option(help=f"Scenarios run at once. [{DEFAULT_REMOTE_WORKERS} with a served model, else 1]")
+    ] = None,
+    simulator: Annotated[
+        bool, typer.Option("--simulator", help="A served model plays the customer (else the customer is scripted).")
+    ] = False,
+    customer_base_url: Annotated[
+        str | None, typer.Option(help="--simulator: the customer's server. [--base-url]")
+    ] = None,
+    customer_model: Annotated[str | None, typer.Option(help="--simulator: the customer's model. [--model]")] = None,
+    customer_api_key_env: Annotated[
+        str | None, typer.Option(help="--simulator: the customer's API key variable. [--api-key-env]")
+    ] = None,
 ) -> None:
-    """Simulate support conversations offline (no key, no GPU) and write graded rows.
+    """Simulate support conversations and write graded rows: offline (no key, no GPU) or with a served model.
 
     Example: whileai simulate --scenarios builtin:refunds --n 8 --out rows.jsonl && whileai spread rows.jsonl
 
-    Exit codes: 0 ok; 2 bad input.
+    Served model: whileai simulate --agent model --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B -o r.jsonl
+
+    Exit codes: 0 ok; 2 bad input; 4 the model's endpoint is unavailable.
     """
     from whileai.config.schema import SimulateSection
     from whileai.simulations.agents import seeded_agent
@@ -51,14 +89,44 @@ def simulate(
         )
     except Exception as error:
         raise BadInput(f"simulate: {error}") from None
-    if section.agent != "seeded":
-        raise BadInput(f"--agent {section.agent!r}: the offline agent is 'seeded'")
+    if section.agent not in ("seeded", "model"):
+        raise BadInput(f"--agent {section.agent!r}: the agents are 'seeded' (offline) and 'model' (a served model)")
     if out_path is None:
         raise BadInput("give --out rows.jsonl")
     try:
         chosen = load_scenarios(section.scenarios, n=section.num_scenarios, seed=section.seed)
     except ValueError as error:
         raise BadInput(f"--scenarios: {error}") from None
+    if workers is not None and workers < 1:
+        raise BadInput(f"--workers must be at least 1, got {workers}")
+
+    endpoint = {"max_tokens": max_tokens, "timeout_s": timeout, "max_retries": max_retries}
+    if section.agent == "model":
+        if not base_url or not model:
+            raise BadInput("--agent model needs --base-url URL and --model NAME (an OpenAI-compatible server)")
+        from whileai.simulations.model_agent import model_agent
+
+        chosen_agent = model_agent(base_url, model, api_key_env=api_key_env, temperature=temperature, **endpoint)
+    else:
+        if (base_url or model) and not simulator:
+            raise BadInput("--base-url and --model are for --agent model or --simulator; the seeded agent needs none")
+        chosen_agent = seeded_agent(seed=section.seed)
+    customer = None
+    if simulator:
+        customer_url, customer_name = customer_base_url or base_url, customer_model or model
+        if not customer_url or not customer_name:
+            raise BadInput(
+                "--simulator needs an LLM to play the customer: give --customer-base-url URL and --customer-model "
+                "NAME (or --base-url and --model)"
+            )
+        from whileai.simulations.customer import customer_model as build_customer
+
+        customer = build_customer(
+            customer_url, customer_name, api_key_env=customer_api_key_env or api_key_env, **endpoint
+        )
+    elif customer_base_url or customer_model or customer_api_key_env:
+        raise BadInput("--customer-base-url, --customer-model and --customer-api-key-env need --simulator")
+    remote = section.agent == "model" or simulator
     with Progress(
         TextColumn("simulating"),
         BarColumn(bar_width=None),
@@ -69,16 +137,31 @@ def simulate(
         disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("simulate", total=len(chosen))
-        rows = run(
-            chosen,
-            seeded_agent(seed=section.seed),
-            n=section.n,
-            seed=section.seed,
-            progress=lambda done, total: bar.update(task, completed=done),
-        )
+        try:
+            rows = run(
+                chosen,
+                chosen_agent,
+                n=section.n,
+                simulator=simulator,
+                seed=section.seed,
+                max_workers=workers or (DEFAULT_REMOTE_WORKERS if remote else 1),
+                progress=lambda done, total: bar.update(task, completed=done),
+                customer=customer,
+            )
+        finally:
+            for served in (chosen_agent, customer):
+                if served is not None and hasattr(served, "close"):
+                    served.close()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w") as handle:
         for row in rows:
             handle.write(json.dumps(row, sort_keys=True) + "\n")
     say(f"whileai: wrote {len(rows)} rows ({len(chosen)} scenarios x {section.n}) to {out_path}")
+    for role, served in (("policy", chosen_agent), ("customer", customer)):
+        if served is not None and hasattr(served, "stats"):
+            stats = served.stats.as_dict()
+            say(
+                f"{role}: {stats['calls']} calls ({stats['retries']} retries), tokens {stats['tokens_in']} in / "
+                f"{stats['tokens_out']} out"
+            )
     typer.echo(str(score(rows).pass_at(1)))

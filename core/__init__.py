@@ -37,6 +37,8 @@ _LAZY = {
     "load_scenarios": "whileai.simulations.scenarios",
     "pass_at_k": "whileai.simulations.passrate",
     "wilson_interval": "whileai.simulations.passrate",
+    "model_agent": "whileai.simulations.model_agent",
+    "customer_model": "whileai.simulations.customer",
 }
 
 __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's order
@@ -53,6 +55,8 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
     "load_scenarios",
     "pass_at_k",
     "wilson_interval",
+    "model_agent",
+    "customer_model",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +65,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.stats import GradingStats
     from whileai.methods import rank_factors, redistribute, synthesize_reward
     from whileai.simulations.agents import seeded_agent
+    from whileai.simulations.customer import customer_model
+    from whileai.simulations.model_agent import model_agent
     from whileai.simulations.passrate import pass_at_k, score, wilson_interval
     from whileai.simulations.scenarios import load_scenarios
     from whileai.simulations.simulate import simulate

@@ -7,7 +7,7 @@ counted (``whileai.grading``).
 
 from __future__ import annotations
 
-__all__ = ["BadInput", "GraderUnavailable", "MissingExtra", "NoSpread", "WhileaiError"]
+__all__ = ["BadInput", "EndpointUnavailable", "GraderUnavailable", "MissingExtra", "NoSpread", "WhileaiError"]
 
 
 class WhileaiError(Exception):
@@ -42,5 +42,12 @@ class MissingExtra(WhileaiError, ImportError):
 
 class GraderUnavailable(WhileaiError, RuntimeError):
     """The grader cannot be reached at all (for instance a judge endpoint down after every retry)."""
+
+    exit_code = 4
+
+
+class EndpointUnavailable(WhileaiError, RuntimeError):
+    """A policy or customer model endpoint gave no usable answer after its retries (down, refusing, timing out).
+    The command line exits with 4, as for an unreachable judge."""
 
     exit_code = 4

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from whileai.config.trl_fields import GRPO_CONFIG_FIELDS
 from whileai.errors import BadInput
+from whileai.judge.config import JudgeConfig
 from whileai.simulations.defaults import (
     GROUPWISE_CAP,
     GROUPWISE_FLOOR,
@@ -137,19 +138,10 @@ class JudgeGraderSection(Section):
     """``kind: judge``: a model behind an OpenAI-compatible endpoint reads each group."""
 
     kind: Literal["judge"]
-    judge: dict[str, Any] = Field(
-        description="The judge's settings (base_url, model, api_key_env, ...): see whileai.judge.JudgeConfig."
+    judge: JudgeConfig = Field(
+        description="The judge's settings: base_url, model, api_key_env (the NAME of the variable holding the key), "
+        "temperature, max_tokens, concurrency, permutations, prompts, cache_dir, ... (whileai.judge.JudgeConfig)."
     )
-
-    @field_validator("judge")
-    @classmethod
-    def _judge_config(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            from whileai.judge.config import JudgeConfig
-        except ImportError:  # pragma: no cover - the judge ships with whileai
-            return value
-        JudgeConfig.model_validate(value)
-        return value
 
 
 GraderSection = Annotated[ScriptedGraderSection | PythonGraderSection | JudgeGraderSection, Field(discriminator="kind")]
@@ -298,7 +290,11 @@ class SimulateSection(Section):
     """Rollouts simulated before the spread gate, with the built-in scenarios and the seeded agent."""
 
     scenarios: str = Field("builtin:all", description="Which scenarios: 'builtin:refunds', 'builtin:all', ...")
-    agent: str = Field("seeded", description="Which agent: 'seeded' (scripted, offline).")
+    agent: Literal["seeded", "model"] = Field(
+        "seeded",
+        description="Which agent: 'seeded' (scripted, offline) or 'model' (a served policy; whileai simulate "
+        "--base-url URL --model NAME).",
+    )
     n: int = Field(8, ge=1, description="Rollouts per scenario (the group size).")
     num_scenarios: int | None = Field(None, gt=0, description="Use only the first N scenarios.")
     seed: int = Field(0, description="Seed of the scenarios and the agent.")

@@ -4,9 +4,13 @@
 - ``support_tools``: the order desk (orders, the five tools, their JSON schemas).
 - ``scenarios``: scenario families (``builtin:refunds`` ...), their verifiers and the registry.
 - ``agents``: the agent protocol and ``seeded_agent``.
+- ``model_agent``: an agent served over an OpenAI-compatible endpoint (tool calls in OpenAI's format).
+- ``customer``: a model playing the customer (``simulate(..., simulator=True, customer=...)``).
+- ``chat``: the chat client both use, built on the judge's client (retries, timeouts, key never logged).
 - ``simulate``: rollouts of scenarios by an agent, as the rows the spread gate reads.
 - ``passrate``: unbiased pass@k with Wilson and bootstrap intervals, ``score``.
 - ``environment``: the scenarios as a TRL ``environment_factory``.
 
-No key, no GPU, no download: everything here is pure Python.
+The offline path (scenarios, seeded agent, simulate, passrate) needs no key, no GPU and no download; the model agent
+and customer need an endpoint and import ``openai`` only when built.
 """

@@ -13,8 +13,8 @@ misreads the order list or gives up. With the defaults, groups of 8 rollouts are
 the reference page describes: one looked the order up first, one refunded twice (the API refused the second refund),
 one invented an id that happened to exist. Its failures are realistic: the wrong order, an over-refund, no action.
 
-What this module does not do: run the conversation or verify it (``whileai.simulations.simulate``). A model agent
-over an OpenAI-compatible endpoint is not here: it comes with the judge issue's HTTP client and tool-calling format.
+What this module does not do: run the conversation or verify it (``whileai.simulations.simulate``), or talk to a
+model: the agent over an OpenAI-compatible endpoint is ``whileai.simulations.model_agent``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 :func:`simulate` samples ``n`` rollouts per scenario. Each rollout gets a fresh order desk, the customer's first
 message, and an agent episode; the agent acts until it replies with ``done=True`` or runs out of steps. The
-customer's later turns are scripted (``simulator=False``): any question gets the scenario's ``customer_reply``. The
-scenario's verifier then reads the final orders (and the last reply), and the row records the outcome.
+customer's later turns are scripted (``simulator=False``): any question gets the scenario's ``customer_reply``; with
+``simulator=True`` a served model answers in character (``customer=customer_model(...)``, see
+``whileai.simulations.customer``). The scenario's verifier then reads the final orders (and the last reply), and the
+row records the outcome.
 
 A row is what ``GroupwiseGrading.check_spread`` and ``whileai spread`` read::
 
@@ -19,8 +21,8 @@ one), ``tool_calls`` its tool calls, ``reason`` says why the verifier failed the
 Every rollout's randomness comes from ``(seed, scenario_id, sample)``, so the same arguments give byte-identical rows
 (``json.dumps(rows, sort_keys=True)``), whatever ``max_workers`` is.
 
-What this module does not do: an LLM customer (``simulator=True`` needs the judge issue's client and raises until
-then), or scoring (``whileai.simulations.passrate``).
+What this module does not do: talk to a model (the agent and the customer do, ``model_agent`` and ``customer``), or
+scoring (``whileai.simulations.passrate``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall
 from whileai.simulations.scenarios import Scenario, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS
+
+if TYPE_CHECKING:  # the customer module imports the HTTP client's module; a scripted run never needs it
+    from whileai.simulations.customer import Customer
 
 __all__ = ["SimulatorUnavailableError", "render_transcript", "rollout", "simulate"]
 
@@ -76,14 +81,23 @@ def render_transcript(events: Iterable[Event]) -> str:
     return "\n".join(lines)
 
 
-def rollout(scenario: Scenario, agent: Agent, *, seed: int | str = 0, max_steps: int = MAX_AGENT_STEPS) -> dict:
-    """Run one conversation of ``agent`` on ``scenario`` with a scripted customer, and verify its end state.
+def rollout(
+    scenario: Scenario,
+    agent: Agent,
+    *,
+    seed: int | str = 0,
+    max_steps: int = MAX_AGENT_STEPS,
+    customer: Customer | None = None,
+) -> dict:
+    """Run one conversation of ``agent`` on ``scenario``, and verify its end state.
 
     Args:
         scenario: the task.
         agent: anything following the :class:`~whileai.simulations.agents.Agent` protocol.
-        seed: this rollout's seed, handed to ``agent.start``.
+        seed: this rollout's seed, handed to ``agent.start`` (and ``customer.start``).
         max_steps: the most agent steps before the conversation is cut off.
+        customer: who answers the agent's questions: None scripts them (the scenario's ``customer_reply``), else
+            anything following :class:`~whileai.simulations.customer.Customer`, e.g. ``customer_model(...)``.
 
     Returns:
         A row without ``sample`` (see the module docstring).
@@ -91,6 +105,7 @@ def rollout(scenario: Scenario, agent: Agent, *, seed: int | str = 0, max_steps:
     desk = scenario.desk()
     transcript: list[Event] = [Event("customer", text=scenario.prompt)]
     episode = agent.start(tools=SUPPORT_TOOLS, seed=seed)
+    customer_episode = None if customer is None else customer.start(scenario, seed=seed)
     last_reply = ""
     turns = tool_calls = 0
     for _ in range(max_steps):
@@ -105,7 +120,8 @@ def rollout(scenario: Scenario, agent: Agent, *, seed: int | str = 0, max_steps:
             transcript.append(Event("agent", text=action.text))
             if action.done:
                 break
-            transcript.append(Event("customer", text=scenario.customer_reply))
+            answer = scenario.customer_reply if customer_episode is None else customer_episode.reply(transcript)
+            transcript.append(Event("customer", text=answer))
         else:
             raise TypeError(f"an agent's act() must return a ToolCall or a Reply, got {type(action).__name__}")
     verdict = scenario.verify(desk.orders, last_reply)
@@ -131,6 +147,7 @@ def simulate(
     max_steps: int = MAX_AGENT_STEPS,
     max_workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    customer: Customer | None = None,
 ) -> list[dict]:
     """Sample ``n`` rollouts of ``agent`` per scenario and return one row per rollout.
 
@@ -140,13 +157,16 @@ def simulate(
         agent: anything following the :class:`~whileai.simulations.agents.Agent` protocol, e.g.
             :func:`~whileai.simulations.agents.seeded_agent`.
         n: rollouts per scenario (the group size).
-        simulator: False scripts the customer's later turns; True would have an LLM play the customer, which needs
-            an endpoint: it raises :class:`SimulatorUnavailableError` until the judge client provides one.
+        simulator: False scripts the customer's later turns; True has ``customer`` (an LLM) play them, and raises
+            :class:`SimulatorUnavailableError` when no ``customer`` is given.
         seed: the seed every rollout's randomness derives from.
         max_steps: the most agent steps per rollout.
         max_workers: scenarios run on this many threads (worth it for a remote agent; the rows come back in
             scenario order either way).
         progress: called as ``progress(done, total)`` after each scenario, e.g. to drive a progress bar.
+        customer: with ``simulator=True``, who plays the customer:
+            :func:`~whileai.simulations.customer.customer_model` (a served model) or any object following
+            :class:`~whileai.simulations.customer.Customer`.
 
     Returns:
         ``len(scenarios) * n`` rows, grouped by scenario, samples in order.
@@ -157,10 +177,16 @@ def simulate(
         >>> sorted(rows[0])
         ['final_text', 'passed', 'prompt', 'reason', 'reward', 'sample', 'scenario_id', 'tool_calls', 'turns']
     """
-    if simulator:
+    if simulator and customer is None:
         raise SimulatorUnavailableError(
-            "simulator=True needs an LLM endpoint to play the customer, and none is configured: whileai has no "
-            "model client yet (it comes with the judge client). Use simulator=False, which scripts the customer."
+            "simulator=True needs an LLM endpoint to play the customer, and none is configured: pass "
+            "customer=whileai.simulations.customer.customer_model(base_url=..., model=...), or use simulator=False, "
+            "which scripts the customer."
+        )
+    if customer is not None and not simulator:
+        raise ValueError(
+            "customer= plays the customer only with simulator=True: pass simulator=True, or leave customer out for "
+            "the scripted customer"
         )
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n (rollouts per scenario) must be a positive integer, got {n!r}")
@@ -175,7 +201,13 @@ def simulate(
     def group(scenario: Scenario) -> list[dict]:
         rows = []
         for sample in range(n):
-            row = rollout(scenario, agent, seed=f"{seed}:{scenario.scenario_id}:{sample}", max_steps=max_steps)
+            row = rollout(
+                scenario,
+                agent,
+                seed=f"{seed}:{scenario.scenario_id}:{sample}",
+                max_steps=max_steps,
+                customer=customer,
+            )
             rows.append({"sample": sample, **row})
         return rows
 
