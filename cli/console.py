@@ -67,5 +67,18 @@ def guarded(command: F) -> F:
             name = getattr(error, "name", None) or str(error)
             err.print(f"whileai: missing install: {name} (pip install 'whileai[train]')", markup=False)
             raise typer.Exit(MissingExtra.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as error:
+            # Anything else reached here through input whileai did not foresee: one line, exit 2 (bad input), and
+            # never 1, which a CI job reads as "no spread".
+            if is_debug():
+                raise
+            text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            err.print(
+                f"whileai: error: {type(error).__name__}: {text} (rerun with whileai --debug for the traceback)",
+                markup=False,
+            )
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

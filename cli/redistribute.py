@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,9 +16,12 @@ from whileai.errors import BadInput
 
 def _numbers(text: str, what: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise BadInput(f"--{what}: comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise BadInput(f"--{what}: every value must be a finite number, got {text!r}")
+    return values
 
 
 def _indices(text: str, what: str) -> list[int]:
@@ -25,6 +29,13 @@ def _indices(text: str, what: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise BadInput(f"--{what}: comma-separated indices, got {text!r}") from None
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _factors(text: str) -> dict[int, float]:
@@ -64,7 +75,11 @@ def _grade(answer: dict[str, Any], rewards: list[float], cap: float, min_factor:
     """One group through the same validation and math as training (GroupwiseGrading with a fixed answer)."""
     from whileai.grading import GroupwiseGrading
 
-    grading = GroupwiseGrading(lambda group: answer, cap=cap, min_factor=min_factor, hack_zero=hack_zero)
+    try:
+        grading = GroupwiseGrading(lambda group: answer, cap=cap, min_factor=min_factor, hack_zero=hack_zero)
+    except ValueError as error:
+        option = str(error).split(" ", 1)[0].replace("_", "-")
+        raise BadInput(f"--{option}: {str(error).split(' ', 1)[1]}") from None
     n = len(rewards)
     return grading.grade_group(rewards, [""] * n, [""] * n)
 
@@ -115,11 +130,14 @@ def redistribute(
     if hacks:
         answer["hacks"] = _indices(hacks, "hacks")
     group = _grade(answer, values, cap, min_factor, hack_zero)
-    original = [r - sum(values) / len(values) for r in values]
+    # A is taken after confirmed hacks were zeroed, so a failure's A and A' agree as equation 3 says.
+    effective = group.effective_rewards
+    original = [r - sum(effective) / len(effective) for r in effective]
     if as_json:
         print_json(
             {
                 "rewards": values,
+                "effective_rewards": effective,
                 "advantages_before": original,
                 "factors": {str(k): v for k, v in group.factors.items()},
                 "hacks": group.hacks,
@@ -145,7 +163,7 @@ def redistribute(
             note,
         )
     out.print(table)
-    out.print(f"lambda {group.lam:.4f}" + (" (capped)" if group.lam >= cap else ""), markup=False)
+    out.print(f"lambda {group.lam:.4f}" + (" (capped)" if group.capped else ""), markup=False)
     if group.reason:
         say(f"whileai: fell back to the original advantages: {group.reason}")
 

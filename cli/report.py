@@ -100,7 +100,7 @@ def _print_run(item: Any, entry: dict[str, Any], columns: dict[str, str]) -> Non
         table = Table(title=f"grader of {item.path}", title_justify="left", show_edge=False, show_header=False)
         table.add_column("figure")
         table.add_column("value", justify="right")
-        for name in ("groups", "mixed", "grader_calls", "hacks_zeroed", "factor_mean", "factor_std"):
+        for name in ("groups", "mixed", "graded", "hacks_zeroed", "factor_mean", "factor_std"):
             table.add_row(name.replace("_", " "), _cell(grader[name]))
         for reason, count in grader["fallbacks"].items():
             table.add_row(f"fell back: {reason}", str(count))

@@ -128,8 +128,9 @@ def _group_table(group) -> Table:
     table = Table(title=f"{group.task_id}", title_justify="left", show_edge=False)
     for name in ("i", "R", "rank", "factor", "A'", "note"):
         table.add_column(name, justify="right" if name not in ("note",) else "left")
-    order = sorted(group.factors, key=lambda i: -group.factors[i])
-    ranks = {i: order.index(i) + 1 for i in order}
+    # Tied passes share a rank: rank 1 + the number of distinct better factors.
+    distinct = sorted(set(group.factors.values()), reverse=True)
+    ranks = {i: distinct.index(f) + 1 for i, f in group.factors.items()}
     advantages = group.advantages
     for i, reward in enumerate(group.rewards):
         note = "hack (zeroed)" if i in group.hacks else ("" if group.passed[i] else "fail")

@@ -199,10 +199,13 @@ def grading_summary(folder: Path) -> dict[str, Any] | None:
     scores: list[float] = []
     seconds: list[float] = []
     with path.open() as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            group = json.loads(line)
+            try:
+                group = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BadInput(f"{path} line {number}: not valid JSON ({err.msg}); a run cut short?") from None
             groups += 1
             passed = group.get("passed", [])
             mixed += bool(passed) and any(passed) and not all(passed)
@@ -226,7 +229,7 @@ def grading_summary(folder: Path) -> dict[str, Any] | None:
     return {
         "groups": groups,
         "mixed": mixed,
-        "grader_calls": graded,
+        "graded": graded,
         "fallbacks": fallbacks,
         "hacks_zeroed": hacks,
         "factor_mean": mean,

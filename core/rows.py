@@ -7,9 +7,10 @@ contiguous the reader makes a second pass that seeks to each group's rows by the
 stays at one group plus one offset per row either way. A ``.json`` file (a list of rows) is parsed whole; use JSONL
 for large inputs.
 
-TRL's ``log_completions`` files (``completions/completions_00010.parquet``) have no group key: their rows come in
-consecutive groups of one prompt, so they are grouped by ``prompt`` and read ``completion`` as the text and
-``whileai_reward`` (the verifier's reward that ``trl_reward`` logs) as the reward.
+TRL's ``log_completions`` files (``completions/completions_00010.parquet``) are read with ``completion`` as the text,
+``whileai_reward`` (the verifier's reward that whileai's reward functions log) as the reward, and ``whileai_group``
+(the group each completion was generated in, also logged by whileai) as the group; a log without that column is
+grouped by ``prompt``.
 
 Every bad row is a ``BadInput`` naming the file, the line (or Parquet row) and the field, unless ``skip_bad`` is set:
 then it is skipped and counted in ``RowStats``. Nothing here grades.
@@ -54,8 +55,9 @@ class RowFields:
         """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows."""
         trl_log = "completion" in columns and "advantage" in columns and "final_text" not in columns
         if trl_log:
+            # whileai's reward functions log each completion's group; without it, a group is a prompt.
             return RowFields(
-                self.group_key or "prompt",
+                self.group_key or ("whileai_group" if "whileai_group" in columns else "prompt"),
                 self.reward_key or "whileai_reward",
                 self.text_key or "completion",
                 self.prompt_key,
@@ -87,15 +89,31 @@ def list_row_files(path: str | Path) -> list[Path]:
     """The row files at ``path``: the file itself, or every row file under a folder, sorted."""
     root = Path(path)
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        # In a folder, a .json file counts only if it holds rows: a run folder also has config.json,
+        # trainer_state.json and the like.
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file() and p.suffix in SUFFIXES and (p.suffix != ".json" or _holds_rows(p))
+        )
         if not files:
-            raise BadInput(f"{root}: no .jsonl, .json or .parquet files in this folder")
+            raise BadInput(f"{root}: no .jsonl, .json or .parquet rows files in this folder")
         return files
     if not root.exists():
         raise BadInput(f"{root}: no such file or folder")
     if root.suffix not in SUFFIXES:
         raise BadInput(f"{root}: rows must be .jsonl, .json or .parquet, not {root.suffix or 'a file without suffix'}")
     return [root]
+
+
+def _holds_rows(path: Path) -> bool:
+    """Whether a .json file is a rows file (a list, or an object with a "rows" list), read by its first bytes."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096).lstrip()
+    except OSError:
+        return False
+    return head.startswith(b"[") or (head.startswith(b"{") and b'"rows"' in head[:64])
 
 
 def _group_value(value: Any) -> str:
@@ -106,6 +124,13 @@ def _group_value(value: Any) -> str:
     return str(value)
 
 
+def _finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
 def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     """(group id, member) of one row, or ``BadInput`` naming ``where`` and the field."""
     if type(row) is dict:
@@ -114,7 +139,7 @@ def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
             prompt = row.get(fields.prompt_key)
             if (
                 type(group) is str
-                and (type(reward) is float or type(reward) is int)
+                and (type(reward) is float or (type(reward) is int and -(2**53) <= reward <= 2**53))
                 and math.isfinite(reward)
                 and type(text) is str
                 and (prompt is None or type(prompt) is str)
@@ -133,7 +158,7 @@ def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     reward = row[fields.reward_key]
     if isinstance(reward, bool):
         reward = float(reward)
-    if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+    if not isinstance(reward, numbers.Real) or not _finite(reward):
         raise BadInput(f"{where}: field {fields.reward_key!r} is not a finite number (got {reward!r})")
     text = row[fields.text_key]
     if text is None or not isinstance(text, (str, list, dict)):
@@ -164,9 +189,13 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
 
 def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise BadInput(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
         data = data["rows"]
     if not isinstance(data, list):
@@ -339,8 +368,8 @@ def iter_groups(
     Two passes per file: the first validates every row and records each group's row positions (8 bytes a row),
     the second reads the groups one at a time. With ``contiguous=True`` the file is read once, a group handed on as
     soon as the next one starts, and ``GroupsNotContiguous`` is raised if a group's rows turn out to be split (the
-    caller then reads again without the assumption). Groups never span files: a group id is qualified by its file
-    name when a folder holds several files.
+    caller then reads again without the assumption). Groups never span files: a group id is qualified by the file's
+    path within the folder when a folder holds several files.
 
     Args:
         path: a ``.jsonl``, ``.json`` or ``.parquet`` file, or a folder of them.
@@ -358,7 +387,7 @@ def iter_groups(
     for file in files:
         stats.files += 1
         chosen = fields.for_columns(_first_columns(file))
-        prefix = f"{file.name}:" if len(files) > 1 else ""
+        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 else ""
         if contiguous:
             for group, members in _one_pass(file, chosen, stats, skip_bad):
                 yield prefix + group, members

@@ -145,7 +145,7 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     for part in loc[:-1]:
         tagged = [m for m in models if getattr(m.model_fields.get("kind"), "annotation", None) is not None]
         chosen = [m for m in tagged if part in get_args(m.model_fields["kind"].annotation)]
-        if chosen:
+        if chosen and len(models) > 1:  # a union member's tag, not a field of the chosen member
             models = chosen
             continue
         models = [
@@ -160,8 +160,11 @@ def _format_error(error: Mapping[str, Any]) -> str:
     loc = tuple(error.get("loc", ()))
     tags = ("scripted", "python", "judge")
     shown = tuple(p for i, p in enumerate(loc) if not (i == 1 and loc[0] == "grader" and p in tags))
-    path = ".".join(str(p) for p in shown) or "(top level)"
     kind = error.get("type", "")
+    if kind == "value_error" and not shown:
+        # A cross-section check raised at the top level names its own fields in its message.
+        return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    path = ".".join(str(p) for p in shown) or "(top level)"
     if kind == "extra_forbidden":
         allowed = _fields_at(loc)
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
@@ -173,8 +176,13 @@ def _format_error(error: Mapping[str, Any]) -> str:
         message = message[len("Value error, ") :]
     if kind == "missing":
         return f"{path}: required"
-    if "input" in error and kind not in ("model_type", "union_tag_invalid", "model_attributes_type"):
-        return f"{path}: {message} (got {error['input']!r})"
+    shown_input = error.get("input")
+    if (
+        "input" in error
+        and not isinstance(shown_input, (dict, list))
+        and kind not in ("model_type", "union_tag_invalid")
+    ):
+        return f"{path}: {message} (got {shown_input!r})"
     return f"{path}: {message}"
 
 

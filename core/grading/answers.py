@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from whileai.methods import rank_factors
 
 __all__ = ["GroupAnswer", "PassAnswer", "UnusableAnswer", "read_group_answer", "read_pass_answer"]
+
+_DIGITS = re.compile(r"-?[0-9]+")
 
 # Keys a grader may add for people to read; they are kept out of the math.
 _NOTE_KEYS = frozenset({"reason", "reasons", "notes"})
@@ -52,11 +55,14 @@ def _is_list(value: object) -> bool:
 
 
 def _is_score(value: object) -> bool:
-    """A finite real number that is not a bool."""
+    """A finite real number that is not a bool (an int too large for a float is not one)."""
     kind = type(value)
     if kind is not float and kind is not int and (kind is bool or not isinstance(value, numbers.Real)):
         return False
-    return math.isfinite(value)  # type: ignore[arg-type]
+    try:
+        return math.isfinite(float(value))  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return False
 
 
 def _index(value: object, what: str) -> int:
@@ -65,7 +71,7 @@ def _index(value: object, what: str) -> int:
         return value  # type: ignore[return-value]
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         return int(value.strip())
     raise UnusableAnswer(f"{what} {value!r} is not an index")
 
@@ -104,7 +110,9 @@ def read_group_answer(
         raise UnusableAnswer("answer needs exactly one of 'ranking' and 'factors'")
     pass_set = set(passes)
 
-    raw_hacks = body.get("hacks") or []
+    raw_hacks = body.get("hacks")
+    if raw_hacks is None:
+        raw_hacks = []
     if not _is_list(raw_hacks):
         raise UnusableAnswer(f"'hacks' is not a list: {raw_hacks!r}")
     hacks: list[int] = []

@@ -43,7 +43,7 @@ from whileai.simulations.defaults import (
     SPREAD_TOLERANCE,
 )
 
-__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading"]
+__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "group_labels"]
 
 Mode = Literal["advantage", "reward"]
 Grader = Callable[..., Any]
@@ -79,6 +79,7 @@ class GradedGroup:
     hacks: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     lam: float = 1.0
+    capped: bool = False
     graded: bool = False
     reason: str | None = None
     seconds: float = 0.0
@@ -123,6 +124,20 @@ def _number(value: object, what: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{what} is not a finite number: {value!r}")
     return number
+
+
+def _reward(value: object) -> float:
+    """A verifier's reward as a float: None (TRL's "no reward") is NaN; anything not a number is a set-up error."""
+    if value is None:
+        return math.nan
+    if type(value) is float:
+        return value  # type: ignore[return-value]
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"a reward is not a number: {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _describe(exc: BaseException) -> str:
@@ -254,11 +269,15 @@ class GroupwiseGrading:
         opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
         graded: list[GradedGroup] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
-            values = [_number(r, f"reward {i}") for i, r in enumerate(rewards)]
+            values = [_reward(r) for r in rewards]
             ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
             group = GradedGroup(task, values, ok, list(values), list(values))
             graded.append(group)
+            if not all(math.isfinite(v) for v in values):
+                # TRL turns a verifier's None into NaN; such a group keeps its rewards and is counted.
+                group.reason = "non-finite reward: the verifier gave None, NaN or inf"
+                continue
             if send and any(ok):
                 items = [
                     {
@@ -338,10 +357,13 @@ class GroupwiseGrading:
         passes = [i for i, ok in enumerate(group.passed) if ok]
         try:
             read = read_group_answer(
-                answer, size=len(items), passes=passes, min_factor=self.min_factor, hack_zero=self.hack_zero
+                answer, size=len(group.rewards), passes=passes, min_factor=self.min_factor, hack_zero=self.hack_zero
             )
         except UnusableAnswer as exc:
             group.reason = f"unusable answer: {exc}"
+            return
+        except Exception as exc:  # an answer object that misbehaves while being read (a raising __eq__, ...)
+            group.reason = f"unusable answer: {_describe(exc)}"
             return
 
         group.hacks = list(read.hacks)
@@ -350,11 +372,13 @@ class GroupwiseGrading:
             for i in read.hacks:
                 group.effective_rewards[i] = 0.0
         group.factors = dict(read.factors)
-        group.scores = [read.factors.get(i, 1.0) for i in kept]
+        # A single pass has nothing to be told apart from: it gives no score to the spread gate or the counters.
+        group.scores = [read.factors.get(i, 1.0) for i in kept] if len(kept) > 1 else []
         moved = redistribute_result(group.effective_rewards, read.factors, passed=kept, cap=self.cap)
         # A fallback here is arithmetic, not the grader's fault: a group with no failure (nothing to move) or
         # no pass left once its hacks are zeroed keeps its plain centered advantages.
         group.lam = moved.lam
+        group.capped = moved.capped
         group.redistributed = list(moved.advantages)
         mean = sum(group.effective_rewards) / len(group.effective_rewards)
         group.shaped = [a + mean for a in moved.advantages]
@@ -416,6 +440,9 @@ class GroupwiseGrading:
                 except UnusableAnswer as exc:
                     group.reason = f"unusable answer: {exc}"
                     break
+                except Exception as exc:  # an answer object that misbehaves while being read
+                    group.reason = f"unusable answer: {_describe(exc)}"
+                    break
                 shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
                 scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
             if group.reason is None:
@@ -464,7 +491,7 @@ class GroupwiseGrading:
         requests = []
         for start in self._groups_of(n, group_size):
             stop = start + group_size
-            chunk = [_number(r, f"reward {start + i}") for i, r in enumerate(rewards[start:stop])]
+            chunk = [_reward(r) for r in rewards[start:stop]]
             has_pass = any(r > 0 for r in chunk)
             send = (has_pass and not all(r > 0 for r in chunk)) if self.mode == "advantage" else has_pass
             requests.append(
@@ -561,9 +588,13 @@ class GroupwiseGrading:
                     kind = graded.reason.split(":", 1)[0]
                     failed[kind] = failed.get(kind, 0) + 1
                 else:
-                    per_group[task] = graded.scores
+                    key, copy = task, 1
+                    while key in per_group:  # two groups of one task (a prompt asked twice) stay two groups
+                        copy += 1
+                        key = f"{task}#{copy}"
+                    per_group[key] = graded.scores
                     if graded.hacks:
-                        hacks[task] = graded.hacks
+                        hacks[key] = graded.hacks
                 if on_graded is not None:
                     on_graded(graded)
                 if progress is not None:
@@ -613,8 +644,8 @@ class GroupwiseGrading:
         so TRL's division by the group's std does not rescale the moved mass. A ``task_id`` or ``scenario_id``
         dataset column names the task; otherwise the prompt does. When TRL passes ``log_metric``, the batch's grader
         figures are logged under ``groupwise/`` and the pass rate as ``whileai/pass_rate``; with ``log_extra``, each
-        completion's verifier reward goes into the completion logs as ``whileai_reward`` (what ``whileai spread``
-        reads from a run's ``completions/*.parquet``).
+        completion's verifier reward and group go into the completion logs as ``whileai_reward`` and
+        ``whileai_group`` (what ``whileai spread`` reads from a run's ``completions/*.parquet``).
 
         Args:
             verifier: a TRL-style reward function that says pass (> 0) or fail.
@@ -636,12 +667,13 @@ class GroupwiseGrading:
 
         def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
             distributed = gather is not None and gather.world_size > 1
+            offset = 0
             if not distributed and len(completions) % size:
                 raise ValueError(
                     f"TRL passed {len(completions)} completions, not a multiple of num_generations={size}: "
                     "check that per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
                 )
-            rewards = [float(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
+            rewards = [_reward(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
             if len(rewards) != len(completions):
                 raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
             task_ids = kwargs.get("task_id", kwargs.get("scenario_id"))
@@ -663,8 +695,16 @@ class GroupwiseGrading:
                         f"the processes hold {len(batch[2])} completions in all, not a multiple of "
                         f"num_generations={size}"
                     )
-                outcome = self._grade_for_trl(batch, size, on_graded, kwargs) if gather.rank == 0 else None
-                shaped, metrics = gather.broadcast(outcome)
+                outcome: Any = None
+                if gather.rank == 0:
+                    try:
+                        outcome = self._grade_for_trl(batch, size, on_graded, kwargs)
+                    except Exception as exc:  # tell the other processes instead of leaving them waiting
+                        outcome = exc
+                outcome = gather.broadcast(outcome)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                shaped, metrics = outcome
                 shaped = shaped[offset : offset + len(rewards)]
             else:
                 shaped, metrics = self._grade_for_trl(batch, size, on_graded, kwargs)
@@ -675,6 +715,7 @@ class GroupwiseGrading:
             log_extra = kwargs.get("log_extra")
             if callable(log_extra):
                 log_extra("whileai_reward", rewards)
+                log_extra("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
             return shaped
 
         groupwise_reward.__name__ = f"groupwise_{self.mode}"
@@ -696,6 +737,16 @@ class GroupwiseGrading:
         metrics = {f"groupwise/{k}": v for k, v in _batch_metrics(graded, before, self.stats.as_dict()).items()}
         metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / len(rewards)
         return [s for g in graded for s in g.shaped], metrics
+
+
+def group_labels(trainer_state: Any, offset: int, count: int, size: int) -> list[str]:
+    """``"step:group"`` for each of ``count`` completions starting at ``offset`` in a batch of groups of ``size``.
+
+    Logged into TRL's completion logs so a run's rollouts can be regrouped exactly as they were graded (two groups of
+    one prompt in one batch stay two groups).
+    """
+    step = getattr(trainer_state, "global_step", 0)
+    return [f"{step}:{(offset + i) // size}" for i in range(count)]
 
 
 class BatchGather(Protocol):

@@ -76,11 +76,24 @@ class SpreadReport:
         )
 
     @property
+    def fell_back(self) -> str:
+        """How many groups fell back and why (empty when none did)."""
+        if not self.failed:
+            return ""
+        reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
+        return f" {sum(self.failed.values())} group(s) fell back ({reasons})."
+
+    @property
     def conclusion(self) -> str:
         """The second line: the verdict and, when it is not "yes", what to change."""
         if self.verdict == "yes":
-            return "spread: yes. The grader tells these passes apart."
+            return "spread: yes. The grader tells these passes apart." + self.fell_back
         if self.verdict == "too few":
+            if self.failed:
+                return (
+                    f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
+                    f"{self.fell_back} Fix the grader first: --json lists the reasons, --debug shows tracebacks."
+                )
             return (
                 f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed). "
                 "Send more groups with at least two passes each."
@@ -92,7 +105,7 @@ class SpreadReport:
                 f"{self.near_median:.0%} of the scores lie within {self.tolerance:g} of the median "
                 f"(at most {self.max_near_median:.0%} allowed)"
             )
-        return f"spread: no. {why}, so group normalization would erase the grader. {self.advice}"
+        return f"spread: no. {why}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
 
     @property
     def advice(self) -> str:

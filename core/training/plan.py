@@ -49,7 +49,7 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
     else:
         grader = recipe.grader.kind
         detail = getattr(recipe.grader, "function", None) or (
-            recipe.grader.judge.get("model") if recipe.grader.kind == "judge" else "rule"
+            recipe.grader.judge.model if recipe.grader.kind == "judge" else "rule"
         )
         plan.steps.append(("grader", f"{grader} ({detail}), mode {recipe.grading.mode}, cap {recipe.grading.cap}"))
         if recipe.spread.rows:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
-from whileai.errors import MissingExtra
-from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.errors import BadInput, MissingExtra
+from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels
 
 __all__ = ["GradingLog", "TrainingResult", "binary_reward", "run_training"]
 
@@ -61,32 +63,51 @@ class GradingLog:
                 handle.write(json.dumps({"step": step, **group.as_dict()}) + "\n")
 
 
-def binary_reward(verifier: Callable[..., Sequence[float]]) -> Callable[..., list[float]]:
-    """The verifier's reward as it is (a binary arm), logging the same pass rate and completion column as
+def binary_reward(verifier: Callable[..., Sequence[float]], num_generations: int) -> Callable[..., list[float]]:
+    """The verifier's reward as it is (a binary arm), logging the same pass rate and completion columns as
     ``GroupwiseGrading.trl_reward`` so two arms read alike."""
 
     def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        rewards = [float(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
+        rewards = [
+            math.nan if r is None else float(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)
+        ]
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
         if callable(kwargs.get("log_extra")):
             kwargs["log_extra"]("whileai_reward", rewards)
+            offset = _process_offset(len(rewards))
+            kwargs["log_extra"](
+                "whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), num_generations)
+            )
         return rewards
 
     return binary
+
+
+def _process_offset(count: int) -> int:
+    """Where this process's slice starts in the batch, for group labels (0 with one process)."""
+    from whileai.training.distributed import TorchGather
+
+    gather = TorchGather()
+    if gather.world_size == 1:
+        return 0
+    return sum(gather.all_gather(count)[: gather.rank])
 
 
 def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None]) -> tuple[dict[str, Any] | None, bool]:
     """(the gate's report or why it was skipped, whether it passed)."""
     from whileai.graders import build_grading
     from whileai.preflight import check_spread_file
+    from whileai.rows import RowFields
 
     recipe = loaded.recipe
     if recipe.grader is None:
         return {"skipped": "no grader: a binary arm"}, True
     grading = build_grading(loaded)
-    if recipe.spread.rows:
-        run = check_spread_file(loaded.resolve(recipe.spread.rows), grading, skip_bad=recipe.spread.skip_bad_rows)
+    settings = recipe.spread
+    if settings.rows:
+        fields = RowFields(settings.group_key, settings.reward_key, settings.text_key, settings.prompt_key)
+        run = check_spread_file(loaded.resolve(settings.rows), grading, fields, skip_bad=settings.skip_bad_rows)
         report = run.report
     elif recipe.simulate is not None:
         from whileai.simulations.agents import seeded_agent
@@ -131,23 +152,22 @@ def run_training(
     recipe = loaded.recipe
     recipe.require("model", "data", "verifier", command="train")
     out = Path(recipe.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(loaded.dump())
+    if resume and not any(out.glob("checkpoint-*")):
+        raise BadInput(f"--resume: {out} has no checkpoint-* folder to continue from")
+    # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
+    main = int(os.environ.get("RANK", "0")) == 0
     summary: dict[str, Any] = {"recipe": str(loaded.path), "skip_spread_gate": skip_spread_gate, "resumed": resume}
-
-    # The spread gate comes before any GPU is spent.
-    spread, passed = _spread_gate(loaded, say)
-    summary["spread"] = spread
-    if not passed and not skip_spread_gate:
-        summary["started"] = False
-        _write_json(out / "whileai_run.json", summary)
-        return TrainingResult(out, spread, spread_failed=True)
-    if not passed:
-        say("whileai: the spread gate found no spread; training anyway (--skip-spread-gate, recorded in the run)")
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "recipe.yaml").write_text(loaded.dump())
+        # The spread gate comes before any GPU is spent and before anything heavy is imported.
+        spread, passed = _spread_gate(loaded, say)
+        _write_json(out / "spread_gate.json", {"spread": spread, "passed": passed})
 
     try:
         import datasets
         import torch
+        from accelerate import PartialState
         from transformers import AutoTokenizer
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
         from transformers.utils import logging as transformers_logging
@@ -165,16 +185,7 @@ def run_training(
     from whileai.training.tasks import load_task, load_verifier
     from whileai.training.tiny import build_tiny_model
 
-    task = load_task(loaded)
-    verifier = load_verifier(loaded)
-    model = recipe.model
-    assert model is not None
-    if model.tiny is not None:
-        model_path = str(build_tiny_model(out / "base_model", task.corpus, model.tiny, seed=recipe.trainer.seed))
-    else:
-        assert model.name_or_path is not None
-        model_path = model.name_or_path
-
+    # The trainer's arguments are checked before a model is built, so a bad trainer section costs nothing.
     kwargs = grpo_arguments(loaded)
     cuda = torch.cuda.is_available()
     if cuda and importlib.util.find_spec("vllm") is not None:
@@ -182,13 +193,43 @@ def run_training(
         kwargs.setdefault("vllm_mode", "colocate")
     else:
         kwargs["use_vllm"] = False
-        say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
+        if main:
+            say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
     if not cuda:
         kwargs["use_cpu"] = True
+    model = recipe.model
+    assert model is not None
     if model.dtype != "auto":
         kwargs.setdefault("model_init_kwargs", {})["dtype"] = model.dtype
     kwargs.setdefault("disable_tqdm", True)
-    args = GRPOConfig(**kwargs)
+    try:
+        args = GRPOConfig(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise BadInput(f"{loaded.path}: trainer: {err}") from None
+
+    state = PartialState()
+    state.wait_for_everyone()
+    gate = json.loads((out / "spread_gate.json").read_text())
+    spread, passed = gate["spread"], gate["passed"]
+    summary["spread"] = spread
+    if not passed and not skip_spread_gate:
+        summary["started"] = False
+        if main:
+            _write_json(out / "whileai_run.json", summary)
+        return TrainingResult(out, spread, spread_failed=True)
+    if not passed and main:
+        say("whileai: the spread gate found no spread; training anyway (--skip-spread-gate, recorded in the run)")
+
+    task = load_task(loaded)
+    verifier = load_verifier(loaded)
+    if model.tiny is not None:
+        model_path = str(out / "base_model")
+        if main:
+            build_tiny_model(model_path, task.corpus, model.tiny, seed=recipe.trainer.seed)
+        state.wait_for_everyone()
+    else:
+        assert model.name_or_path is not None
+        model_path = model.name_or_path
 
     grading: GroupwiseGrading | None = build_grading(loaded) if recipe.grader is not None else None
     if grading is not None:
@@ -196,7 +237,7 @@ def run_training(
             verifier, args.num_generations, gather=TorchGather(), on_graded=GradingLog(out / "grading.jsonl")
         )
     else:
-        reward = binary_reward(verifier)
+        reward = binary_reward(verifier, args.num_generations)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path) if model.tiny is not None else None
     trainer = GRPOTrainer(
@@ -226,6 +267,6 @@ def run_training(
     )
     if trainer.is_world_process_zero():
         _write_json(out / "whileai_run.json", summary)
-    if grading is not None:
+    if grading is not None and main:
         say(str(grading.stats))
     return TrainingResult(out, spread, False, trainer.state.global_step, summary.get("grader") or {})

@@ -205,6 +205,27 @@ def test_redistribute_ranking_with_ties_and_hacks() -> None:
     assert same["advantages"] == data["advantages"]
 
 
+def test_redistribute_shows_a_after_hacks_are_zeroed_and_caps_honestly() -> None:
+    data = json.loads(
+        invoke("redistribute", "--rewards", "1,1,1,0", "--ranking", "1,0", "--hacks", "2", "--json").stdout
+    )
+    assert data["effective_rewards"] == [1.0, 1.0, 0.0, 0.0] and data["advantages_before"] == [0.5, 0.5, -0.5, -0.5]
+    assert data["advantages"][2:] == [-0.5, -0.5]  # failures keep their advantage: the cap did not bind
+    table = invoke("redistribute", "--rewards", "1,0", "--factors", "0=1.0", "--cap", "1").stdout
+    assert "lambda 1.0000" in table and "(capped)" not in table
+
+
+def test_an_unforeseen_error_is_one_line_and_exit_2(monkeypatch) -> None:
+    import whileai.cli.redistribute as command
+
+    def explode(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(command, "_grade", explode)
+    result = invoke("redistribute", "--rewards", "1,0")
+    assert result.exit_code == 2 and "KeyError" in result.stderr and "--debug" in result.stderr
+
+
 def test_redistribute_cap_and_fallback() -> None:
     data = json.loads(
         invoke("redistribute", "--rewards", "1,0,0,0", "--factors", "0=0.1", "--cap", "2", "--json").stdout
@@ -221,6 +242,9 @@ def test_redistribute_cap_and_fallback() -> None:
         (["--rewards", "1,0", "--factors", "0:1"], "index=factor"),
         (["--rewards", "1,0", "--factors", "0=1", "--ranking", "0"], "not both"),
         ([], "give --rewards"),
+        (["--rewards", "1,nan,0"], "finite"),
+        (["--rewards", "1,0", "--cap", "0"], "--cap: must be a number > 0"),
+        (["--rewards", "1,0", "--min-factor", "2"], "--min-factor: must be a number in (0, 1]"),
     ],
 )
 def test_redistribute_bad_input_exits_2(args, message) -> None:

@@ -79,9 +79,9 @@ def test_run_directory_and_report(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_the_spread_gate_refuses_before_training(tmp_path: Path) -> None:
     rows = tmp_path / "tied.jsonl"
-    rows.write_text("".join(json.dumps({"scenario_id": "s", "reward": 1, "final_text": "x"}) + "\n" for _ in range(4)))
+    rows.write_text("".join(json.dumps({"scenario_id": "s", "score": 1, "final_text": "x"}) + "\n" for _ in range(4)))
     out = tmp_path / "refused"
-    args = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", f"spread.rows={rows}"]
+    args = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", f"spread.rows={rows}", "spread.reward_key=score"]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "spread: no." in result.stderr
     assert json.loads((out / "whileai_run.json").read_text())["started"] is False
@@ -117,3 +117,14 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
     assert summary["resumed"] is True and summary["steps"] == 3
     lines = (out / "grading.jsonl").read_text().splitlines()
     assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {2}
+
+
+@pytest.mark.slow
+def test_a_bad_trainer_section_fails_before_a_model_is_built(tmp_path: Path) -> None:
+    out = tmp_path / "bad"
+    args = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", "trainer.per_device_train_batch_size=12"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "trainer:" in result.stderr and "divisible" in result.stderr
+    assert not (out / "base_model").exists()
+    resumed = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={tmp_path / 'new'}", "--resume"])
+    assert resumed.exit_code == 2 and "no checkpoint-* folder" in resumed.stderr

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import whileai as wai
 from whileai.methods import redistribute
@@ -324,7 +328,7 @@ def test_bad_rows_name_the_row_and_field(row, message) -> None:
 def test_spread_report_serializes() -> None:
     rows = rows_for({"a": [(1, "x"), (1, "<tool_call>y")]})
     data = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False).as_dict()
-    assert data["verdict"] == "too few" or data["verdict"] in {"yes", "no"}
+    assert data["verdict"] == "yes" and data["scores"] == 2 and data["std"] == 0.25
     assert data["per_group"] == {"a": [1.0, 0.5]} and data["summary"].startswith("spread check: 2 grader scores")
 
 
@@ -447,7 +451,7 @@ def test_stats_accumulate_across_calls() -> None:
     gar.check_spread(rows_for({"a": [(1, "x"), (1, "y")]}), strict=False)
     assert str(gar.stats) == (
         "groupwise grading (advantage): 3 groups, 1 mixed, 2 grader calls, 0 failed (fell back), 0 hacks zeroed; "
-        "factors mean 0.833 std 0.236"
+        "factors mean 0.750 std 0.250"  # the lone pass of the first group gives no score
     )
     assert gar.stats.as_dict()["groups"] == 3
 
@@ -554,7 +558,7 @@ def test_trl_reward_logs_the_verifier_reward_per_completion() -> None:
     extras = {}
     reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=2)
     reward(prompts=["p"] * 2, completions=["done", "x"], log_extra=lambda c, v: extras.__setitem__(c, v))
-    assert extras == {"whileai_reward": [1.0, 0.0]}
+    assert extras == {"whileai_reward": [1.0, 0.0], "whileai_group": ["0:0", "0:0"]}
 
 
 class ThreadGather:
@@ -610,3 +614,67 @@ def test_groups_split_across_processes_are_graded_whole() -> None:
 def count_calls_by_length(group):
     passes = sorted((g for g in group if g["passed"]), key=lambda g: len(g["completion"]))
     return {"ranking": [g["index"] for g in passes]}
+
+
+def test_a_verifier_none_or_nan_falls_back_for_that_group_only() -> None:
+    gar = wai.GroupwiseGrading(grader=by_order)
+    reward = gar.trl_reward(lambda **kw: [None, 1.0, 1.0, 0.0], num_generations=2)
+    out = reward(prompts=["p"] * 4, completions=["a", "b", "c", "d"])
+    assert out[0] != out[0] and out[1] == 1.0  # NaN passes through for TRL's nansum; the group is not graded
+    assert out[2:] == [1.0, 0.0]
+    assert gar.stats.fallbacks == {"non-finite reward": 1}
+    with pytest.raises(ValueError, match="not a number"):
+        gar.trl_reward(lambda **kw: ["yes", 0.0], num_generations=2)(prompts=["p"] * 2, completions=["a", "b"])
+
+
+class _Evil:
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"factors": {0: 10**400}},
+        {"factors": {"--1": 1.0}},
+        {"ranking": ["²", 0]},
+        {"ranking": [0, 1], "hacks": [_Evil()]},
+        {"ranking": [[0, [1]]]},
+        {"ranking": [0, 1], "hacks": "0"},
+        {"factors": {0: float("nan")}},
+        {"factors": [(0, 1.0)]},
+    ],
+)
+def test_adversarial_answers_never_escape(answer) -> None:
+    gar = wai.GroupwiseGrading(grader=returning(answer))
+    assert gar.shape([1, 1, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4) == [1.0, 1.0, 0.0, 0.0]
+    assert gar.stats.failed == 1
+
+
+class _AmbiguousTruth(list):
+    """Like an empty numpy array: asking for its truth value raises."""
+
+    def __bool__(self):
+        raise ValueError("the truth value of an array is ambiguous")
+
+
+def test_hacks_given_as_an_array_like_are_read_without_asking_their_truth() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": [0, 1], "hacks": _AmbiguousTruth()}))
+    (group,) = gar.grade_batch([1, 1, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.reason is None and group.factors == {0: 1.0, 1: 0.5}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+        max_leaves=12,
+    )
+)
+def test_any_json_answer_is_used_or_falls_back(answer) -> None:
+    for mode, grader in (("advantage", lambda group: answer), ("reward", lambda item, rubric: answer)):
+        out = wai.GroupwiseGrading(grader=grader, mode=mode).shape([1, 1, 0], ["p"] * 3, ["a"] * 3, group_size=3)
+        assert len(out) == 3 and all(math.isfinite(v) for v in out)

@@ -107,5 +107,32 @@ def test_unsupported_and_missing_paths(tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text("a,b\n")
     with pytest.raises(BadInput, match=r"must be \.jsonl, \.json or \.parquet"):
         list(iter_groups(tmp_path / "rows.csv"))
-    with pytest.raises(BadInput, match=r"no \.jsonl, \.json or \.parquet files"):
+    with pytest.raises(BadInput, match=r"no \.jsonl, \.json or \.parquet rows files"):
         list(iter_groups(tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path))
+
+
+def test_a_run_folder_reads_only_rows_files(tmp_path: Path) -> None:
+    write(tmp_path / "rows.jsonl", [row("a", 1, "x"), row("a", 0, "y")])
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    (tmp_path / "more.json").write_text(json.dumps({"rows": [row("b", 1, "z")]}))
+    assert [g for g, _ in iter_groups(tmp_path)] == ["more.json:b", "rows.jsonl:a"]
+
+
+def test_files_of_one_name_in_two_folders_stay_apart(tmp_path: Path) -> None:
+    for arm in ("gar", "binary"):
+        (tmp_path / arm).mkdir()
+        write(tmp_path / arm / "c.jsonl", [row("a", 1, "x"), row("a", 1, "xx")])
+    grading = wai.GroupwiseGrading(grader=by_calls)
+    run = check_spread_file(tmp_path, grading)
+    assert run.report.groups == 2 and len(run.report.scores) == 4
+
+
+def test_oversized_and_non_utf8_input_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"scenario_id": "a", "reward": 1' + "0" * 400 + ', "final_text": "x"}\n')
+    with pytest.raises(BadInput, match="not a finite number"):
+        list(iter_groups(path))
+    broken = tmp_path / "latin.json"
+    broken.write_bytes(b'[{"scenario_id": "\xe9"}]')
+    with pytest.raises(BadInput, match="not UTF-8"):
+        list(iter_groups(broken))
