@@ -128,3 +128,13 @@ def test_a_bad_trainer_section_fails_before_a_model_is_built(tmp_path: Path) -> 
     assert not (out / "base_model").exists()
     resumed = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={tmp_path / 'new'}", "--resume"])
     assert resumed.exit_code == 2 and "no checkpoint-* folder" in resumed.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_main_job_runs_as_shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`whileai train recipes/tiny_cpu_gar.yaml`, all 60 steps, from a fresh working directory (about a minute)."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", str(RECIPE)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "whileai_run.json").read_text())
+    assert summary["steps"] == 60 and summary["grader"]["failed"] == 0 and summary["grader"]["mixed"] > 0
