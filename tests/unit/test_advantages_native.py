@@ -1,0 +1,68 @@
+"""The fused CPU kernel for masked GAE gives the torch scan's numbers, and steps aside where it must."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from whileai.advantages import gae_advantages  # noqa: E402
+from whileai.advantages.native import gae_native, native_available  # noqa: E402
+
+needs_native = pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.integers(1, 70),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 1.0),
+    st.sampled_from([torch.float32, torch.float64]),
+    st.integers(0, 2**31 - 1),
+)
+def test_native_equals_the_torch_scan(rows, length, gamma, lam, dtype, seed) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(rows, length, generator=generator) < 0.6
+    rewards = torch.randn(rows, length, generator=generator, dtype=dtype) * mask
+    values = torch.randn(rows, length, generator=generator, dtype=dtype) * 5  # garbage off the mask too
+    fused = gae_native(rewards, values, mask, gamma, lam, dtype)
+    assert fused is not None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WHILEAI_NO_NATIVE", "1")
+        reference = gae_advantages(rewards, values, mask, gamma=gamma, lam=lam)
+    tolerance = 1e-4 if dtype == torch.float32 else 1e-9
+    torch.testing.assert_close(fused[0], reference[0], atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(fused[1], reference[1], atol=tolerance, rtol=tolerance)
+
+
+@needs_native
+def test_the_chapter_row_through_the_kernel() -> None:
+    mask = torch.tensor([[1, 1, 0, 0, 0, 1, 1, 0, 0, 1]], dtype=torch.bool)
+    rewards = torch.tensor([[0, -0.1, 0, 0, 0, 0, -0.1, 0, 0, 0.9]])
+    values = torch.tensor([[0.5, 0.4, 9, 9, 9, 0.6, 0.7, 9, 9, 0.8]])
+    advantages, _ = gae_native(rewards, values, mask, 1.0, 0.0, torch.float32)
+    assert advantages[0, 1].item() == pytest.approx(0.1)  # bootstraps from V(c5) = 0.6, not the 9 at position 2
+    assert advantages[0, 2:5].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_inputs_that_need_grad_take_the_differentiable_path() -> None:
+    mask = torch.tensor([[1, 1, 0, 1]], dtype=torch.bool)
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.1, 0.2, 9.0, 0.3]], requires_grad=True)
+    assert gae_native(rewards, values, mask, 1.0, 1.0, torch.float32) is None
+    advantages, _ = gae_advantages(rewards, values, mask)
+    advantages.sum().backward()
+    assert values.grad is not None and values.grad[0, 2].item() == 0.0
+
+
+def test_disabled_by_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("WHILEAI_NO_NATIVE", "1")
+    assert not native_available()
+    assert (
+        gae_native(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), 1.0, 1.0, torch.float32)
+        is None
+    )
