@@ -1,10 +1,10 @@
 """A fused CPU kernel for masked GAE: one backward pass per row, reading rewards, values and the mask once.
 
 The vectorized torch scan of ``returns`` makes about a dozen passes over ``[B, T]``; the recursion itself needs one.
-When numba is installed (the ``fast`` extra), ``gae_native`` compiles that one pass (rows in parallel; it sets numba's
-thread count to torch's on every call) and ``gae_advantages`` uses it for CPU tensors that need no gradient. Everything else (CUDA tensors,
-inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch path, which gives the same numbers
-to rounding (a test compares them).
+When numba is installed (the ``fast`` extra), ``gae_native`` compiles that one pass (rows in parallel; it sets
+numba's thread count to torch's on every call) and ``gae_advantages`` uses it for CPU tensors that need no gradient.
+Everything else (CUDA tensors, inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch
+path, which gives the same numbers to rounding (a test compares them).
 
 The recursion is the chapter's Equation (7.1) with its token conventions: walking backward, a policy position gets
 ``delta = r + gamma * V_next - V`` and ``A = delta + gamma * lam * A_next``; a non-policy position gets 0 and passes
@@ -37,7 +37,6 @@ def _compile() -> Any:
         _FAILED = True
         return None
 
-    @numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
     def gae_rows(r, v, m, gamma, lam, adv, tgt):  # pragma: no cover - compiled; tested through gae_native
         rows, length = r.shape
         decay = gamma * lam
@@ -56,7 +55,10 @@ def _compile() -> Any:
                     adv[b, t] = 0.0
                     tgt[b, t] = 0.0
 
-    _KERNEL = gae_rows
+    try:
+        _KERNEL = numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)(gae_rows)
+    except Exception:  # no writable cache location, an unsupported platform: the torch scan serves
+        _FAILED = True
     return _KERNEL
 
 
