@@ -113,8 +113,10 @@ def main() -> None:
             print(f"{'whileai spread (whole process)':<38}{cli_s:>9.2f}{rows / cli_s:>12,.0f}{cli_s / floor_s:>14.2f}x")
         print(f"peak memory added by the check: {added:.1f} MiB = {added / size_mib:.2f} x the input file")
         print(f"verdict: {library[0]['verdict']}")
-        print(f"target >= 50,000 rows/s: {'met' if rows / lib_s >= 50_000 else 'missed'}; "
-              f"peak memory < input size: {'met' if added < size_mib else 'missed'}")
+        print(
+            f"target >= 50,000 rows/s: {'met' if rows / lib_s >= 50_000 else 'missed'}; "
+            f"peak memory < input size: {'met' if added < size_mib else 'missed'}"
+        )
 
 
 if __name__ == "__main__":
