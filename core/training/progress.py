@@ -1,6 +1,9 @@
-"""One line per logging step while training: step, reward, pass rate, length, grader calls and fallbacks.
+"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case.
 
-A ``transformers.TrainerCallback``; it replaces the trainer's own printer so the log reads as one table.
+The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest reward, pass rate,
+grader calls and fallbacks; each logging step also prints one table row (step, reward, pass rate, length, grader
+calls, fallbacks, hacks), so a log file reads as a table. A ``transformers.TrainerCallback`` that replaces the
+trainer's own printer and tqdm bar.
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 
 __all__ = ["RichProgress"]
@@ -24,15 +29,53 @@ _COLUMNS = (
 
 
 class RichProgress(TrainerCallback):
-    """Prints the run's figures at each logging step (main process only)."""
+    """Progress of a run on the main process: a live bar on a terminal, a table row per logging step."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], console: Console | None = None) -> None:
         self.say = say
+        self.console = console or Console(stderr=True)
         self.header_done = False
+        self.bar: Progress | None = None
+        self.task: Any = None
+        self.calls = 0.0
+        self.fallbacks = 0.0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not self.console.is_terminal:
+            return
+        self.bar = Progress(
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(bar_width=None),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("", total=state.max_steps or None, completed=state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs or "reward" not in logs:
             return
+        self.calls += logs.get("groupwise/grader_calls", 0.0)
+        self.fallbacks += logs.get("groupwise/fallbacks", 0.0)
+        if self.bar is not None:
+            passed = logs.get("whileai/pass_rate")
+            description = f"reward {logs['reward']:.3f}" + (f"  pass {passed:.2f}" if passed is not None else "")
+            if "groupwise/grader_calls" in logs:
+                description += f"  grader calls {self.calls:.0f}  fallbacks {self.fallbacks:.0f}"
+            self.bar.update(self.task, description=description)
         if not self.header_done:
             self.say("  ".join(f"{title:>{len(fmt.format(0))}}" for _, title, fmt in _COLUMNS))
             self.header_done = True
