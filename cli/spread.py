@@ -66,9 +66,10 @@ def spread(
         grading = build_grading(loaded)
     else:
         say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
-        from whileai.config.load import config_dirs
+        from importlib import resources
 
-        rule = next(d / DEFAULT_RULE for d in config_dirs(Path.cwd()) if (d / DEFAULT_RULE).is_file())
+        # The shipped rule itself, not a file of that name that happens to sit in the working directory.
+        rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
         grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
     if rows is None:
         if settings.rows is None:

@@ -108,7 +108,9 @@ def test_unsupported_and_missing_paths(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match=r"must be \.jsonl, \.json or \.parquet"):
         list(iter_groups(tmp_path / "rows.csv"))
     with pytest.raises(BadInput, match=r"no \.jsonl, \.json or \.parquet rows files"):
-        list(iter_groups(tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path))
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        list(iter_groups(empty))
 
 
 def test_a_run_folder_reads_only_rows_files(tmp_path: Path) -> None:
