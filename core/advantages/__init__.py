@@ -12,7 +12,9 @@ Importing this package imports torch (the ``train`` extra); ``import whileai`` d
 - ``scan``: the policy-token compaction and the discounted reverse scan underneath ``returns`` and ``turns``.
 
 Conventions: a reward lives on the policy token that earned it; time advances only on policy tokens; recursions
-carry their state unchanged across mask-0 positions; outputs are 0 there and values there are never read.
+carry their state unchanged across mask-0 positions; outputs are 0 there and rewards and values there are never read
+(NaN and inf included, on every device). The float32 scans keep float32's precision whatever the global matmul
+setting (TF32).
 """
 
 from __future__ import annotations

@@ -122,8 +122,9 @@ def fit_critic(
 ) -> list[float]:
     """Regress the critic's values on ``targets`` at the ``mask`` positions with Adam; returns the loss per step.
 
-    The loss is the mean squared error over the masked entries of each minibatch. Targets are usually the value
-    targets of ``gae_advantages`` or Monte Carlo returns, in the layout of ``critic_values``.
+    The loss is the mean squared error over the masked entries of each minibatch; targets and values elsewhere are
+    never read (NaN or inf there changes neither the loss nor its gradient). Targets are usually the value targets of
+    ``gae_advantages`` or Monte Carlo returns, in the layout of ``critic_values``.
 
     Args:
         critic: a model from ``make_critic``; trained in place (left in the train/eval mode it came in).
@@ -158,7 +159,9 @@ def fit_critic(
     critic.train()
     optimizer = torch.optim.Adam([p for p in critic.parameters() if p.requires_grad], lr=lr)
     losses: list[float] = []
-    weights = (mask != 0).to(torch.float32)  # [B, T-1]
+    keep = mask != 0  # [B, T-1]
+    # Selected with where, never multiplied by the mask: NaN * 0 is NaN, in the loss and in its gradient.
+    clean_targets = torch.where(keep, targets.float(), 0.0)  # [B, T-1]
     try:
         for _ in range(steps):
             if batch_size is None or batch_size >= rows:
@@ -168,8 +171,9 @@ def fit_critic(
             values = critic_values(
                 critic, input_ids[pick], None if attention_mask is None else attention_mask[pick]
             ).float()  # [b, T-1]
-            w = weights[pick]  # [b, T-1]
-            loss = ((values - targets[pick].float()) ** 2 * w).sum() / w.sum().clamp(min=1)
+            k = keep[pick]  # [b, T-1]
+            error = torch.where(k, values - clean_targets[pick], 0.0)  # [b, T-1]
+            loss = error.square().sum() / k.sum().clamp(min=1)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -25,6 +25,8 @@ from typing import Literal
 
 import torch
 
+from whileai.advantages.scan import zero_outside
+
 __all__ = [
     "STD_EPS",
     "expected_group_push",
@@ -146,9 +148,10 @@ def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Te
 def whiten(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Batch whitening ``(x - mean) / (std + 1e-4)`` over the entries selected by ``mask`` (all when ``None``).
 
-    Mean and sample std are taken over the selected entries only; unselected entries come back as 0. Applied to
-    episode rewards ``[N]`` this is the batch whitening that 7.7 compares with group centering; applied to token
-    advantages ``[B, T]`` with the policy mask it is PPO's advantage whitening.
+    Mean and sample std are taken over the selected entries only; unselected entries are never read (NaN or inf
+    there changes nothing) and come back as 0. Applied to episode rewards ``[N]`` this is the batch whitening that 7.7
+    compares with group centering; applied to token advantages ``[B, T]`` with the policy mask it is PPO's advantage
+    whitening.
 
     Args:
         x: any shape, e.g. ``[N]`` or ``[B, T]``.
@@ -164,15 +167,17 @@ def whiten(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     values = x.to(work)
     if mask is None:
-        keep = torch.ones_like(values)
+        count = torch.tensor(values.numel(), dtype=work, device=values.device)
+        centered = values - values.sum() / count.clamp(min=1)
     else:
         if mask.shape != x.shape:
             raise ValueError(f"mask shape {tuple(mask.shape)} differs from x {tuple(x.shape)}")
-        keep = (mask != 0).to(work)
-    count = keep.sum()
-    mean = (values * keep).sum() / count.clamp(min=1)  # []
-    var = ((values - mean) ** 2 * keep).sum() / (count - 1).clamp(min=1)  # [], Bessel-corrected
-    out = (values - mean) / (var.sqrt() + STD_EPS) * keep
+        keep = mask != 0
+        values = zero_outside(values, keep)  # selected, never multiplied by the mask: NaN * 0 is NaN
+        count = keep.sum().to(work)
+        centered = zero_outside(values - values.sum() / count.clamp(min=1), keep)
+    var = centered.square().sum() / (count - 1).clamp(min=1)  # [], Bessel-corrected
+    out = centered / (var.sqrt() + STD_EPS)
     return out.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
 
 

@@ -6,12 +6,16 @@ The chapter's conventions hold everywhere:
 - a reward lives on the policy token that earned it (``outcome_rewards`` builds that layout);
 - time advances only on policy tokens: every recursion carries its state unchanged across positions whose mask is 0
   (prompt, template, tool tokens), and gamma is applied once per policy token;
-- outputs are 0 at non-policy positions, and values there are never read (a garbage value changes nothing);
+- outputs are 0 at non-policy positions, and rewards and values there are never read: a garbage value, NaN and inf
+  included, changes nothing, on the CPU kernel and on the torch path alike (they are selected, never multiplied by
+  the mask, since ``NaN * 0`` is NaN);
 - the value after a row's last policy token is 0 (the episode is over).
 
 Inputs may be any float dtype on any device; the computation runs in float32 (float64 when an input is float64) and
-returns the rewards' dtype. Rows are batched and the recursions are vectorized scans, so a 30,000-token row costs no
-Python step per token. On the CPU, with numba installed, GAE runs as one fused compiled pass (``native``).
+returns the rewards' dtype. Its matrix products keep that precision whatever the global float32 matmul setting (TF32
+on CUDA, bfloat16 on oneDNN): see ``scan.full_precision_matmul`` and ``scan.suffix_sums``. Rows are batched and the
+recursions are vectorized scans, so a 30,000-token row costs no Python step per token. On the CPU, with numba
+installed, GAE runs as one fused compiled pass (``native``).
 
 Not here: group baselines (``groups``), turn-level credit (``turns``), critics (``critic``). No I/O.
 """
@@ -27,8 +31,10 @@ from whileai.advantages.scan import (
     PolicyLayout,
     chained_reverse_scan,
     discounted_reverse_scan,
-    lower_ones,
+    keep_bits,
+    suffix_sums,
     working_dtype,
+    zero_outside,
 )
 
 __all__ = ["gae_advantages", "nstep_returns", "outcome_rewards", "returns_to_go", "td_errors"]
@@ -89,7 +95,7 @@ def outcome_rewards(
         ends = policy & ~torch.nn.functional.pad(policy[:, 1:], (0, 1))  # [N, T], last token of each call
         costs = torch.as_tensor(call_costs, dtype=dtype, device=scores.device)
         costs = costs[:, None] if costs.dim() == 1 else costs  # [N, 1] or scalar
-        rewards = rewards - ends.to(dtype) * costs  # [N, T]
+        rewards = torch.where(ends, -costs, rewards)  # [N, T]; where, not ends * costs: 0 * inf would be NaN
     positions = torch.arange(length, device=policy.device)  # [T]
     last = torch.where(policy, positions, -1).amax(1)  # [N], -1 when the row has no policy token
     has_policy = last >= 0  # [N]
@@ -211,7 +217,7 @@ def gae_advantages(
 
     Args:
         rewards: ``[B, T]``, on policy tokens.
-        values: ``[B, T]``, ``V(c_i)`` at policy positions; entries elsewhere are ignored.
+        values: ``[B, T]``, ``V(c_i)`` at policy positions; entries elsewhere are ignored, even NaN or inf.
         mask: ``[B, T]`` policy mask.
         gamma: discount per policy token, in ``[0, 1]``.
         lam: GAE's lambda, in ``[0, 1]``.
@@ -278,17 +284,18 @@ def _gae_unpacked(
     """GAE on the ``[B, T]`` layout itself, with no packing: tool positions are identity steps of one scan.
 
     The recursion is ``y[t] = x[t] + a[t+1] * y[t+1]`` over every position, with ``a = gamma * lam`` at policy
-    positions and 1 elsewhere, and input ``x = m * (r - v) + gamma * (m * v)[t+1]``. At a policy position followed by
-    a policy position, ``x`` is the TD error. At the last token of a call, the bootstrap value ``gamma * V(c_nx)``
-    sits one position earlier than ``nx``, on the last tool position, whose step to ``nx`` costs one decay and whose
-    way back to the call costs none: it reaches the call's last token with weight ``gamma``, and every earlier token
-    of the episode with exactly the weight its TD error would carry. So ``y`` equals the chapter's GAE at every policy
-    position (outputs are masked to 0 elsewhere) and no next-value has to be looked up.
+    positions and 1 elsewhere, and input ``x = m * (r - v) + gamma * (m * v)[t+1]``, where ``m * v`` stands for ``v``
+    at policy positions and 0 elsewhere, selected (``zero_outside``) so that a NaN or inf there never enters the sums.
+    At a policy position followed by a policy position, ``x`` is the TD error. At the last token of a call, the
+    bootstrap value ``gamma * V(c_nx)`` sits one position earlier than ``nx``, on the last tool position, whose step
+    to ``nx`` costs one decay and whose way back to the call costs none: it reaches the call's last token with weight
+    ``gamma``, and every earlier token of the episode with exactly the weight its TD error would carry. So ``y``
+    equals the chapter's GAE at every policy position (outputs are 0 elsewhere) and no next-value has to be looked up.
 
     Chunks of 16 positions are solved at once: with ``H`` the running product of ``a`` within the chunk,
-    ``y[k] = (sum_{j >= k} H[j] x[j] + carry) / H[k]``, one ``[N, 16] @ [16, 16]`` product; ``H >= (gamma*lam)**16``
-    is bounded below (the caller checks), so the division is exact to rounding. The chunk heads are linked by
-    ``chained_reverse_scan``. Rows are processed in blocks on CPU so the work buffers stay in cache.
+    ``y[k] = (sum_{j >= k} H[j] x[j] + carry) / H[k]``, one ``[N, 16] @ [16, 16]`` product (``suffix_sums``);
+    ``H >= (gamma*lam)**16`` is bounded below (the caller checks), so the division is exact to rounding. The chunk
+    heads are linked by ``chained_reverse_scan``. Rows are processed in blocks on CPU so the work buffers stay in cache.
     """
     rows, length = r.shape
     g = gamma * lam
@@ -296,32 +303,35 @@ def _gae_unpacked(
     width = n_chunks * _CHUNK
     advantages = torch.empty((rows, length), dtype=r.dtype, device=r.device)
     targets = torch.empty((rows, length), dtype=r.dtype, device=r.device)
-    flags = (mask if mask.dtype == torch.bool else mask != 0).view(torch.uint8)  # [B, T]
+    policy = mask if mask.dtype == torch.bool else mask != 0  # [B, T]
+    flags = policy.view(torch.uint8)  # [B, T]
     block = rows if r.device.type != "cpu" else max(1, min(rows, _CPU_BLOCK // width))
     f, x, h, s = _work_buffers(r, block, width)  # [block, W] each
     if width > length:  # the padding columns stay policy-free: f = 0, x = 0 (and so a = 1)
         f[:, length:] = 0
         x[:, length:] = 0
-    minus_sum = lower_ones(_CHUNK, r.dtype, r.device, negate=True)
     one = torch.ones((), dtype=r.dtype, device=r.device)
+    as_int = torch.int64 if r.dtype == torch.float64 else torch.int32  # r is float32 or float64 (working_dtype)
     for start in range(0, rows, block):
         stop = min(rows, start + block)
         n = stop - start
         fb, xb, hb, sb = f[:n], x[:n], h[:n], s[:n]
         vm = targets[start:stop]  # m * v, until the targets are complete
         fb[:, :length].copy_(flags[start:stop])  # [n, W], 1.0 at policy positions
-        torch.mul(v[start:stop], fb[:, :length], out=vm)
+        # Select, never multiply by the mask (NaN * 0 is NaN); the bits live in sb, unused until the product.
+        bits = keep_bits(policy[start:stop], r.dtype, out=sb[:, :length].view(as_int))  # [n, T]
+        zero_outside(v[start:stop], bits, out=vm)  # m * v
         if width == length:  # one flat pass; the last column, which read the next row, is set right below
             flat = vm.view(-1)
             torch.sub(flat[:-1], flat[1:], alpha=gamma, out=xb.view(-1)[:-1])
         else:
             torch.sub(vm[:, :-1], vm[:, 1:], alpha=gamma, out=xb[:, : length - 1])
         xb[:, length - 1] = vm[:, -1]
-        xb[:, :length].addcmul_(r[start:stop], fb[:, :length], value=-1)  # [n, W], -x
+        xb[:, :length].sub_(zero_outside(r[start:stop], bits, out=hb[:, :length]))  # [n, W], -x
         torch.add(one, fb, alpha=g - 1.0, out=hb)  # [n, W], a
         h3 = hb.view(n, n_chunks, _CHUNK).cumprod_(-1)  # H
         xb.mul_(hb)  # -H x
-        torch.mm(xb.view(-1, _CHUNK), minus_sum, out=sb.view(-1, _CHUNK))  # sum_{j >= k} H[j] x[j]
+        suffix_sums(xb.view(-1, _CHUNK), out=sb.view(-1, _CHUNK), negate=True)  # sum_{j >= k} H[j] x[j]
         s3 = sb.view(n, n_chunks, _CHUNK)
         through = h3[:, :, -1]  # [n, K], the decay across each chunk
         # heads[:, c] = a[c*16] * y[c*16]: the recursion over chunks is heads[c] = sums[c] + through[c] heads[c+1].

@@ -3,6 +3,8 @@ alignment of 7.4, fitting, explained variance. No hub download."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -98,3 +100,20 @@ def test_explained_variance_anchors():
     assert explained_variance(torch.full_like(target, 2.0), target, mask).item() == pytest.approx(0.0)
     assert explained_variance(-target + 4, target, mask).item() < 0
     assert torch.isnan(explained_variance(target, torch.ones_like(target)))
+
+
+def test_fit_critic_never_reads_targets_off_the_mask():
+    """NaN and inf targets at mask-0 positions (tool tokens): the same losses and weights as with targets 0 there."""
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 64, (4, 10), generator=gen)
+    mask = torch.rand(4, 9, generator=gen) < 0.6  # [B, T-1]
+    targets = torch.randn(4, 9, generator=gen).masked_fill(~mask, 0.0)
+    garbage = torch.tensor([float("nan"), float("inf"), float("-inf")])[torch.randint(0, 3, (4, 9), generator=gen)]
+    runs = []
+    for t in (targets, torch.where(mask, targets, garbage)):
+        critic = make_critic(tiny_llama())
+        losses = fit_critic(critic, ids, None, t, mask, steps=5, lr=1e-2)
+        runs.append((losses, critic.get_output_embeddings().weight.detach().clone()))
+    assert all(math.isfinite(loss) for loss in runs[1][0])
+    assert runs[1][0] == runs[0][0]
+    assert torch.equal(runs[1][1], runs[0][1])
