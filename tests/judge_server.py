@@ -1,11 +1,11 @@
 """An OpenAI-compatible chat-completions server on 127.0.0.1 for the judge's tests and benchmark, scripted per request.
 
 ``JudgeServer`` answers ``POST /v1/chat/completions`` (and ``GET /v1/models``) from a real socket in a thread. Each
-request takes the next scripted action (``Reply``, ``Status``, ``Hang``, or a callable building one from the request
-body); with the script empty it answers as ``auto_answer`` does: a judge that ranks passes by fewest tool calls and
-calls a pass naming ORD-9999 a hack, like the reference page's scripted grader. Every request is recorded with its
-body and headers, so a test can read exactly what reached the server. ``closed_port_url()`` gives a URL nothing
-listens on. Run as a script it serves until killed (the benchmark starts it in its own process)::
+request takes the next scripted action (``Reply``, ``Status``, ``Raw``, ``Hang``, or a callable building one from the
+request body); with the script empty it answers as ``auto_answer`` does: a judge that ranks passes by fewest tool
+calls and calls a pass naming ORD-9999 a hack, like the reference page's scripted grader. Every request is recorded
+with its body and headers, so a test can read exactly what reached the server. ``closed_port_url()`` gives a URL
+nothing listens on. Run as a script it serves until killed (the benchmark starts it in its own process)::
 
     python tests/judge_server.py --delay 0.2   # prints the base URL on its first line
 
@@ -29,6 +29,7 @@ from typing import Any
 __all__ = [
     "Hang",
     "JudgeServer",
+    "Raw",
     "Reply",
     "Status",
     "auto_answer",
@@ -58,13 +59,23 @@ class Status:
 
 
 @dataclass
+class Raw:
+    """A response whose body is exactly ``body``, with a matching Content-Length: an empty 200, a JSON completion
+    cut mid-object, a proxy's HTML page."""
+
+    body: str
+    code: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass
 class Hang:
     """Answer only after ``seconds`` (longer than the client's timeout), then as the auto judge would."""
 
     seconds: float
 
 
-Action = Reply | Status | Hang | Callable[[dict[str, Any]], Any]
+Action = Reply | Status | Raw | Hang | Callable[[dict[str, Any]], Any]
 
 _ROLLOUT = re.compile(r'<rollout label="([A-Z]+)" verdict="(pass|fail)">\n(.*?)\n</rollout>', re.DOTALL)
 
@@ -178,7 +189,7 @@ class JudgeServer:
             action = self._script.popleft() if self._script else None
         if action is None:
             return Reply(auto_answer(body), delay=self.delay)
-        if callable(action) and not isinstance(action, (Reply, Status, Hang)):
+        if callable(action) and not isinstance(action, (Reply, Status, Raw, Hang)):
             return action(body)
         return action
 
@@ -195,10 +206,14 @@ class JudgeServer:
                 pass
 
             def _send(self, code: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
+                self._send_bytes(code, json.dumps(payload).encode(), "application/json", headers)
+
+            def _send_bytes(
+                self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+            ) -> None:
                 try:
                     self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)
@@ -235,6 +250,9 @@ class JudgeServer:
                 if isinstance(action, Status):
                     time.sleep(action.delay)
                     self._send(action.code, action.body, action.headers)
+                    return
+                if isinstance(action, Raw):
+                    self._send_bytes(action.code, action.body.encode(), action.content_type)
                     return
                 time.sleep(action.delay)
                 content = action.content if isinstance(action.content, str) else json.dumps(action.content)

@@ -3,9 +3,16 @@
 One ``openai.AsyncOpenAI`` client (one connection pool) runs on one long-lived event loop in a background thread,
 so ``run(specs)`` is a plain synchronous method that works from any thread, including one whose own event loop is
 running (TRL's). A batch's calls run concurrently under a semaphore (``concurrency``). Each call has a wall-clock
-timeout; connection errors, timeouts, 408, 409, 429 (honouring ``Retry-After``) and 5xx are retried with
-exponential backoff and jitter; calls still running at the batch deadline are cancelled. A reply is parsed and
-checked by the spec's ``read`` before it counts as an answer; the checked answer is stored in the cache.
+timeout; connection errors, timeouts, 408, 409, 429 (honouring ``Retry-After``), 5xx and a 200 that is no chat
+completion (an empty or cut body, no choices, an empty message: what a dropped reply looks like behind a proxy) are
+retried with exponential backoff and jitter; calls still running at the batch deadline are cancelled. A reply is
+parsed and checked by the spec's ``read`` before it counts as an answer; the checked answer is stored in the cache.
+
+Structured output (``structured_output: auto``) goes down a ladder, once per client (one endpoint) for the rest of
+the session: ``response_format`` as a ``json_schema``, then as a ``json_object`` carrying the same schema (what older
+llama.cpp servers and Ollama take), then none, the prompt alone asking for JSON. A step down happens at once, without
+spending a retry, when the server refuses the form it was sent: a 400 or 422, or a 5xx whose error names structured
+output (llama.cpp answers ``json_schema`` with a 500). Any other 5xx is retried as usual.
 
 Nothing here raises into a caller for one bad call: each spec gets its answer or the exception that stands in for
 it (``JudgeCallError``, ``JudgeAnswerError``). Only a batch in which no call got through at all raises
@@ -19,9 +26,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import email.utils
+import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 import weakref
@@ -36,25 +45,82 @@ from whileai.judge.config import JudgeConfig
 from whileai.judge.prompts import Message
 from whileai.judge.stats import JudgeStats
 
-__all__ = ["CallSpec", "JudgeCallError", "JudgeClient", "read_api_key"]
+__all__ = [
+    "CallSpec",
+    "JudgeCallError",
+    "JudgeClient",
+    "MalformedResponse",
+    "first_choice",
+    "names_structured_output",
+    "read_api_key",
+]
 
 log = logging.getLogger("whileai.judge")
 
 _PLACEHOLDER_KEY = "EMPTY"  # what vLLM's own examples send when the server has no --api-key
 _RETRY_STATUSES = frozenset({408, 409, 429})
+# The forms of response_format, strongest first; "auto" steps down one form each time the server refuses one.
+_FORMATS = ("json_schema", "json_object", "none")
+# Words a server's error uses when it refuses structured output, e.g. llama.cpp's 500 'response_format type must be
+# one of "text" or "json_object", but got: json_schema' and 400 'JSON schema conversion failed', vLLM's 400 'The
+# provided JSON schema contains features not supported by xgrammar', Ollama's 500 'invalid JSON schema in format'.
+_STRUCTURED_OUTPUT_WORDS = re.compile(
+    r"response[_ ]?format|json[_ ]?schema|json[_ ]object|grammar|structured[_ ]outputs?|guided[_ ]", re.IGNORECASE
+)
 
 
 class JudgeCallError(RuntimeError):
     """A judge call that got no answer after its retries.
 
     Attributes:
-        kind: ``"connection"``, ``"timeout"``, ``"deadline"``, ``"http <status>"`` or ``"error"``; the failure's
-            reason in the stats.
+        kind: ``"connection"``, ``"timeout"``, ``"deadline"``, ``"http <status>"``, ``"bad response"`` (a 200 that
+            is no chat completion) or ``"error"``; the failure's reason in the stats.
     """
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class MalformedResponse(Exception):
+    """A 200 that is no usable chat completion: an empty or cut body, a body that is not a JSON object, no choices,
+    an empty message. Retried like a dropped connection, which is what it usually is (a proxy or an overloaded server
+    that gave up mid-reply)."""
+
+
+def first_choice(response: Any) -> dict[str, Any]:
+    """The first choice of a chat-completion response, checked to hold a ``message`` object.
+
+    Raises:
+        MalformedResponse: the response has no choices (a 200 carrying only an ``error`` says so) or its first choice
+            no message.
+
+    Example:
+        >>> first_choice({"choices": [{"message": {"content": "{}"}, "finish_reason": "stop"}]})["finish_reason"]
+        'stop'
+    """
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not isinstance(choices, list) or not choices:
+        error = response.get("error") if isinstance(response, dict) else None
+        if error:
+            raise MalformedResponse(f"the body is an error, not a chat completion: {str(error)[:200]}")
+        raise MalformedResponse("the body has no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise MalformedResponse("the first choice has no message")
+    return choice
+
+
+def names_structured_output(text: str) -> bool:
+    """Whether an error text names structured output (``response_format``, a JSON schema, a grammar).
+
+    Example:
+        >>> names_structured_output("response_format type must be one of text or json_object, but got: json_schema")
+        True
+        >>> names_structured_output("the request exceeds the available context size")
+        False
+    """
+    return _STRUCTURED_OUTPUT_WORDS.search(text) is not None
 
 
 @dataclass
@@ -64,7 +130,7 @@ class CallSpec:
     Attributes:
         kind: ``"rank"``, ``"rubric"`` or ``"score"`` (cache bookkeeping and the server's logs).
         messages: the chat messages.
-        schema: the JSON schema sent as ``response_format`` when structured output is on.
+        schema: the JSON schema sent in ``response_format`` while structured output is on.
         read: turns the reply's text into a checked, JSON-ready answer; raises ``JudgeAnswerError``.
         key: the cache key (model, prompt version and digest, kind, messages).
     """
@@ -118,6 +184,20 @@ def _retry_after(response: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _status_text(exc: Any) -> str:
+    """An error status's text: the client's message, and the raw body when the client found no message in it (it
+    reads only ``{"error": {"message": ...}}`` and ``{"message": ...}``, not Ollama's ``{"error": "..."}``)."""
+    text = str(exc)
+    if text == f"Error code: {getattr(exc, 'status_code', '')}":
+        try:
+            body = exc.response.text
+        except Exception:  # a body that cannot be read adds nothing
+            body = ""
+        if body.strip():
+            text = f"{text} - {body.strip()}"
+    return text
+
+
 class _LoopThread:
     """A daemon thread running one event loop, and what lives on it (the HTTP client, the semaphore)."""
 
@@ -169,7 +249,8 @@ class JudgeClient:
     def __init__(self, config: JudgeConfig, stats: JudgeStats | None = None) -> None:
         self.config = config
         self.stats = stats if stats is not None else JudgeStats()
-        self.stats.structured_output = config.structured_output != "off"
+        self._format = "none"
+        self._use_format("none" if config.structured_output == "off" else "json_schema")
         self._api_key = read_api_key(config)
         self.cache = None if config.no_cache else JudgeCache(config.cache_path())
         self._runtime: _LoopThread | None = None
@@ -241,35 +322,100 @@ class JudgeClient:
         base = min(self.config.backoff_max_s, self.config.backoff_base_s * 2**attempt)
         return base * random.uniform(0.5, 1.0)
 
-    async def _create(self, runtime: _LoopThread, spec: CallSpec, timeout: float) -> Any:
-        """POST one chat completion and return the response's JSON.
+    # ------------------------------------------------------------------ structured output
 
-        The request goes through the official client's ``post`` (its connection pool, auth, error classes and
-        timeout) with a plain JSON body: ``chat.completions.create`` walks every request through its typed
-        transform and builds a pydantic model of every response, about 4 ms of CPU per call, which at 64 calls in
-        flight on a small CPU costs more than the judge's own latency (benchmarks/README.md, judge).
+    def _use_format(self, form: str) -> None:
+        self._format = form
+        self.stats.response_format = form
+        self.stats.structured_output = form != "none"
+
+    def _refused_format(self, sent: str, status: int, error: str) -> bool:
+        """Whether an error status refuses the ``response_format`` form ``sent``; if so, step down from it.
+
+        A 400 or 422 counts whatever it says (some servers reject the unknown field without naming it); a 5xx only
+        when its text names structured output, otherwise it is an ordinary failure, retried. Calls in flight when
+        the form changed were sent the stronger one: their refusal does not step again.
         """
+        if self.config.structured_output != "auto" or sent == "none":
+            return False
+        if status not in (400, 422) and not (status >= 500 and names_structured_output(error)):
+            return False
+        if sent == self._format:
+            weaker = _FORMATS[_FORMATS.index(sent) + 1]
+            self._use_format(weaker)
+            log.info(
+                "judge %s refused response_format %s (HTTP %s); asking with %s from now on",
+                self.config.base_url,
+                sent,
+                status,
+                "json_object" if weaker == "json_object" else "no response_format, parsing plain JSON",
+            )
+        return True
+
+    # ------------------------------------------------------------------ one call
+
+    def _request(self, spec: CallSpec, form: str) -> dict[str, Any]:
+        """The body of one chat completion; ``form`` is the ``response_format`` to send (``"none"``: none)."""
         request: dict[str, Any] = {
             "model": self.config.model,
             "messages": spec.messages,
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }
-        if self.stats.structured_output and spec.schema:
+        if form == "json_schema":
             request["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": f"whileai_{spec.kind}", "schema": spec.schema},
             }
+        elif form == "json_object":
+            # "schema" beside the type is how llama.cpp and llama-cpp-python take a schema in JSON mode; vLLM
+            # ignores the extra field and constrains to any JSON object.
+            request["response_format"] = {"type": "json_object", "schema": spec.schema}
         request.update(self.config.extra_body)  # extra request fields, sent as they are
-        return await runtime.http.post("/chat/completions", body=request, cast_to=object, options={"timeout": timeout})
+        return request
 
-    def _read_response(self, spec: CallSpec, response: Any) -> Any:
+    async def _post(self, runtime: _LoopThread, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """POST one chat completion and return the response's JSON object.
+
+        The request goes through the official client's ``post`` (its connection pool, auth, error classes and
+        timeout) with a plain JSON body: ``chat.completions.create`` walks every request through its typed
+        transform and builds a pydantic model of every response, about 4 ms of CPU per call, which at 64 calls in
+        flight on a small CPU costs more than the judge's own latency (benchmarks/README.md, judge). The body is
+        read as text and decoded here, so that an empty or cut one is told apart from any other error.
+
+        Raises:
+            MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
+                object.
+        """
+        text = await runtime.http.post("/chat/completions", body=request, cast_to=str, options={"timeout": timeout})
+        if not text.strip():
+            raise MalformedResponse("the body is empty")
         try:
-            choice = response["choices"][0]
-            text = choice["message"].get("content")
-            finish = choice.get("finish_reason")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise JudgeAnswerError("the server's response is not a chat completion") from None
+            response = json.loads(text)
+        except ValueError:
+            shown = " ".join(self.redact(text[:80]).split())
+            raise MalformedResponse(
+                f"the body is not JSON (cut short?) after {len(text)} characters: {shown!r}"
+            ) from None
+        if not isinstance(response, dict):
+            raise MalformedResponse("the body is not a JSON object")
+        return response
+
+    def _count_answer(self, started: float, response: dict[str, Any]) -> None:
+        usage = response.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        self.stats.count_answer(
+            time.perf_counter() - started,
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+        )
+
+    def _read_response(self, spec: CallSpec, response: dict[str, Any]) -> Any:
+        choice = first_choice(response)
+        text = choice["message"].get("content")
+        finish = choice.get("finish_reason")
+        if finish != "length" and (text is None or (isinstance(text, str) and not text.strip())):
+            raise MalformedResponse("the message is empty")
         try:
             return spec.read(text)
         except JudgeAnswerError as exc:
@@ -282,6 +428,7 @@ class JudgeClient:
 
         loop = asyncio.get_running_loop()
         attempt = 0
+        retry = False  # a repeat after a failure; a re-ask in a weaker response_format is not one
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -289,11 +436,16 @@ class JudgeClient:
             wait_hint: float | None = None
             assert runtime.semaphore is not None
             async with runtime.semaphore:
-                self.stats.count_call(retry=attempt > 0)
+                # The form is read once the call may go, so a call queued behind a refusal sends the weaker one.
+                sent = self._format if spec.schema else "none"
+                request = self._request(spec, sent)
+                self.stats.count_call(retry=retry)
                 started = time.perf_counter()
                 timeout = min(self.config.timeout_s, remaining)
+                response: dict[str, Any] = {}
                 try:
-                    response = await asyncio.wait_for(self._create(runtime, spec, timeout), timeout=timeout)
+                    response = await asyncio.wait_for(self._post(runtime, request, timeout), timeout=timeout)
+                    answer = self._read_response(spec, response)
                 except (asyncio.TimeoutError, openai.APITimeoutError):
                     if timeout < self.config.timeout_s:
                         raise JudgeCallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
@@ -304,38 +456,28 @@ class JudgeClient:
                     retryable = True
                 except openai.APIStatusError as exc:
                     status = exc.status_code
-                    if (
-                        status in (400, 422)
-                        and self.config.structured_output == "auto"
-                        and self.stats.structured_output
-                        and spec.schema
-                    ):
-                        # The server does not take response_format: drop it for the rest of the run, ask again.
-                        self.stats.structured_output = False
-                        log.info(
-                            "judge %s rejected response_format (HTTP %s); parsing plain JSON from now on",
-                            self.config.base_url,
-                            status,
-                        )
-                        continue
-                    message = " ".join(self.redact(str(exc)).split())[:300]
+                    text = _status_text(exc)
+                    if self._refused_format(sent, status, text):
+                        retry = False
+                        continue  # ask again at once in the weaker form; no retry spent
+                    message = " ".join(self.redact(text).split())[:300]
                     error = JudgeCallError(f"HTTP {status}: {message}", f"http {status}")
                     retryable = status in _RETRY_STATUSES or status >= 500
                     if status in (429, 503):
                         wait_hint = _retry_after(exc.response)
-                except Exception as exc:  # anything else the HTTP stack raises
+                except MalformedResponse as exc:
+                    error = JudgeCallError(f"HTTP 200 but {self.redact(str(exc))}", "bad response")
+                    retryable = True
+                except JudgeAnswerError:  # an answer, just not a usable one: counted, and not retried
+                    self._count_answer(started, response)
+                    raise
+                except Exception as exc:  # anything else the HTTP stack (or a reader) raises
                     message = self.redact(str(exc)).splitlines()[0][:300] if str(exc) else ""
                     error = JudgeCallError(f"{type(exc).__name__}: {message}", "error")
                     retryable = False
                 else:
-                    usage = response.get("usage") if isinstance(response, dict) else None
-                    usage = usage if isinstance(usage, dict) else {}
-                    self.stats.count_answer(
-                        time.perf_counter() - started,
-                        int(usage.get("prompt_tokens") or 0),
-                        int(usage.get("completion_tokens") or 0),
-                    )
-                    return self._read_response(spec, response)
+                    self._count_answer(started, response)
+                    return answer
             if not retryable or attempt >= self.config.max_retries:
                 if attempt:
                     error = JudgeCallError(f"{error} (after {attempt} retries)", error.kind)
@@ -353,6 +495,7 @@ class JudgeClient:
             )
             await asyncio.sleep(delay)
             attempt += 1
+            retry = True
 
     async def _ask_safely(self, runtime: _LoopThread, spec: CallSpec, deadline: float) -> _Outcome:
         try:

@@ -65,7 +65,9 @@ class JudgeConfig(BaseModel):
         default="auto",
         description=(
             "Send a JSON schema as `response_format`: 'on' always, 'off' never (plain JSON parsing), 'auto' sends "
-            "it and drops it for the rest of the run when the server rejects it with 400 or 422."
+            "it and, for the rest of the run, steps down to a json_object (with the schema) and then to none each "
+            "time the server refuses the form it got: a 400 or 422, or a 5xx naming response_format, a JSON schema "
+            "or a grammar."
         ),
     )
 
@@ -74,7 +76,10 @@ class JudgeConfig(BaseModel):
     max_retries: int = Field(
         default=4,
         ge=0,
-        description="Retries of one call after a connection error, a timeout, a 408, a 429 or a 5xx.",
+        description=(
+            "Retries of one call after a connection error, a timeout, a 408, a 429, a 5xx or a 200 that is no chat "
+            "completion (empty or cut body)."
+        ),
     )
     backoff_base_s: float = Field(
         default=0.5, gt=0.0, description="First retry waits about this long; each later retry doubles it (jittered)."

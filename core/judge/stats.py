@@ -38,13 +38,17 @@ class JudgeStats:
 
     Attributes:
         calls: HTTP requests sent, retries included.
-        retries: requests that repeated an earlier one after a connection error, timeout, 429 or 5xx.
+        retries: requests that repeated an earlier one after a connection error, timeout, 429, 5xx or a 200 that was
+            no chat completion (empty or cut body, no choices, empty message). A re-ask in a weaker
+            ``response_format`` after a refusal is a call, not a retry.
         cache_hits: answers read from the on-disk cache instead of asked.
         tokens_in, tokens_out: prompt and completion tokens the server reported.
         latencies: seconds of each answered request.
         failures: groups (advantage mode), passes (reward mode) or rubrics the judge could not give, by reason.
         agreements: Kendall's tau between the display orders of each group asked in several orders.
-        structured_output: whether ``response_format`` is still being sent (``auto`` turns it off on a 400).
+        structured_output: whether a ``response_format`` is still being sent.
+        response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
+            one form each time the server refuses one).
     """
 
     calls: int = 0
@@ -56,6 +60,7 @@ class JudgeStats:
     failures: Counter[str] = field(default_factory=Counter)
     agreements: list[float] = field(default_factory=list)
     structured_output: bool = True
+    response_format: str = "json_schema"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_call(self, *, retry: bool) -> None:
@@ -99,6 +104,7 @@ class JudgeStats:
                 "agreement_tau": sum(agreements) / len(agreements) if agreements else None,
                 "agreement_groups": len(agreements),
                 "structured_output": self.structured_output,
+                "response_format": self.response_format,
             }
 
     def __str__(self) -> str:

@@ -4,11 +4,12 @@ customer's HTTP client.
 :class:`ChatClient` is the judge's :class:`~whileai.judge.client.JudgeClient` asked a different question. It keeps
 everything the judge client does for a call: one connection pool on one background event loop (so ``chat`` is a
 plain synchronous method that any number of threads may call at once), the wall-clock timeout, retries with
-exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``) and 5xx, the
-API key read from the environment variable the config names and masked in every message that leaves it, and the
-``JudgeStats`` counters. What it changes: the request carries the tools (OpenAI function-calling format) and a seed,
-the answer is the assistant message as the server sent it (``content`` and ``tool_calls``) rather than a checked JSON
-verdict, and nothing is cached (two samples of one prompt must be able to differ).
+exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``), 5xx and a 200
+that is no chat completion (an empty or cut body, no message), the API key read from the environment variable the
+config names and masked in every message that leaves it, and the ``JudgeStats`` counters. What it changes: the
+request carries the tools (OpenAI function-calling format) and a seed, the answer is the assistant message as the
+server sent it (``content`` and ``tool_calls``) rather than a checked JSON verdict, and nothing is cached (two samples
+of one prompt must be able to differ).
 
 A call that gets no usable answer after its retries raises :class:`EndpointUnavailable` (exit code 4, like an
 unreachable judge). From then on the client fails every call at once with the same message: a simulation stops at
@@ -33,8 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.errors import BadInput, EndpointUnavailable
-from whileai.judge.answers import JudgeAnswerError
-from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
+from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient, first_choice
 from whileai.judge.config import JudgeConfig
 
 __all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
@@ -199,7 +199,7 @@ class ChatClient(JudgeClient):
 
     # The two hooks of JudgeClient's call loop: what is sent, and how the response is read.
 
-    async def _create(self, runtime: Any, spec: CallSpec, timeout: float) -> Any:
+    def _request(self, spec: CallSpec, form: str) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.config.model,
             "messages": spec.messages,
@@ -212,20 +212,14 @@ class ChatClient(JudgeClient):
             if spec.seed is not None:
                 request["seed"] = spec.seed
         request.update(self.config.extra_body)  # extra request fields, sent as they are
-        return await runtime.http.post("/chat/completions", body=request, cast_to=object, options={"timeout": timeout})
+        return request
 
-    def _read_response(self, spec: CallSpec, response: Any) -> ChatAnswer:
-        try:
-            choice = response["choices"][0]
-            message = choice["message"]
-            finish = choice.get("finish_reason")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise JudgeAnswerError("the server's response is not a chat completion") from None
-        if not isinstance(message, dict):
-            raise JudgeAnswerError("the server's response is not a chat completion (its message is not an object)")
+    def _read_response(self, spec: CallSpec, response: dict[str, Any]) -> ChatAnswer:
+        choice = first_choice(response)  # a response without a message is retried, like a dropped connection
+        finish = choice.get("finish_reason")
         usage = response.get("usage")
         return ChatAnswer(
-            message=message,
+            message=choice["message"],
             finish_reason=finish if isinstance(finish, str) else None,
             usage=usage if isinstance(usage, dict) else {},
         )

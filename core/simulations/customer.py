@@ -152,7 +152,8 @@ def customer_model(
         max_tokens: most tokens per answer.
         extra_body: extra request fields sent as they are.
         timeout_s: wall-clock limit of one HTTP call.
-        max_retries: retries of one call after a connection error, a timeout, a 408/409/429 or a 5xx.
+        max_retries: retries of one call after a connection error, a timeout, a 408/409/429, a 5xx or a 200 that is
+            no chat completion.
         concurrency: most calls in flight at once.
         persona: the system prompt template (``{prompt}``, ``{facts}``).
         send_seed: send each request a ``seed`` derived from the rollout's seed and the turn.

@@ -215,7 +215,8 @@ def model_agent(
         extra_body: extra request fields sent as they are, e.g. ``{"chat_template_kwargs": {"enable_thinking":
             False}}`` for Qwen3 on vLLM, or ``{"top_p": 0.95}``.
         timeout_s: wall-clock limit of one HTTP call.
-        max_retries: retries of one call after a connection error, a timeout, a 408/409/429 or a 5xx.
+        max_retries: retries of one call after a connection error, a timeout, a 408/409/429, a 5xx or a 200 that is
+            no chat completion.
         concurrency: most calls in flight at once (at least ``simulate``'s ``max_workers``).
         system_prompt: the system message.
         send_seed: send each request a ``seed`` derived from the rollout's seed and the step.

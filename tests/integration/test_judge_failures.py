@@ -1,7 +1,8 @@
 """What the judge does when the server misbehaves: every failure is a counted fallback, never an exception in TRL.
 
-Malformed, fenced and wrongly labelled answers, scores out of range, 429 with Retry-After, 500, answers slower
-than the timeout, the batch deadline, a server without structured output, and a port nothing listens on.
+Malformed, fenced and wrongly labelled answers, scores out of range, 429 with Retry-After, 500, a 200 that is no chat
+completion (empty, cut, an HTML page, no choices, an empty message), answers slower than the timeout, the batch
+deadline, and a port nothing listens on. A server without structured output: test_judge_structured.py.
 """
 
 from __future__ import annotations
@@ -157,6 +158,96 @@ def test_persistent_5xx_in_training_falls_back_and_in_preflight_stops(make_judge
         GroupwiseGrading(grader=make_judge("grader")).check_spread(rows)
 
 
+def _completion_body(content: str) -> str:
+    """A whole chat-completion body, as a server would send it."""
+    message = {"role": "assistant", "content": content}
+    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": message}]})
+
+
+_ANSWER = '{"ranking": [["A", "B"]], "hacks": [], "reasons": {}}'
+_CUT = _completion_body(_ANSWER)[:70]  # the connection closed cleanly mid-object (a proxy's idle timeout)
+
+
+@pytest.mark.parametrize(
+    ("action", "said"),
+    [
+        (lambda tools: tools.Raw(""), "the body is empty"),
+        (lambda tools: tools.Raw(_CUT), "not JSON (cut short?) after 70 characters"),
+        (lambda tools: tools.Raw("<html>502 Bad Gateway</html>", content_type="text/html"), "502 Bad Gateway"),
+        (lambda tools: tools.Raw('{"id": "chatcmpl-1", "choices": []}'), "no choices"),
+        (lambda tools: tools.Raw('{"error": {"message": "upstream went away"}}'), "upstream went away"),
+        (lambda tools: tools.Raw('{"choices": [{"index": 0, "text": "{}"}]}'), "no message"),
+        (lambda tools: tools.Reply(""), "the message is empty"),
+    ],
+    ids=["empty-body", "cut-body", "html-page", "no-choices", "error-in-a-200", "no-message", "empty-message"],
+)
+def test_a_200_that_is_no_completion_is_retried_like_a_dropped_connection(
+    make_judge, judge_server, judge_tools, action, said
+) -> None:
+    judge_server.push(action(judge_tools), action(judge_tools))
+    judge = make_judge("grader")
+    assert judge(group())["ranking"]  # the third request got the real answer
+    assert judge_server.calls == 3
+    stats = judge.stats.as_dict()
+    assert stats["calls"] == 3 and stats["retries"] == 2 and stats["failures"] == {}
+    assert len(judge.stats.latencies) == 1  # only the answer counts as one
+
+    judge_server.push(*[action(judge_tools)] * 3)
+    with pytest.raises(GraderUnavailable, match="after 2 retries") as caught:
+        judge(group(tag="again"))
+    assert "HTTP 200 but" in str(caught.value) and said in str(caught.value)
+    assert judge_server.calls == 6 and judge.stats.retries == 4
+
+
+def test_bad_200s_after_the_retries_fall_back_in_the_batch_and_in_training(
+    make_judge, judge_server, judge_tools
+) -> None:
+    def by_group(body):
+        if "poison" in json.dumps(body):
+            return judge_tools.Raw(_CUT)
+        return judge_tools.Reply(judge_tools.auto_answer(body))
+
+    judge_server.push(*[by_group] * 4)
+    judge = make_judge("grader")
+    answers = judge.grade_groups([group(tag="ok"), group(tag="poison")])
+    assert "ranking" in answers[0]
+    assert isinstance(answers[1], JudgeCallError) and answers[1].kind == "bad response"
+    assert judge_server.calls == 4  # the good group once, the cut one three times
+    assert judge.stats.retries == 2 and judge.stats.failures == {"bad response": 1}
+
+    judge_server.push(*[judge_tools.Raw("")] * 3)
+    gar = GroupwiseGrading(grader=make_judge("grader"))
+    reward = gar.trl_reward(lambda prompts, completions, **kw: [1.0, 1.0, 0.0], num_generations=3)
+    assert reward(prompts=["p"] * 3, completions=["a", "b", "c"]) == [1.0, 1.0, 0.0]  # the original rewards
+    assert judge_server.calls == 7
+    assert list(gar.stats.fallbacks) == ["grader raised"]
+
+
+def test_the_model_agents_chat_client_retries_a_bad_200_too(judge_server, judge_tools) -> None:
+    from whileai.simulations.chat import ChatClient, endpoint_config
+
+    config = endpoint_config(
+        judge_server.url,
+        "test-judge",
+        api_key_env=None,
+        temperature=0.0,
+        max_tokens=64,
+        extra_body=None,
+        timeout_s=5.0,
+        max_retries=2,
+        concurrency=2,
+        what="policy",
+    ).model_copy(update={"backoff_base_s": 0.01, "backoff_max_s": 0.05})
+    judge_server.push(judge_tools.Raw(""), judge_tools.Raw('{"choices": []}'), judge_tools.Reply("hello"))
+    client = ChatClient(config, role="policy")
+    try:
+        answer = client.chat([{"role": "user", "content": "hi"}])
+    finally:
+        client.close()
+    assert answer.message["content"] == "hello"
+    assert judge_server.calls == 3 and client.stats.retries == 2
+
+
 def test_one_failing_group_of_a_batch_falls_back_alone(make_judge, judge_server, judge_tools) -> None:
     def by_group(body):
         if "poison" in json.dumps(body):
@@ -209,20 +300,6 @@ def test_connection_refused_stops_the_preflight_and_falls_back_in_training(make_
     reward = gar.trl_reward(lambda prompts, completions, **kw: [1.0, 0.0], num_generations=2)
     assert reward(prompts=["p", "p"], completions=["a", "b"]) == [1.0, 0.0]
     assert gar.stats.failed == 1 and judge.stats.failures == {"unreachable": 1}
-
-
-def test_auto_structured_output_drops_response_format_when_refused(make_judge, judge_server, judge_tools) -> None:
-    def no_schemas(body):
-        if "response_format" in body:
-            return judge_tools.Status(400, body={"error": {"message": "response_format is not supported"}})
-        return judge_tools.Reply(judge_tools.auto_answer(body))
-
-    judge_server.push(*[no_schemas] * 4)
-    judge = make_judge("grader")
-    assert judge(group(tag="1"))["ranking"] and judge(group(tag="2"))["ranking"]
-    sent = ["response_format" in r["body"] for r in judge_server.requests]
-    assert sent == [True, False, False]
-    assert judge.stats.as_dict()["structured_output"] is False
 
 
 def test_a_reply_cut_at_max_tokens_says_so(make_judge, judge_server, judge_tools) -> None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from whileai.errors import BadInput
 from whileai.judge import JudgeAnswerError, JudgeConfig, JudgeStats, load_prompts
 from whileai.judge.answers import RankingReply, check_ranking, parse_json_reply, read_reply
-from whileai.judge.client import _retry_after
+from whileai.judge.client import MalformedResponse, _retry_after, first_choice, names_structured_output
 from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, kendall_tau, mean_kendall_tau
 from whileai.judge.prompts import escape_block, rollout_labels
 from whileai.judge.stats import percentile
@@ -238,6 +238,52 @@ def test_retry_after_reads_seconds_milliseconds_and_dates() -> None:
     assert _retry_after(type("R", (), {"headers": {}})()) is None
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        'Error code: 500 - {"error": {"code": 500, "message": "response_format type must be one of \\"text\\" or '
+        '\\"json_object\\", but got: json_schema", "type": "server_error"}}',  # llama.cpp before json_schema
+        'JSON schema conversion failed:\nUnrecognized schema: {"description": "x"}',  # llama.cpp, a schema it can't
+        'Either "json_schema" or "grammar" can be specified, but not both',  # llama.cpp
+        "The provided JSON schema contains features not supported by xgrammar.",  # vLLM
+        '{"error": "invalid JSON schema in format"}',  # Ollama
+        "Structured outputs are not supported by this backend",
+        "guided_json is not supported",
+    ],
+)
+def test_errors_that_refuse_structured_output_are_recognised(error: str) -> None:
+    assert names_structured_output(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "the request exceeds the available context size. try increasing the context size or enable context shift",
+        "CUDA error: out of memory",
+        "Internal Server Error",
+        "scripted error",
+    ],
+)
+def test_other_errors_do_not_name_structured_output(error: str) -> None:
+    assert not names_structured_output(error)
+
+
+@pytest.mark.parametrize(
+    ("response", "said"),
+    [
+        ({}, "no choices"),
+        ({"choices": []}, "no choices"),
+        ({"error": {"message": "overloaded"}}, "overloaded"),
+        ({"choices": [{"text": "{}"}]}, "no message"),
+        ({"choices": [{"message": "{}"}]}, "no message"),
+        ([1, 2], "no choices"),
+    ],
+)
+def test_a_response_without_a_message_is_malformed(response, said: str) -> None:
+    with pytest.raises(MalformedResponse, match=said):
+        first_choice(response)
+
+
 def test_stats_report_percentiles_and_agreement() -> None:
     stats = JudgeStats()
     for seconds in (0.1, 0.2, 0.3, 0.4):
@@ -253,7 +299,7 @@ def test_stats_report_percentiles_and_agreement() -> None:
     assert percentile([], 50) is None
 
 
-@pytest.mark.parametrize("module", ["answers", "cache", "config", "orders", "prompts", "stats"])
+@pytest.mark.parametrize("module", ["answers", "cache", "client", "config", "orders", "prompts", "stats"])
 def test_docstring_examples_hold(module: str) -> None:
     import doctest
     import importlib
