@@ -151,9 +151,18 @@ def redistribute(
     table = Table(show_edge=False)
     for name in ("i", "R", "A", "f", "A'", "note"):
         table.add_column(name, justify="left" if name == "note" else "right")
+    from whileai.methods import positive_passes
+
+    kept = [i for i, ok in enumerate(group.passed) if ok and not (hack_zero and i in group.hacks)]
+    moving = set(positive_passes(effective, kept))
     for i, reward in enumerate(values):
         factor = group.factors.get(i, 1.0) if group.passed[i] and i not in group.hacks else None
-        note = "hack (zeroed)" if i in group.hacks and hack_zero else ("pass" if group.passed[i] else "fail")
+        if i in group.hacks and hack_zero:
+            note = "hack (zeroed)"
+        elif group.passed[i]:
+            note = "pass" if i in moving else "pass, at or below the mean: not moved"
+        else:
+            note = "fail"
         table.add_row(
             str(i),
             f"{reward:g}",

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from whileai.simulations.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTOR
 
 __all__ = [
+    "POSITIVE_TOLERANCE",
     "Redistribution",
+    "positive_passes",
     "rank_factors",
     "redistribute",
     "redistribute_result",
@@ -53,6 +55,11 @@ class Redistribution:
         return self.reason is not None
 
 
+# A pass moves only when its advantage exceeds this, relative to the largest |reward| (at least 1): a group whose
+# positive mass is zero up to rounding (all passes at 0.1 + 0.2 vs 0.3, say) falls back instead of dividing by noise.
+POSITIVE_TOLERANCE = 1e-9
+
+
 def _is_number(value: object) -> bool:
     """A real number that is not a bool (numpy scalars included)."""
     kind = type(value)
@@ -72,6 +79,34 @@ def _centered(rewards: Sequence[float]) -> list[float]:
     return [r - mean for r in rewards]
 
 
+def positive_passes(rewards: Sequence[float], passed: Iterable[int] | None = None) -> list[int]:
+    """The passes whose advantage ``A_i = R_i - mean(R)`` is above zero, beyond rounding: the set equation 3 moves.
+
+    With a binary reward these are all the passes of a mixed group (and none of an all-pass group). With partial
+    credit a pass can sit at or below the group mean (``[1, 0.2, 0, 0]``: the 0.2 pass has ``A = -0.1``); it keeps its
+    advantage like a failure, so a grader's ranking can never push it further down or lift it.
+
+    Args:
+        rewards: R_i, ``[G]``.
+        passed: the indices of the passes; by default those with ``R_i > 0``.
+
+    Returns:
+        The indices ``i`` of passes with ``A_i > POSITIVE_TOLERANCE * max(1, max |R|)``, in group order.
+
+    Example:
+        >>> positive_passes([1, 0.2, 0, 0])
+        [0]
+    """
+    values = [float(r) for r in rewards]
+    if not values:
+        return []
+    mean = sum(values) / len(values)
+    tolerance = POSITIVE_TOLERANCE * max(1.0, max(abs(r) for r in values))
+    candidates = range(len(values)) if passed is None else passed
+    chosen = [i for i in candidates if (passed is not None or values[i] > 0) and values[i] - mean > tolerance]
+    return sorted(set(chosen))
+
+
 def redistribute_result(
     rewards: Sequence[float],
     factors: Mapping[int, float] | None = None,
@@ -83,16 +118,16 @@ def redistribute_result(
 
     Same arguments as :func:`redistribute`; returns a :class:`Redistribution` so that a caller can count fallbacks.
     Nothing here raises on a grader's bad answer: an unusable factor map returns the original advantages with a
-    ``reason``. Only a malformed group (empty, or a reward that is not a finite number) raises ``ValueError``, because
-    no advantage exists to fall back to.
+    ``reason``. Only a malformed group (empty, or a reward that is not a finite number) or a cap below 1 raises
+    ``ValueError``, because no advantage exists to fall back to.
     """
     values = [float(r) for r in rewards]
     if not values:
         raise ValueError("redistribute needs at least one reward")
     if not all(math.isfinite(r) for r in values):
         raise ValueError(f"rewards must be finite numbers, got {list(rewards)!r}")
-    if not _is_number(cap) or not cap > 0:
-        raise ValueError(f"cap must be a positive number, got {cap!r}")
+    if not _is_number(cap) or not cap >= 1.0:
+        raise ValueError(f"cap must be a number >= 1 (lambda is never below 1), got {cap!r}")
 
     n = len(values)
     original = _centered(values)
@@ -113,30 +148,36 @@ def redistribute_result(
     pass_set = set(passes)
 
     # f_i in (0, 1] for the passes; a pass the map leaves out keeps factor 1.
-    f = [1.0] * n
+    given = [1.0] * n
     for key, value in (factors or {}).items():
         if not _is_index(key) or int(key) not in pass_set:
             return fallback(f"factor given for {key!r}, which is not a pass")
         if not _is_number(value) or not 0.0 < value <= 1.0:
             return fallback(f"factor {value!r} for pass {key} is outside (0, 1]")
-        f[int(key)] = float(value)
+        given[int(key)] = float(value)
 
     if not passes:
         return fallback("the group has no pass")
-    mass = sum(original[j] for j in passes)  # sum_P A_j
-    weighted = sum(f[j] * original[j] for j in passes)  # sum_P f_j A_j
-    if weighted == 0.0 or not math.isfinite(weighted):
-        return fallback("sum of f_j * A_j over the passes is zero (no positive advantage to move)")
-    lam = mass / weighted
-    if not math.isfinite(lam) or lam <= 0.0:
-        return fallback(f"lambda = {lam!r} is not a positive number (passes with negative advantage?)")
+    # Only passes with a positive advantage move (partial credit: a pass at or below the mean keeps A_i).
+    moving = positive_passes(values, passes)
+    if not moving:
+        return fallback("no pass has an advantage above zero (nothing to move)")
+    mass = math.fsum(original[j] for j in moving)  # sum_P A_j
+    weighted = math.fsum(given[j] * original[j] for j in moving)  # sum_P f_j A_j
+    lam = mass / weighted  # >= 1, since every f_j <= 1 and every A_j > 0
+    f = [given[i] if i in moving else 1.0 for i in range(n)]
     capped = lam > cap
     if capped:
+        # Cap lambda by pulling the factors toward 1, f_j -> 1 - t (1 - f_j), until lambda equals the cap: the
+        # moved mass stays conserved and the order of the passes is the grader's. (Clamping lambda alone would
+        # lose mass and the group-mean subtraction would lift every member, a worst-ranked pass included.)
+        t = mass * (1.0 - 1.0 / cap) / (mass - weighted)
+        f = [1.0 - t * (1.0 - f[i]) if i in moving else 1.0 for i in range(n)]
         lam = float(cap)
 
-    moved = [lam * f[i] * original[i] if i in pass_set else original[i] for i in range(n)]  # A'_i
-    # Zero group mean again; a no-op up to rounding unless the cap bound lambda.
-    mean = sum(moved) / n
+    moved = [lam * f[i] * original[i] if i in moving else original[i] for i in range(n)]  # A'_i
+    # Zero group mean again, as the report does; a no-op up to rounding.
+    mean = math.fsum(moved) / n
     advantages = [a - mean for a in moved]
     return Redistribution(advantages, original, f, lam, capped, None)
 
@@ -150,25 +191,30 @@ def redistribute(
 ) -> list[float]:
     """Groupwise Advantage Redistribution, equation 3 of the MiMo-V2.6 report (section 4.3.2).
 
-    With ``A_i = R_i - mean(R)`` and ``P`` the passes, quality factors ``f_i`` in (0, 1] first downweight the
-    lower-quality passes, then the common factor ``lambda = sum_P A_j / sum_P f_j A_j`` (at most ``cap``) puts the
-    removed mass back among the passes::
+    With ``A_i = R_i - mean(R)`` and ``P`` the passes with a positive advantage, quality factors ``f_i`` in (0, 1]
+    first downweight the lower-quality passes, then the common factor ``lambda = sum_P A_j / sum_P f_j A_j`` puts the
+    removed mass back among them::
 
-        A'_i = lambda * f_i * A_i   for a pass
+        A'_i = lambda * f_i * A_i   for a pass with A_i > 0
         A'_i = A_i                  otherwise
 
-    and the group mean is subtracted again so the group sums to zero. When the cap does not bind, failures keep their
-    advantage, ``sum_P A'_i = sum_P A_i`` and ``A'_i / A'_j = f_i / f_j`` for two passes.
+    and the group mean is subtracted again (a no-op up to rounding). Failures keep their advantage,
+    ``sum_P A'_i = sum_P A_i`` and ``A'_i / A'_j = f_i / f_j`` for two moving passes, so the best-ranked pass never
+    loses advantage and the worst-ranked never gains.
+
+    Non-binary rewards: a pass (``R_i > 0``) at or below the group mean has nothing to give and is not moved; with a
+    binary reward ``P`` is every pass of a mixed group. ``lambda`` is at most ``cap``: when the factors are steeper
+    than that, they are pulled toward 1 until ``lambda = cap`` (the mass stays conserved).
 
     Args:
         rewards: R_i for the G members of one group, ``[G]``.
         factors: quality factor by group index, for passes only; a pass missing here has factor 1.
         passed: the indices of the passes; by default those with ``R_i > 0``.
-        cap: the upper bound on lambda.
+        cap: the upper bound on lambda, at least 1.
 
     Returns:
         A'_i for every member, ``[G]``. Unusable input (a factor outside (0, 1] or NaN, a factor or pass index that is
-        not a pass of the group, ``sum_P f_j A_j = 0``) returns the original advantages ``A_i``; call
+        not a pass of the group, no pass with a positive advantage) returns the original advantages ``A_i``; call
         :func:`redistribute_result` to learn whether and why that happened.
 
     Example:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput, MissingExtra
-from whileai.grading.text import completion_text
+from whileai.grading.text import completion_text, prompt_text
 
 __all__ = ["GroupsNotContiguous", "RowFields", "RowStats", "iter_groups", "list_row_files", "read_rows"]
 
@@ -164,8 +164,8 @@ def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     if text is None or not isinstance(text, (str, list, dict)):
         raise BadInput(f"{where}: field {fields.text_key!r} is not text or a list of messages (got {text!r})")
     prompt = row.get(fields.prompt_key)
-    prompt_text = prompt if isinstance(prompt, str) else ("" if prompt is None else completion_text(prompt))
-    return _group_value(group), (float(reward), prompt_text, completion_text(text))
+    prompt = "" if prompt is None else prompt_text(prompt)
+    return _group_value(group), (float(reward), prompt, completion_text(text))
 
 
 # ---------------------------------------------------------------- raw rows, with their positions

@@ -36,6 +36,9 @@ class ScriptedGrader:
         {'ranking': [[1], [0]], 'hacks': [2]}
     """
 
+    # Regular expressions on text: nothing shared changes, so groups may be graded at once.
+    thread_safe = True
+
     def __init__(self, rule: ScriptedRule | None = None, name: str = "scripted") -> None:
         self.rule = rule or ScriptedRule()
         self.__name__ = name

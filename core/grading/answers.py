@@ -48,10 +48,24 @@ class PassAnswer:
     behavior: float
 
 
-def _is_list(value: object) -> bool:
-    """A list or tuple (or another non-string sequence)."""
+def _as_list(value: object) -> list | tuple | None:
+    """A list or tuple as it is; another sequence (a range, a numpy array, a torch tensor, a pandas Series) as the
+    list it holds; None for anything else (a string is text, not a list of indices)."""
     kind = type(value)
-    return kind is list or kind is tuple or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
+    if kind is list or kind is tuple:
+        return value  # type: ignore[return-value]
+    if isinstance(value, (str, bytes, Mapping)):
+        return None
+    to_list = getattr(value, "tolist", None)
+    if callable(to_list):  # numpy, torch, pandas: their elements become Python numbers
+        try:
+            listed = to_list()
+        except Exception:
+            return None
+        return listed if isinstance(listed, list) else None  # a 0-d array is a number, not a list
+    if isinstance(value, Sequence):
+        return list(value)
+    return None
 
 
 def _is_score(value: object) -> bool:
@@ -111,12 +125,11 @@ def read_group_answer(
     pass_set = set(passes)
 
     raw_hacks = body.get("hacks")
-    if raw_hacks is None:
-        raw_hacks = []
-    if not _is_list(raw_hacks):
+    hack_list = [] if raw_hacks is None else _as_list(raw_hacks)
+    if hack_list is None:
         raise UnusableAnswer(f"'hacks' is not a list: {raw_hacks!r}")
     hacks: list[int] = []
-    for item in raw_hacks:
+    for item in hack_list:
         index = _index(item, "hack")
         if not 0 <= index < size:
             raise UnusableAnswer(f"hack {index} is not a member of the group of {size}")
@@ -128,12 +141,14 @@ def read_group_answer(
     keep = [i for i in passes if not (hack_zero and i in hacks)]
 
     if has_ranking:
-        ranking = body["ranking"]
-        if not _is_list(ranking):
-            raise UnusableAnswer(f"'ranking' is not a list: {ranking!r}")
+        ranking = _as_list(body["ranking"])
+        if ranking is None:
+            raise UnusableAnswer(f"'ranking' is not a list: {body['ranking']!r}")
         tiers: list[list[int]] = []
         for entry in ranking:
-            items = entry if _is_list(entry) else [entry]
+            items = _as_list(entry)
+            if items is None:
+                items = [entry]
             tier = [_index(item, "ranked item") for item in items]
             for index in tier:
                 if not 0 <= index < size:

@@ -28,10 +28,11 @@ from typing import Any, Literal, Protocol
 
 from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
+from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
 from whileai.grading.spread import SpreadReport, spread_report
 from whileai.grading.stats import GradingStats
 from whileai.grading.text import completion_text, prompt_text
-from whileai.methods import redistribute_result, synthesize_reward
+from whileai.methods import positive_passes, redistribute_result, synthesize_reward
 from whileai.simulations.defaults import (
     GROUPWISE_CAP,
     GROUPWISE_FLOOR,
@@ -43,7 +44,8 @@ from whileai.simulations.defaults import (
     SPREAD_TOLERANCE,
 )
 
-__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "group_labels"]
+__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "group_labels", "trl_phase"]
+
 
 Mode = Literal["advantage", "reward"]
 Grader = Callable[..., Any]
@@ -68,6 +70,7 @@ class GradedGroup:
         graded: whether the grader was called.
         reason: why the group fell back, or None.
         seconds: time spent in the grader.
+        phase: ``"train"``, or ``"eval"`` for a group of TRL's evaluation batches.
     """
 
     task_id: str
@@ -83,6 +86,7 @@ class GradedGroup:
     graded: bool = False
     reason: str | None = None
     seconds: float = 0.0
+    phase: str = "train"
     redistributed: list[float] | None = field(default=None, repr=False)
 
     @property
@@ -110,6 +114,7 @@ class GradedGroup:
             "graded": self.graded,
             "reason": self.reason,
             "seconds": self.seconds,
+            "phase": self.phase,
         }
 
 
@@ -145,6 +150,13 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _failure(exc: BaseException) -> str:
+    """A fallback reason for a grader call that raised or ran over its time limit."""
+    if isinstance(exc, GraderTimeout):
+        return f"grader timed out: {exc}"
+    return f"grader raised: {_describe(exc)}"
+
+
 class GroupwiseGrading:
     """A grader that tells passing rollouts apart, with the MiMo-V2.6 knobs (section 4.3).
 
@@ -160,6 +172,10 @@ class GroupwiseGrading:
         rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
             task on the first group seen and cached; None hands the grader ``rubric=None``.
         spread_min_std, spread_tolerance, spread_max_near_median: the spread gate's thresholds.
+        timeout_s: the longest one call of a plain grader function may take (None: no limit); a call that runs over
+            makes its group fall back, counted as ``grader timed out``. A grader with a batch method (the judge)
+            keeps its own timeouts.
+        concurrency: groups graded at once by a grader that declares ``thread_safe = True`` (others: one at a time).
 
     Example:
         >>> gar = GroupwiseGrading(grader=lambda group: {"ranking": [g["index"] for g in group if g["passed"]]})
@@ -180,13 +196,15 @@ class GroupwiseGrading:
         spread_min_std: float = SPREAD_MIN_STD,
         spread_tolerance: float = SPREAD_TOLERANCE,
         spread_max_near_median: float = SPREAD_MAX_NEAR_MEDIAN,
+        timeout_s: float | None = GRADER_TIMEOUT_S,
+        concurrency: int = GRADER_CONCURRENCY,
     ) -> None:
         if not callable(grader):
             raise TypeError(f"grader must be callable, got {type(grader).__name__}")
         if mode not in ("advantage", "reward"):
             raise ValueError(f"mode must be 'advantage' or 'reward', got {mode!r}")
         checks = [
-            ("cap", cap, lambda v: v > 0, "a number > 0"),
+            ("cap", cap, lambda v: v >= 1, "a number >= 1 (lambda is never below 1)"),
             ("min_factor", min_factor, lambda v: 0 < v <= 1, "a number in (0, 1]"),
             ("floor", floor, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
             ("spread_min_std", spread_min_std, lambda v: v >= 0, "a number >= 0"),
@@ -196,6 +214,12 @@ class GroupwiseGrading:
         for name, value, ok, allowed in checks:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
                 raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not timeout_s > 0
+        ):
+            raise ValueError(f"timeout_s must be a number > 0 or None, got {timeout_s!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, numbers.Integral) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if not isinstance(hack_zero, bool):
             raise ValueError(f"hack_zero must be True or False, got {hack_zero!r}")
         if rubrics is not None and not (isinstance(rubrics, Mapping) or callable(rubrics)):
@@ -213,6 +237,15 @@ class GroupwiseGrading:
         self.spread_max_near_median = float(spread_max_near_median)
         self.stats = GradingStats(mode=mode)
         self._rubric_cache: dict[str, Any] = {}
+        thread_safe = getattr(grader, "thread_safe", False) is True
+        self._calls = GraderCalls(
+            None if timeout_s is None else float(timeout_s), int(concurrency) if thread_safe else 1
+        )
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The time limit of one call of a plain grader function (None: no limit)."""
+        return self._calls.timeout_s
 
     # ------------------------------------------------------------------ display
 
@@ -275,7 +308,10 @@ class GroupwiseGrading:
             group = GradedGroup(task, values, ok, list(values), list(values))
             graded.append(group)
             if not all(math.isfinite(v) for v in values):
-                # TRL turns a verifier's None into NaN; such a group keeps its rewards and is counted.
+                # TRL turns a verifier's None into NaN, "unscorable": advantage 0, left out of the group's mean. An
+                # inf is made NaN too (TRL's nan_to_num would turn it into -3.4e38 for the rest of the group); the
+                # group keeps its other rewards, ungraded, and is counted.
+                group.shaped = [v if math.isfinite(v) else math.nan for v in values]
                 group.reason = "non-finite reward: the verifier gave None, NaN or inf"
                 continue
             if send and any(ok):
@@ -317,14 +353,13 @@ class GroupwiseGrading:
             )
         return graded
 
-    @staticmethod
-    def _ask(grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
+    def _ask(self, grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
         """The grader's answers to ``requests``, an exception standing in for an answer that raised.
 
         A grader that has ``batch_method`` (``grade_groups`` or ``score_passes``) answers the whole list in one call
-        and may put an exception in place of any answer; others are called once per request. In a preflight (the
-        spread check) a ``GraderUnavailable`` propagates, so the command line can exit 4; in training it is one more
-        fallback.
+        and may put an exception in place of any answer; others are called once per request, each within the time
+        limit (``GraderTimeout`` stands in for an answer that ran over). In a preflight (the spread check) a
+        ``GraderUnavailable`` propagates, so the command line can exit 4; in training it is one more fallback.
         """
         batch = getattr(grader, batch_method, None)
         if callable(batch):
@@ -338,20 +373,17 @@ class GroupwiseGrading:
                 error = RuntimeError(f"{batch_method} returned {len(answers)} answers for {len(requests)} requests")
                 return [error] * len(requests)
             return answers
-        answers = []
-        for request in requests:
-            try:
-                answers.append(grader(request) if single else grader(*request))
-            except Exception as exc:  # a grader must never stop training
-                if preflight and isinstance(exc, GraderUnavailable):
-                    raise
-                answers.append(exc)
+        answers = self._calls.run(grader if single else lambda request: grader(*request), requests)
+        if preflight:
+            for answer in answers:
+                if isinstance(answer, GraderUnavailable):
+                    raise answer
         return answers
 
     def _close_advantage(self, group: GradedGroup, items: list[dict[str, Any]], answer: Any) -> None:
         """Validate one group's answer and redistribute, or record why the group falls back."""
         if isinstance(answer, BaseException):
-            group.reason = f"grader raised: {_describe(answer)}"
+            group.reason = _failure(answer)
             return
         group.graded = True
         passes = [i for i, ok in enumerate(group.passed) if ok]
@@ -433,7 +465,7 @@ class GroupwiseGrading:
             scores: list[float] = []
             for i, answer in scored[id(group)]:
                 if isinstance(answer, BaseException):
-                    group.reason = f"grader raised: {_describe(answer)}"
+                    group.reason = _failure(answer)
                     break
                 try:
                     read = read_pass_answer(answer)
@@ -473,9 +505,10 @@ class GroupwiseGrading:
     ) -> list[GradedGroup]:
         """Grade a batch of consecutive groups the way training does.
 
-        Advantage mode sends only mixed groups to the grader (an all-pass or all-fail group has no advantage to
-        move); reward mode sends every group with a pass (GRS is meant for high-pass-rate tasks, where whole groups
-        pass). Conversational prompts and completions (lists of messages) are read as text.
+        Advantage mode sends only groups with a pass above the group's mean to the grader (with a binary reward, the
+        mixed groups: an all-pass or all-fail group has no advantage to move); reward mode sends every group with a
+        pass (GRS is meant for high-pass-rate tasks, where whole groups pass). Conversational prompts and completions
+        (lists of messages) are read as text.
         """
         n = len(rewards)
         if len(prompts) != n or len(completions) != n:
@@ -492,8 +525,9 @@ class GroupwiseGrading:
         for start in self._groups_of(n, group_size):
             stop = start + group_size
             chunk = [_reward(r) for r in rewards[start:stop]]
-            has_pass = any(r > 0 for r in chunk)
-            send = (has_pass and not all(r > 0 for r in chunk)) if self.mode == "advantage" else has_pass
+            # Advantage mode: only a group with a pass above its mean has advantage to move (a mixed group, with a
+            # binary reward); reward mode: every group with a pass.
+            send = bool(positive_passes(chunk)) if self.mode == "advantage" else any(r > 0 for r in chunk)
             requests.append(
                 (chunk, prompt_texts[start:stop], completion_texts[start:stop], task_ids[start], None, send)
             )
@@ -663,15 +697,22 @@ class GroupwiseGrading:
             raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
         if num_generations < 1:
             raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
-        size = int(num_generations)
+        default_size = int(num_generations)
 
         def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
             distributed = gather is not None and gather.world_size > 1
             offset = 0
+            phase, size = trl_phase(kwargs, default_size)  # num_generations_eval in an evaluation batch
+            if not distributed and not completions:
+                return []
             if not distributed and len(completions) % size:
+                if phase == "train":
+                    fix = "per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
+                else:
+                    fix = "per_device_eval_batch_size is a multiple of num_generations_eval"
+                name = "num_generations" if phase == "train" else "num_generations_eval"
                 raise ValueError(
-                    f"TRL passed {len(completions)} completions, not a multiple of num_generations={size}: "
-                    "check that per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
+                    f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
                 )
             rewards = [_reward(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
             if len(rewards) != len(completions):
@@ -698,7 +739,7 @@ class GroupwiseGrading:
                 outcome: Any = None
                 if gather.rank == 0:
                     try:
-                        outcome = self._grade_for_trl(batch, size, on_graded, kwargs)
+                        outcome = self._grade_for_trl(batch, size, phase, on_graded, kwargs)
                     except Exception as exc:  # tell the other processes instead of leaving them waiting
                         outcome = exc
                 outcome = gather.broadcast(outcome)
@@ -707,7 +748,7 @@ class GroupwiseGrading:
                 shaped, metrics = outcome
                 shaped = shaped[offset : offset + len(rewards)]
             else:
-                shaped, metrics = self._grade_for_trl(batch, size, on_graded, kwargs)
+                shaped, metrics = self._grade_for_trl(batch, size, phase, on_graded, kwargs)
             log_metric = kwargs.get("log_metric")
             if callable(log_metric):
                 for name, value in metrics.items():
@@ -726,17 +767,39 @@ class GroupwiseGrading:
         self,
         batch: tuple[list[str], list[str], list[float], list[str]],
         size: int,
+        phase: str,
         on_graded: Callable[[list[GradedGroup], Any], None] | None,
         kwargs: Mapping[str, Any],
     ) -> tuple[list[float], dict[str, float]]:
         prompts, completions, rewards, task_ids = batch
         before = self.stats.as_dict()
         graded = self.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
+        for group in graded:
+            group.phase = phase
         if on_graded is not None:
             on_graded(graded, kwargs.get("trainer_state"))
         metrics = {f"groupwise/{k}": v for k, v in _batch_metrics(graded, before, self.stats.as_dict()).items()}
-        metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / len(rewards)
+        metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / max(len(rewards), 1)
         return [s for g in graded for s in g.shaped], metrics
+
+
+def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:
+    """Which phase TRL is scoring a batch for, and its group size: ``("train", num_generations)`` or
+    ``("eval", num_generations_eval)``, picked as TRL 1.16's ``_generate_and_score_completions`` does, by
+    ``model.training``.
+
+    TRL hands a reward function its bound ``log_metric``, whose ``__self__`` is the trainer; without one (a direct
+    call) the phase is ``"train"`` and the group size the reward function's own ``num_generations``.
+    """
+    trainer = getattr(kwargs.get("log_metric"), "__self__", None)
+    training = getattr(getattr(trainer, "model", None), "training", None)
+    if not isinstance(training, bool):
+        return "train", default_size
+    phase = "train" if training else "eval"
+    size = getattr(trainer, "num_generations" if training else "num_generations_eval", None)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        return phase, default_size
+    return phase, size
 
 
 def group_labels(trainer_state: Any, offset: int, count: int, size: int) -> list[str]:

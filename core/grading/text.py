@@ -1,9 +1,18 @@
-"""What a grader reads: prompts and completions as text, whether TRL hands over strings or chat messages.
+"""What a grader reads: one rendering of a rollout as text, whether it comes as a string, as chat messages from TRL,
+or as a conversation ``whileai simulate`` recorded.
 
-TRL passes standard completions as strings and conversational ones as lists of messages
-(``[{"role": "assistant", "content": ..., "tool_calls": [...]}, {"role": "tool", ...}]``). A grader reads the
-assistant's side of a conversation as one text, with each tool call rendered as ``<tool_call>name {args}</tool_call>``
-so that a rule such as "count the tool calls" works on both forms. Nothing here tokenizes or truncates.
+The spread gate grades the rows ``whileai simulate`` writes and training grades the completions TRL hands the reward
+function; a grader must see the same text for the same rollout in both places, or a rule that passes the gate
+misjudges training (a correct refund flagged as naming an order "no tool returned", because the tool results were
+left out). So there is one renderer, :func:`render_messages`, and both paths go through it:
+
+- an assistant message: its text as ``agent: ...``, then each tool call as ``<tool_call>name {json}</tool_call>``;
+- a tool message: ``<tool_result>...</tool_result>`` (TRL puts the tool's return value there as a string);
+- a user message: ``customer: ...``.
+
+One event per line. JSON is written by :func:`dump_json` (sorted keys, UTF-8), so a tool's answer reads the same
+whether the environment wrote it for TRL or ``simulate`` recorded it. A completion that is already a string is read
+as it is. Nothing here tokenizes or truncates.
 """
 
 from __future__ import annotations
@@ -12,17 +21,40 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["completion_text", "prompt_text", "render_tool_call"]
+__all__ = ["completion_text", "dump_json", "prompt_text", "render_messages", "render_tool_call"]
+
+
+def dump_json(value: Any) -> str:
+    """JSON as every rendering of whileai writes it: sorted keys, non-ASCII kept as it is.
+
+    Example:
+        >>> dump_json({"b": 1, "a": "café"})
+        '{"a": "café", "b": 1}'
+    """
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _arguments(arguments: Any) -> str:
+    """A tool call's arguments as canonical JSON; a string that is not JSON stays as it is."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return dump_json(arguments)
 
 
 def render_tool_call(call: Mapping[str, Any]) -> str:
-    """``<tool_call>name {json arguments}</tool_call>`` for an OpenAI-style or flat tool call."""
+    """``<tool_call>name {json arguments}</tool_call>`` for an OpenAI-style or flat tool call.
+
+    Example:
+        >>> render_tool_call({"type": "function", "function": {"name": "lookup", "arguments": '{"id": 1}'}})
+        '<tool_call>lookup {"id": 1}</tool_call>'
+    """
     function = call.get("function", call)
     name = function.get("name", "?") if isinstance(function, Mapping) else "?"
     arguments = function.get("arguments", {}) if isinstance(function, Mapping) else {}
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, sort_keys=True, default=str)
-    return f"<tool_call>{name} {arguments}</tool_call>"
+    return f"<tool_call>{name} {_arguments(arguments)}</tool_call>"
 
 
 def _content(message: Mapping[str, Any]) -> str:
@@ -36,40 +68,70 @@ def _content(message: Mapping[str, Any]) -> str:
     return str(content)
 
 
+# Who says what, in the transcript's words.
+_SPEAKERS = {"assistant": "agent", "user": "customer"}
+
+
+def render_messages(messages: Sequence[Any]) -> str:
+    """A conversation as one text, one event per line (see the module docstring).
+
+    System messages are left out (they are the task's instructions, not the rollout); a message that is not a dict
+    is written as its string.
+
+    Example:
+        >>> print(render_messages([
+        ...     {"role": "assistant", "content": "", "tool_calls": [
+        ...         {"function": {"name": "lookup_order", "arguments": {"order_id": "ORD-1"}}}]},
+        ...     {"role": "tool", "name": "lookup_order", "content": '{"status": "delivered"}'},
+        ...     {"role": "assistant", "content": "Refunded."}]))
+        <tool_call>lookup_order {"order_id": "ORD-1"}</tool_call>
+        <tool_result>{"status": "delivered"}</tool_result>
+        agent: Refunded.
+    """
+    lines: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            lines.append(str(message))
+            continue
+        role = message.get("role", "assistant")
+        if role == "system":
+            continue
+        if role == "tool":
+            lines.append(f"<tool_result>{_content(message)}</tool_result>")
+            continue
+        text = _content(message)
+        if text:
+            lines.append(f"{_SPEAKERS.get(role, role)}: {text}")
+        lines.extend(render_tool_call(c) for c in message.get("tool_calls") or [] if isinstance(c, Mapping))
+    return "\n".join(lines)
+
+
 def completion_text(completion: Any) -> str:
-    """The assistant's text of a completion: a string as it is, or a conversation's assistant turns joined.
+    """What a grader reads of a completion: a string as it is, a conversation through :func:`render_messages`.
 
     Example:
         >>> completion_text([{"role": "assistant", "content": "", "tool_calls": [
         ...     {"function": {"name": "lookup", "arguments": {"order_id": "ORD-1"}}}]},
         ...     {"role": "tool", "content": "found"}, {"role": "assistant", "content": "done"}])
-        '<tool_call>lookup {"order_id": "ORD-1"}</tool_call>\\ndone'
+        '<tool_call>lookup {"order_id": "ORD-1"}</tool_call>\\n<tool_result>found</tool_result>\\nagent: done'
     """
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
-        completion = [completion]
+        return render_messages([completion])
     if isinstance(completion, Sequence):
-        parts = []
-        for message in completion:
-            if not isinstance(message, Mapping):
-                parts.append(str(message))
-                continue
-            if message.get("role", "assistant") != "assistant":
-                continue
-            text = _content(message)
-            calls = "".join(render_tool_call(c) for c in message.get("tool_calls") or [] if isinstance(c, Mapping))
-            joined = text + calls if text and calls else (text or calls)
-            if joined:
-                parts.append(joined)
-        return "\n".join(parts)
+        return render_messages(completion)
+    if hasattr(completion, "tolist"):  # a conversation read back from a Parquet log (a numpy array of dicts)
+        return completion_text(completion.tolist())
     return str(completion)
 
 
 def prompt_text(prompt: Any) -> str:
-    """A prompt as text: a string as it is, or the last user message of a conversation."""
+    """A prompt as text: a string as it is, or the last user message of a conversation (the task as asked)."""
     if isinstance(prompt, str):
         return prompt
+    if hasattr(prompt, "tolist") and not isinstance(prompt, Sequence):
+        prompt = prompt.tolist()
     if isinstance(prompt, Sequence):
         users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
         if users:

@@ -3,12 +3,22 @@
 TRL 1.16's contract (``trl/trainer/grpo_trainer.py``, ``environment_factory``): the factory is called with no
 arguments and returns an instance; before each rollout TRL calls ``reset(**example)`` with the dataset row and appends
 the string it returns to the last user message; every public method other than ``reset`` and ``get_reward`` is a tool,
-described to the model by its type hints and Google-style docstring; ``get_reward()`` is called once per finished
-rollout and acts as an extra reward function of weight 1. One instance serves one rollout at a time.
+described to the model by its type hints and Google-style docstring. One instance serves one rollout at a time.
 
-:class:`SupportEnvironment` follows it: ``reset`` opens the scenario named by the row's ``scenario_id`` (or, with no
-dataset, the next one in order) on a fresh order desk, the tools are the desk's (each answers a JSON string, errors
-included), and ``get_reward`` is the scenario's verifier on the end state, 1.0 or 0.0.
+Two classes, because of what ``get_reward`` does in TRL: a class that defines it owns a reward, and TRL adds
+``get_reward`` as one more reward function of weight 1 beside the trainer's ``reward_funcs``. With whileai's grader
+the reward function already holds the verifier's verdict (``whileai.training.tasks.support_verifier`` reads
+:attr:`SupportEnvironment.verdict`), so an environment that also owned one would be counted twice: TRL's advantage
+would be ``A + A'`` instead of equation 3's ``A'``, and a zeroed hack would still get its +1. So:
+
+- :class:`SupportEnvironment`: ``reset``, the desk's five tools and the ``verdict`` property, no reward of its own.
+  ``whileai train`` uses it.
+- :class:`RewardedSupportEnvironment`: the same, plus ``get_reward`` (the verdict as 1.0 or 0.0), for a plain TRL run
+  where the environment is the only reward source.
+
+``reset`` opens the scenario named by the row's ``scenario_id`` (or, with no dataset, the next one in order) on a fresh
+order desk; the tools are the desk's, each answering a JSON string (``whileai.grading.text.dump_json``, as
+``whileai simulate`` records tool answers), errors included.
 
 Only scenarios verified on the orders alone fit: TRL does not hand ``get_reward`` the model's last message, so
 ``builtin:lookups`` (checked on the reply) is refused. The default is ``builtin:actions``.
@@ -17,22 +27,31 @@ What this module does not do: import trl, datasets or torch (it needs none of th
 
     from functools import partial
     from datasets import Dataset
-    from whileai.simulations.environment import SupportEnvironment, environment_rows
+    from whileai.simulations.environment import RewardedSupportEnvironment, environment_rows
 
     trainer = GRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=Dataset.from_list(environment_rows(...)),
-                          environment_factory=partial(SupportEnvironment, "builtin:actions"))
+                          environment_factory=partial(RewardedSupportEnvironment, "builtin:actions"))
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from whileai.grading.text import dump_json
+from whileai.simulations.agents import Agent, Event, Reply, ToolCall
 from whileai.simulations.scenarios import SUPPORT_SYSTEM_PROMPT, Scenario, Verdict, load_scenarios
-from whileai.simulations.support_tools import OrderDesk
+from whileai.simulations.support_tools import SUPPORT_TOOLS, OrderDesk
 
-__all__ = ["SupportEnvironment", "environment_rows"]
+__all__ = [
+    "RewardedSupportEnvironment",
+    "SupportEnvironment",
+    "environment_conversation",
+    "environment_rows",
+    "environment_tools",
+]
 
 
 def _scenario_list(scenarios: Sequence[Scenario] | str, seed: int) -> list[Scenario]:
@@ -75,7 +94,8 @@ def environment_rows(
 
 
 class SupportEnvironment:
-    """One rollout's support desk for TRL: ``reset``, five tools, ``get_reward``.
+    """One rollout's support desk for TRL: ``reset`` and five tools; the end state's ``verdict`` is a property, not a
+    reward TRL would add (see the module docstring).
 
     Args:
         scenarios: the scenarios, or a family name (default ``"builtin:actions"``).
@@ -87,8 +107,8 @@ class SupportEnvironment:
         True
         >>> env.refund_order("ORD-1", 5.0)
         '{"error": "no order with id ORD-1"}'
-        >>> env.get_reward()
-        0.0
+        >>> env.verdict.passed
+        False
     """
 
     def __init__(self, scenarios: Sequence[Scenario] | str = "builtin:actions", seed: int = 0) -> None:
@@ -130,14 +150,10 @@ class SupportEnvironment:
         self._desk = scenario.desk()
         return scenario.prompt
 
-    def get_reward(self) -> float:
-        """1.0 when the scenario's verifier passes the end state, else 0.0."""
-        return 1.0 if self.verdict.passed else 0.0
-
     def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
         if self._desk is None:
-            return json.dumps({"error": "no conversation is open"})
-        return json.dumps(self._desk.call(name, arguments), sort_keys=True)
+            return dump_json({"error": "no conversation is open"})
+        return dump_json(self._desk.call(name, arguments))
 
     # The tools. TRL reads their signatures and docstrings to describe them to the model.
 
@@ -194,3 +210,98 @@ class SupportEnvironment:
             The new address as JSON, or an error.
         """
         return self._call("change_address", {"order_id": order_id, "address": address})
+
+
+class RewardedSupportEnvironment(SupportEnvironment):
+    """:class:`SupportEnvironment` that owns its reward: TRL adds ``get_reward`` as a reward function of weight 1.
+
+    For a plain TRL run with no other reward source. Never beside whileai's grader, which already holds the verdict
+    (``whileai train`` refuses a trainer whose reward functions are more than the grader's one).
+
+    Example:
+        >>> env = RewardedSupportEnvironment("builtin:refunds")
+        >>> env.reset(scenario_id="refund-0").startswith("Hi")
+        True
+        >>> env.get_reward()
+        0.0
+    """
+
+    def get_reward(self) -> float:
+        """1.0 when the scenario's verifier passes the end state, else 0.0."""
+        return 1.0 if self.verdict.passed else 0.0
+
+
+def environment_tools(environment: Any) -> list[Any]:
+    """The tools TRL 1.16 offers the model for an environment instance, in TRL's order: the class's public functions
+    other than ``reset`` and ``get_reward``, by name (``inspect.getmembers`` on the class), bound to the instance.
+
+    Example:
+        >>> [tool.__name__ for tool in environment_tools(SupportEnvironment())]
+        ['cancel_order', 'change_address', 'list_orders', 'lookup_order', 'refund_order']
+    """
+    members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
+    return [
+        getattr(environment, name)
+        for name, _ in members
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]
+
+
+def environment_conversation(
+    scenario: Scenario,
+    agent: Agent,
+    *,
+    seed: int | str = 0,
+    max_calls: int = 16,
+    system_prompt: str = SUPPORT_SYSTEM_PROMPT,
+) -> tuple[list[dict[str, Any]], Verdict]:
+    """An agent's rollout on the environment, as the chat messages TRL's tool loop builds from a model's turns.
+
+    TRL 1.16 (``grpo_trainer.py``, ``_tool_call_loop``) appends, after each assistant message with tool calls, one
+    ``{"role": "tool", "name": ..., "content": str(answer)}`` per call; a message without tool calls ends the rollout
+    (no customer answers in training, so an agent's question ends it too).
+
+    Args:
+        scenario: the task.
+        agent: an :class:`~whileai.simulations.agents.Agent`, e.g. ``seeded_agent(seed=0)``.
+        seed: the rollout's seed, handed to ``agent.start``.
+        max_calls: the most tool calls answered before the rollout is cut off (TRL's
+            ``max_tool_calling_iterations``).
+        system_prompt: the system message of the prompt.
+
+    Returns:
+        ``(messages, verdict)``: the whole conversation (system, the customer's request, then the completion) and the
+        verifier's verdict on the end state. ``messages[2:]`` is the completion TRL hands a reward function.
+
+    Example:
+        >>> from whileai.simulations.agents import seeded_agent
+        >>> scenario = load_scenarios("builtin:actions", n=1)[0]
+        >>> messages, verdict = environment_conversation(scenario, seeded_agent(seed=0), seed="0:0")
+        >>> [m["role"] for m in messages[:3]]
+        ['system', 'user', 'assistant']
+    """
+    environment = SupportEnvironment([scenario])
+    request = environment.reset(scenario_id=scenario.scenario_id)
+    episode = agent.start(tools=SUPPORT_TOOLS, seed=seed)
+    events = [Event("customer", text=request)]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": request},
+    ]
+    calls = 0
+    while True:
+        action = episode.act(events)
+        if isinstance(action, Reply):
+            messages.append({"role": "assistant", "content": action.text})
+            break
+        if not isinstance(action, ToolCall):
+            raise TypeError(f"an agent's act() must return a ToolCall or a Reply, got {type(action).__name__}")
+        call = {"type": "function", "function": {"name": action.name, "arguments": dict(action.arguments)}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        if calls == max_calls:  # TRL runs at most max_tool_calling_iterations rounds of tool calls
+            break
+        answer = getattr(environment, action.name)(**action.arguments)
+        messages.append({"role": "tool", "name": action.name, "content": answer})
+        events += [Event("agent", call=action), Event("tool", result=json.loads(answer))]
+        calls += 1
+    return messages, environment.verdict

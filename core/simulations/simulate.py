@@ -15,8 +15,10 @@ A row is what ``GroupwiseGrading.check_spread`` and ``whileai spread`` read::
 
 ``final_text`` is the whole conversation after the first message: tool calls as
 ``<tool_call>name {json args}</tool_call>``, tool answers as ``<tool_result>{json}</tool_result>``, messages as
-``agent: ...`` and ``customer: ...``, one per line. ``turns`` counts the agent's steps (each tool call or message is
-one), ``tool_calls`` its tool calls, ``reason`` says why the verifier failed the rollout (None for a pass).
+``agent: ...`` and ``customer: ...``, one per line: the same rendering training hands the grader for a TRL
+conversation (``whileai.grading.text.render_messages``), so the spread gate and training grade the same text.
+``turns`` counts the agent's steps (each tool call or message is one), ``tool_calls`` its tool calls, ``reason``
+says why the verifier failed the rollout (None for a pass).
 
 Every rollout's randomness comes from ``(seed, scenario_id, sample)``, so the same arguments give byte-identical rows
 (``json.dumps(rows, sort_keys=True)``), whatever ``max_workers`` is.
@@ -27,11 +29,11 @@ scoring (``whileai.simulations.passrate``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from whileai.grading.text import dump_json, render_messages
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall
 from whileai.simulations.scenarios import Scenario, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS
@@ -39,7 +41,7 @@ from whileai.simulations.support_tools import SUPPORT_TOOLS
 if TYPE_CHECKING:  # the customer module imports the HTTP client's module; a scripted run never needs it
     from whileai.simulations.customer import Customer
 
-__all__ = ["SimulatorUnavailableError", "render_transcript", "rollout", "simulate"]
+__all__ = ["SimulatorUnavailableError", "render_transcript", "rollout", "simulate", "transcript_messages"]
 
 # A rollout that has not finished after this many agent steps is cut off and verified as it stands.
 MAX_AGENT_STEPS = 16
@@ -49,12 +51,27 @@ class SimulatorUnavailableError(RuntimeError):
     """``simulator=True`` was asked for but no LLM endpoint is configured to play the customer."""
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+def transcript_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """A transcript as chat messages, the form TRL hands a reward function (OpenAI-style tool calls).
+
+    Agent messages and calls become ``assistant`` messages, tool answers ``tool`` messages (the answer as JSON
+    text, as the environment writes it for TRL), customer messages ``user`` messages.
+    """
+    messages: list[dict[str, Any]] = []
+    for event in events:
+        if event.call is not None:
+            call = {"type": "function", "function": {"name": event.call.name, "arguments": dict(event.call.arguments)}}
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif event.role == "tool":
+            messages.append({"role": "tool", "content": dump_json(event.result)})
+        else:
+            messages.append({"role": "assistant" if event.role == "agent" else "user", "content": event.text})
+    return messages
 
 
 def render_transcript(events: Iterable[Event]) -> str:
-    """A transcript as one string, one event per line.
+    """A transcript as one string, one event per line: the rendering a grader reads, in the spread gate and in
+    training alike (``whileai.grading.text.render_messages``).
 
     Args:
         events: the conversation (usually without the customer's first message, which is the row's prompt).
@@ -70,15 +87,7 @@ def render_transcript(events: Iterable[Event]) -> str:
         <tool_result>{"orders": []}</tool_result>
         agent: Done.
     """
-    lines = []
-    for event in events:
-        if event.call is not None:
-            lines.append(f"<tool_call>{event.call.name} {_dumps(dict(event.call.arguments))}</tool_call>")
-        elif event.role == "tool":
-            lines.append(f"<tool_result>{_dumps(event.result)}</tool_result>")
-        else:
-            lines.append(f"{event.role}: {event.text}")
-    return "\n".join(lines)
+    return render_messages(transcript_messages(events))
 
 
 def rollout(

@@ -60,11 +60,15 @@ def echoes_digits(
 
 
 def support_verifier(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """The support scenario's end-state check, from the environments TRL passes (``environment_factory``)."""
+    """The support scenario's end-state check, read from the environments TRL passes (``environment_factory``).
+
+    The environment has no ``get_reward`` of its own (TRL would add it as a second reward); its ``verdict`` is read
+    here, once, inside the one reward function.
+    """
     environments = kwargs.get("environments")
     if environments is None:
         raise BadInput("the support verifier needs data.dataset: builtin:support (TRL's environment_factory)")
-    return [float(env.get_reward()) for env in environments]
+    return [1.0 if env.verdict.passed else 0.0 for env in environments]
 
 
 BUILTIN_VERIFIERS: dict[str, Callable[..., list[float]]] = {
@@ -81,11 +85,14 @@ class TrainingTask:
         rows: the training rows (a ``prompt`` column and any extra columns TRL passes to reward functions).
         corpus: text a tiny model's tokenizer is trained on.
         environment_factory: a TRL environment class for multi-turn tasks, or None.
+        demonstrations: for a multi-turn task, ``demonstrations(rollouts, seed)`` gives that many seeded-agent
+            conversations per training scenario, as chat messages (a tiny model's tokenizer and warm start).
     """
 
     rows: list[dict[str, Any]]
     corpus: list[str] = field(default_factory=list)
     environment_factory: Any = None
+    demonstrations: Callable[[int, int], list[list[dict[str, Any]]]] | None = None
 
 
 def _echo_digits(num_prompts: int, seed: int) -> TrainingTask:
@@ -104,7 +111,21 @@ def _support(num_prompts: int | None, seed: int) -> TrainingTask:
     scenarios = load_scenarios("builtin:actions", n=num_prompts, seed=seed)
     rows = environment_rows(scenarios, seed=seed)
     factory = functools.partial(SupportEnvironment, scenarios, seed=seed)
-    return TrainingTask([dict(r) for r in rows], environment_factory=factory)
+    demonstrations = functools.partial(_support_demonstrations, scenarios)
+    return TrainingTask([dict(r) for r in rows], environment_factory=factory, demonstrations=demonstrations)
+
+
+def _support_demonstrations(scenarios: Sequence[Any], rollouts: int, seed: int) -> list[list[dict[str, Any]]]:
+    """The seeded agent's conversations on each scenario, as TRL would build them (passes and failures alike)."""
+    from whileai.simulations.agents import seeded_agent
+    from whileai.simulations.environment import environment_conversation
+
+    agent = seeded_agent(seed=seed)
+    return [
+        environment_conversation(scenario, agent, seed=f"warm:{seed}:{scenario.scenario_id}:{sample}")[0]
+        for scenario in scenarios
+        for sample in range(rollouts)
+    ]
 
 
 def load_task(loaded: LoadedRecipe) -> TrainingTask:

@@ -226,6 +226,16 @@ def test_an_unforeseen_error_is_one_line_and_exit_2(monkeypatch) -> None:
     assert result.exit_code == 2 and "KeyError" in result.stderr and "--debug" in result.stderr
 
 
+def test_partial_credit_never_moves_the_best_ranked_pass_down() -> None:
+    # [1, 0.2, 0, 0]: the 0.2 pass sits below the mean (A = -0.1); ranked best, it must not lose, and the 0.7 pass,
+    # ranked worst, must not gain.
+    data = json.loads(invoke("redistribute", "--rewards", "1,0.2,0,0", "--ranking", "1,0", "--json").stdout)
+    assert data["advantages"] == pytest.approx([0.7, -0.1, -0.3, -0.3])
+    assert data["advantages"] == pytest.approx(data["advantages_before"])
+    table = invoke("redistribute", "--rewards", "1,0.2,0,0", "--ranking", "1,0").stdout
+    assert "not moved" in table
+
+
 def test_redistribute_cap_and_fallback() -> None:
     data = json.loads(
         invoke("redistribute", "--rewards", "1,0,0,0", "--factors", "0=0.1", "--cap", "2", "--json").stdout
@@ -243,7 +253,7 @@ def test_redistribute_cap_and_fallback() -> None:
         (["--rewards", "1,0", "--factors", "0=1", "--ranking", "0"], "not both"),
         ([], "give --rewards"),
         (["--rewards", "1,nan,0"], "finite"),
-        (["--rewards", "1,0", "--cap", "0"], "--cap: must be a number > 0"),
+        (["--rewards", "1,0", "--cap", "0.5"], "--cap: must be a number >= 1"),
         (["--rewards", "1,0", "--min-factor", "2"], "--min-factor: must be a number in (0, 1]"),
     ],
 )

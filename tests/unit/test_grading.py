@@ -422,7 +422,12 @@ def test_trl_reward_reads_conversational_completions() -> None:
     prompts = [[{"role": "system", "content": "s"}, {"role": "user", "content": "refund"}]] * 3
     reward = wai.GroupwiseGrading(grader=grader).trl_reward(chat_verifier, num_generations=3)
     reward(prompts=prompts, completions=completions)
-    assert seen == ['<tool_call>lookup {"id": 1}</tool_call>\ndone', "done", "no"]
+    # the grader reads the tools' answers too, rendered as whileai simulate renders its rows
+    assert seen == [
+        '<tool_call>lookup {"id": 1}</tool_call>\n<tool_result>ok</tool_result>\nagent: done',
+        "agent: done",
+        "agent: no",
+    ]
 
 
 def test_trl_reward_uses_the_task_id_column() -> None:

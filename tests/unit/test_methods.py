@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from whileai.methods import rank_factors, redistribute, redistribute_result, synthesize_reward
+from whileai.methods import positive_passes, rank_factors, redistribute, redistribute_result, synthesize_reward
 
 
 @st.composite
@@ -73,14 +73,89 @@ def test_the_cap_holds_and_the_group_still_sums_to_zero(case, cap) -> None:
     assert result.capped == (uncapped > cap)
 
 
-def test_a_binding_cap_moves_failures_only_by_the_common_shift() -> None:
-    # one strong factor drop: lambda would be 1/0.1 = 10, capped at 3
-    result = redistribute_result([1, 0, 0, 0], {0: 0.1}, cap=3.0)
-    assert result.capped and result.lam == 3.0
-    assert sum(result.advantages) == pytest.approx(0.0)
-    failures = result.advantages[1:]
-    assert failures[0] == failures[1] == failures[2]
-    assert failures[0] > -0.25  # lifted: less mass on the pass means less pushed down elsewhere
+def test_a_binding_cap_pulls_the_factors_toward_one_and_conserves_the_mass() -> None:
+    # lambda would be (0.5 + 0.5) / (0.5 * 0.1 + 0.5) = 1.82 uncapped; with cap 1.5 the factors are pulled toward 1
+    result = redistribute_result([1, 1, 0, 0], {0: 0.1}, cap=1.5)
+    assert result.capped and result.lam == 1.5
+    assert result.advantages[2:] == pytest.approx([-0.5, -0.5], abs=1e-12)  # failures untouched
+    assert result.advantages[0] + result.advantages[1] == pytest.approx(1.0)
+    assert result.advantages[0] < 0.5 < result.advantages[1]  # the grader's order holds
+    assert result.advantages[1] == pytest.approx(1.5 * 0.5)  # the best pass is amplified by exactly the cap
+    # a lone pass has nothing to be told apart from, whatever its factor
+    alone = redistribute_result([1, 0, 0, 0], {0: 0.1}, cap=3.0)
+    assert alone.advantages == pytest.approx([0.75, -0.25, -0.25, -0.25], abs=1e-12)
+
+
+def test_a_cap_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="cap must be a number >= 1"):
+        redistribute([1, 1, 0, 0], {0: 0.5}, cap=0.5)
+
+
+@st.composite
+def partial_credit_groups(draw):
+    """Any rewards (binary, partial credit, negative), passes by R > 0, factors for some passes, a cap >= 1."""
+    size = draw(st.integers(2, 12))
+    reward = st.one_of(st.sampled_from([0.0, 1.0, 0.5, 0.2]), st.floats(-1.0, 2.0, allow_nan=False))
+    rewards = draw(st.lists(reward, min_size=size, max_size=size))
+    passes = [i for i, r in enumerate(rewards) if r > 0]
+    chosen = draw(st.lists(st.sampled_from(passes), unique=True)) if passes else []
+    factors = {i: draw(st.floats(0.01, 1.0)) for i in chosen}
+    cap = draw(st.one_of(st.just(3.0), st.floats(1.0, 10.0)))
+    return rewards, factors, cap
+
+
+@settings(max_examples=500, deadline=None)
+@given(partial_credit_groups())
+def test_partial_credit_never_inverts_the_grader(case) -> None:
+    """Whatever the rewards: the best-ranked pass never loses advantage, the worst never gains, the mass of the
+    passes is conserved, every other member keeps its advantage, the group sums to zero and the cap holds."""
+    rewards, factors, cap = case
+    result = redistribute_result(rewards, factors, cap=cap)
+    original = _centered(rewards)
+    assert sum(result.advantages) == pytest.approx(0.0, abs=1e-9)
+    passes = [i for i, r in enumerate(rewards) if r > 0]
+    if result.fell_back:
+        assert result.advantages == original
+        assert not any(original[i] > 1e-9 for i in passes)  # only when no pass sits above the mean
+        return
+    moving = [i for i in passes if original[i] > 1e-9]
+    assert result.lam <= cap + 1e-12
+    for i in range(len(rewards)):
+        if i not in moving:  # failures, and passes at or below the mean
+            assert result.advantages[i] == pytest.approx(original[i], abs=1e-9)
+    assert sum(result.advantages[i] for i in moving) == pytest.approx(sum(original[i] for i in moving), abs=1e-9)
+    f = {i: factors.get(i, 1.0) for i in moving}
+    best, worst = max(f.values()), min(f.values())
+    for i in moving:
+        assert result.advantages[i] > 0  # a positive advantage stays positive
+        if f[i] == best:
+            assert result.advantages[i] >= original[i] - 1e-9
+        if f[i] == worst:
+            assert result.advantages[i] <= original[i] + 1e-9
+        for j in moving:  # the grader's order of A'/A
+            if f[i] > f[j]:
+                assert result.advantages[i] / original[i] >= result.advantages[j] / original[j] - 1e-9
+
+
+def test_a_pass_below_the_mean_is_not_moved() -> None:
+    # [1, 0.2, 0, 0]: A = [0.7, -0.1, -0.3, -0.3]; ranking the 0.2 pass first must not push it further down
+    ranked_low_first = redistribute([1, 0.2, 0, 0], factors={1: 1.0, 0: 0.5})
+    assert ranked_low_first == pytest.approx([0.7, -0.1, -0.3, -0.3])
+    # two passes above the mean of [1, 0.6, 0.2, 0, 0] share the moved mass; the 0.2 pass keeps its A
+    result = redistribute_result([1, 0.6, 0.2, 0, 0], {0: 0.5, 1: 1.0, 2: 1.0})
+    original = _centered([1, 0.6, 0.2, 0, 0])
+    assert result.advantages[2] == pytest.approx(original[2])
+    assert result.advantages[1] > original[1] and result.advantages[0] < original[0]
+    assert result.advantages[0] + result.advantages[1] == pytest.approx(original[0] + original[1])
+
+
+def test_positive_mass_zero_up_to_rounding_falls_back() -> None:
+    # 0.1 + 0.2 != 0.3 in floating point: the passes differ by rounding only
+    rewards = [0.1 + 0.2, 0.3, 0.3, 0.30000000000000004]
+    result = redistribute_result(rewards, {0: 0.5})
+    assert result.fell_back and "no pass has an advantage above zero" in result.reason
+    assert positive_passes(rewards) == []
+    assert positive_passes([1, 0.2, 0, 0]) == [0]
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def test_each_bad_field_is_named(tmp_path: Path, bad, message) -> None:
 def test_conversational_text_and_numeric_group_ids(tmp_path: Path) -> None:
     messages = [{"role": "assistant", "content": "done"}]
     path = write(tmp_path / "r.jsonl", [{"scenario_id": 7, "reward": True, "final_text": messages}])
-    assert list(iter_groups(path)) == [("7", [(1.0, "", "done")])]
+    assert list(iter_groups(path)) == [("7", [(1.0, "", "agent: done")])]
 
 
 def test_folders_keep_groups_apart_by_file(tmp_path: Path) -> None:

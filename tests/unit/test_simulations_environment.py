@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from whileai.simulations.environment import SupportEnvironment, environment_rows
+from whileai.simulations.environment import RewardedSupportEnvironment, SupportEnvironment, environment_rows
 from whileai.simulations.scenarios import load_scenarios
 
 TOOLS = {"list_orders", "lookup_order", "refund_order", "cancel_order", "change_address"}
@@ -17,7 +17,7 @@ def trl_tools(environment):
     """What GRPOTrainer offers the model: every public function of the class except reset and get_reward."""
     members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
     names = {name for name, _ in members}
-    assert {"reset", "get_reward"} <= names
+    assert "reset" in names
     return {
         name: getattr(environment, name) for name in names if name not in ("reset", "get_reward") and name[0] != "_"
     }
@@ -25,6 +25,21 @@ def trl_tools(environment):
 
 def test_the_tools_trl_sees_are_exactly_the_desk_tools():
     assert set(trl_tools(SupportEnvironment())) == TOOLS
+    assert set(trl_tools(RewardedSupportEnvironment())) == TOOLS
+
+
+def owns_a_reward(environment_class) -> bool:
+    """TRL 1.16 adds an environment's reward function when its class defines ``get_reward`` (grpo_trainer.py)."""
+    return any(name == "get_reward" for name, _ in inspect.getmembers(environment_class, predicate=inspect.isfunction))
+
+
+def test_the_environment_whileai_trains_with_owns_no_reward():
+    """TRL would add get_reward as a second reward of weight 1 beside the grader's: A + A' instead of A'."""
+    from whileai.training.tasks import _support
+
+    task = _support(4, seed=0)
+    assert not owns_a_reward(type(task.environment_factory()))
+    assert owns_a_reward(RewardedSupportEnvironment)
 
 
 def test_every_tool_has_a_json_schema_transformers_accepts():
@@ -41,7 +56,7 @@ def test_a_rollout_through_the_trl_contract():
     rows = environment_rows("builtin:actions", seed=0)
     assert len(rows) == 200 and rows[0]["prompt"][-1] == {"role": "user", "content": ""}
     scenarios = {s.scenario_id: s for s in load_scenarios("builtin:actions", seed=0)}
-    environment = SupportEnvironment("builtin:actions", seed=0)
+    environment = RewardedSupportEnvironment("builtin:actions", seed=0)
     for row in rows[:30]:
         scenario = scenarios[row["scenario_id"]]
         request = environment.reset(**row)  # TRL passes the whole dataset row
@@ -64,7 +79,7 @@ def test_a_rollout_through_the_trl_contract():
 
 
 def test_a_wrong_order_gets_no_reward():
-    environment = SupportEnvironment("builtin:refunds")
+    environment = RewardedSupportEnvironment("builtin:refunds")
     environment.reset(scenario_id="refund-0")
     scenario = environment.scenario
     other = next(o for o in scenario.orders if o.order_id != scenario.goal["order_id"])
@@ -87,4 +102,4 @@ def test_misuse_is_a_clear_error():
         SupportEnvironment("builtin:refunds").reset(scenario_id="refund-999")
     fresh = SupportEnvironment()
     assert json.loads(fresh.list_orders()) == {"error": "no conversation is open"}
-    assert fresh.get_reward() == 0.0
+    assert fresh.verdict.passed is False

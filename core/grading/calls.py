@@ -1,0 +1,172 @@
+"""Calling a plain grader function: a time limit per call, and several calls at once when the grader allows it.
+
+A grader is user code. One that hangs must not hang training: on a multi-process run the other processes wait for
+rank 0 in a collective, so a stuck grader stops every GPU. ``GraderCalls`` runs each call on a worker thread and
+waits at most ``timeout_s`` for it; a call that runs over becomes a ``GraderTimeout`` in place of its answer (the
+group falls back, counted) and its thread is abandoned (a daemon, so it cannot keep the process alive at exit).
+
+A grader that declares itself thread-safe (``grader.thread_safe = True``) is called on up to ``concurrency`` groups at
+once, and a fresh worker replaces one lost to a call that ran over. Any other grader is never called twice at once:
+while a call that ran over is still running, the next groups fall back at once, until it returns.
+
+What this module does not do: validate answers (``whileai.grading.answers``), or time a grader with a batch method
+(the HTTP judge keeps its own per-call timeouts and batch deadline).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["GRADER_CONCURRENCY", "GRADER_TIMEOUT_S", "GraderCalls", "GraderTimeout"]
+
+# The longest one call of a plain grader function may take before its group falls back (a hung grader must not
+# hang training). Not from the report: a rule or a local function answers in well under a second, and a minute leaves
+# room for a grader that calls out to a service of its own.
+GRADER_TIMEOUT_S = 60.0
+
+# How many groups a grader that declares ``thread_safe = True`` is called on at once.
+GRADER_CONCURRENCY = 8
+
+
+class GraderTimeout(TimeoutError):
+    """A grader call that did not return within its time limit."""
+
+
+class _Worker:
+    """A worker thread's flag: a retired worker finishes the call it is stuck in, then exits."""
+
+    __slots__ = ("retired",)
+
+    def __init__(self) -> None:
+        self.retired = False
+
+
+class _Call:
+    """One pending call: the request, and its answer or exception once a worker sets ``done``."""
+
+    __slots__ = ("abandoned", "answer", "done", "error", "request", "worker")
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.worker: _Worker | None = None
+        self.abandoned = False
+
+
+class GraderCalls:
+    """Runs ``call(request)`` for a list of requests with a time limit per call.
+
+    Args:
+        timeout_s: the longest one call may take, in seconds; None calls inline, with no limit and no thread.
+        concurrency: how many calls may run at once (1 for a grader that is not thread-safe).
+
+    Example:
+        >>> calls = GraderCalls(timeout_s=0.2)
+        >>> answers = calls.run(lambda x: x * 2, [1, 2])
+        >>> answers
+        [2, 4]
+        >>> import time
+        >>> type(calls.run(lambda x: time.sleep(5), [0])[0]).__name__
+        'GraderTimeout'
+    """
+
+    def __init__(self, timeout_s: float | None, concurrency: int = 1) -> None:
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number > 0 or None, got {timeout_s!r}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
+        self.timeout_s = timeout_s
+        self.concurrency = int(concurrency)
+        self.timeouts = 0
+        self._tasks: queue.SimpleQueue[tuple[Callable[[Any], Any], _Call] | None] = queue.SimpleQueue()
+        self._workers = 0
+        self._lock = threading.Lock()
+        self._stuck: _Call | None = None  # a call that ran over, still holding the only worker
+
+    def _work(self, me: _Worker) -> None:
+        while not me.retired:
+            item = self._tasks.get()
+            if item is None:
+                return
+            call, pending = item
+            with self._lock:
+                if pending.abandoned:  # given up before it started
+                    continue
+                pending.worker = me
+            try:
+                pending.answer = call(pending.request)
+            except BaseException as exc:  # handed to the caller as the answer
+                pending.error = exc
+            pending.done.set()
+
+    def _ensure_workers(self, count: int) -> None:
+        with self._lock:
+            while self._workers < count:
+                worker = _Worker()
+                threading.Thread(target=self._work, args=(worker,), name="whileai-grader", daemon=True).start()
+                self._workers += 1
+
+    def run(self, call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:
+        """``call(request)`` for each request, in order; an exception (or a ``GraderTimeout``) stands in for the
+        answer of a call that raised (or ran over)."""
+        if self.timeout_s is None and self.concurrency == 1:
+            answers = []
+            for request in requests:
+                try:
+                    answers.append(call(request))
+                except Exception as exc:
+                    answers.append(exc)
+            return answers
+        pending = [_Call(request) for request in requests]
+        self._ensure_workers(min(self.concurrency, len(pending)))
+        for item in pending:
+            self._tasks.put((call, item))
+        answers: list[Any] = []
+        for item in pending:
+            if self._stuck is not None and self._stuck.done.is_set():
+                self._stuck = None  # the call that ran over returned: its worker serves the queue again
+            if self._stuck is not None:
+                # The one worker is still inside a call that ran over, and the grader is not thread-safe: no second
+                # call may start beside it, so the group falls back at once instead of waiting its turn in vain.
+                with self._lock:
+                    item.abandoned = True
+                self.timeouts += 1
+                answers.append(GraderTimeout("an earlier call has not returned (the grader is not thread-safe)"))
+                continue
+            # Each call gets its whole limit from the moment it could start: a later call starts only when a worker
+            # is free of the ones before it (done, or given up).
+            started = time.monotonic()
+            item.done.wait(self.timeout_s)
+            with self._lock:
+                finished = item.done.is_set()
+                if not finished:
+                    item.abandoned = True
+            if finished:
+                answers.append(item.error if item.error is not None else item.answer)
+                continue
+            self.timeouts += 1
+            worker = item.worker
+            if worker is not None and self.concurrency == 1:
+                self._stuck = item  # its worker returns to the queue if the call ever returns
+            elif worker is not None:
+                # A thread-safe grader: retire the worker (it exits once the call returns) and start another.
+                with self._lock:
+                    worker.retired = True
+                    self._workers -= 1
+                self._ensure_workers(min(self.concurrency, len(pending)))
+            waited = time.monotonic() - started
+            answers.append(GraderTimeout(f"no answer within {self.timeout_s:g} s (waited {waited:.1f} s)"))
+        return answers
+
+    def close(self) -> None:
+        """Let the idle workers exit (a hung one is a daemon and dies with the process)."""
+        with self._lock:
+            for _ in range(self._workers):
+                self._tasks.put(None)
+            self._workers = 0

@@ -1,0 +1,215 @@
+"""Nothing a grader or a verifier returns stops a run or corrupts its signal: arrays as answers, inf rewards, a hung
+grader, concurrency, and the batches TRL really sends (empty, evaluation with its own group size, G = 1)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import whileai as wai
+
+
+def returning(answer):
+    def grader(group):
+        return answer
+
+    return grader
+
+
+def by_order(group):
+    return {"ranking": [g["index"] for g in group if g["passed"]]}
+
+
+def trl_advantages(shaped: list[float], size: int) -> list[float]:
+    """TRL 1.16's advantage with one reward function and scale_rewards="none": nan-aware group mean subtracted,
+    then nan_to_num (grpo_trainer.py, _generate_and_score_completions)."""
+    out = []
+    for start in range(0, len(shaped), size):
+        group = shaped[start : start + size]
+        finite = [r for r in group if not math.isnan(r)]
+        mean = sum(finite) / len(finite) if finite else math.nan
+        for r in group:
+            a = r - mean
+            out.append(0.0 if math.isnan(a) else max(min(a, 3.4e38), -3.4e38))
+    return out
+
+
+# ---------------------------------------------------------------- answers as arrays
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"ranking": np.array([1, 0])},
+        {"ranking": [np.int64(1), np.array([0])]},
+        {"ranking": range(1, -1, -1)},
+        {"ranking": np.array([1, 0]), "hacks": np.array([], dtype=np.int64)},
+    ],
+)
+def test_a_ranking_given_as_an_array_is_read_as_the_list_it_holds(answer) -> None:
+    gar = wai.GroupwiseGrading(grader=returning(answer))
+    (group,) = gar.grade_batch([1, 1, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.reason is None and group.factors == {1: 1.0, 0: 0.5}
+
+
+def test_hacks_given_as_an_array_are_zeroed() -> None:
+    gar = wai.GroupwiseGrading(grader=returning({"ranking": np.array([0]), "hacks": np.array([1])}))
+    (group,) = gar.grade_batch([1, 1, 0, 0], ["p"] * 4, ["a"] * 4, group_size=4)
+    assert group.reason is None and group.hacks == [1] and group.effective_rewards == [1.0, 0.0, 0.0, 0.0]
+
+
+# ---------------------------------------------------------------- non-finite rewards
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, None, 10**400])
+def test_a_non_finite_reward_is_unscorable_and_the_rest_of_its_group_keeps_its_signal(bad) -> None:
+    gar = wai.GroupwiseGrading(grader=by_order)
+    reward = gar.trl_reward(lambda **kw: [bad, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0], num_generations=4)
+    shaped = reward(prompts=["p"] * 4 + ["q"] * 4, completions=list("abcdefgh"))
+    assert math.isnan(shaped[0]) and shaped[1:4] == [1.0, 0.0, 0.0]
+    advantages = trl_advantages(shaped, 4)
+    assert advantages[:4] == pytest.approx([0.0, 2 / 3, -1 / 3, -1 / 3])  # TRL: NaN is left out of the mean
+    assert advantages[4:] == pytest.approx([2 / 3, 1 / 3, -0.5, -0.5])  # the other group is graded as usual
+    assert gar.stats.fallbacks == {"non-finite reward": 1}
+
+
+# ---------------------------------------------------------------- hung and concurrent graders
+
+
+@pytest.mark.parametrize("thread_safe", [False, True])
+def test_a_hung_grader_is_a_counted_fallback_not_a_hang(thread_safe) -> None:
+    release = threading.Event()
+
+    def grader(group):
+        if group[0]["prompt"] == "hang":
+            release.wait(60)
+        return by_order(group)
+
+    grader.thread_safe = thread_safe
+    gar = wai.GroupwiseGrading(grader=grader, timeout_s=0.2, concurrency=2)
+    started = time.monotonic()
+    groups = gar.grade_batch([1, 1, 0, 0] * 3, ["ok"] * 4 + ["hang"] * 4 + ["ok"] * 4, ["a"] * 12, group_size=4)
+    waited = time.monotonic() - started
+    assert groups[0].reason is None
+    assert groups[1].reason.startswith("grader timed out") and groups[1].shaped == [1.0, 1.0, 0.0, 0.0]
+    if thread_safe:  # another worker grades the group after the hung one
+        assert groups[2].reason is None and groups[2].factors == {0: 1.0, 1: 0.5}
+    else:  # no second call beside the one still running: the group falls back at once
+        assert groups[2].reason.startswith("grader timed out") and "has not returned" in groups[2].reason
+    assert waited < 30  # bounded by the time limit, not by the grader
+    assert gar.stats.fallbacks == {"grader timed out": 1 if thread_safe else 2}
+    release.set()
+    deadline = time.monotonic() + 20
+    while True:  # once the call returned, the grader serves again
+        (after,) = gar.grade_batch([1, 1, 0, 0], ["ok"] * 4, ["a"] * 4, group_size=4)
+        if after.reason is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert after.reason is None
+
+
+def test_a_grader_that_is_not_thread_safe_never_runs_twice_at_once() -> None:
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def grader(group):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            if group[0]["prompt"] == "hang":
+                release.wait(2)  # still running when the next groups are graded
+            return by_order(group)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    gar = wai.GroupwiseGrading(grader=grader, timeout_s=0.1)
+    prompts = ["hang"] * 4 + ["ok"] * 12
+    groups = gar.grade_batch([1, 1, 0, 0] * 4, prompts, ["a"] * 16, group_size=4)
+    assert groups[0].reason.startswith("grader timed out")
+    release.set()
+    time.sleep(0.1)
+    assert most[0] == 1
+
+
+def test_a_thread_safe_grader_grades_groups_at_once() -> None:
+    # Four calls meet at a barrier: only possible when they run concurrently.
+    barrier = threading.Barrier(4)
+
+    def grader(group):
+        barrier.wait(timeout=20)
+        return by_order(group)
+
+    grader.thread_safe = True
+    gar = wai.GroupwiseGrading(grader=grader, concurrency=4)
+    groups = gar.grade_batch([1, 1, 0, 0] * 4, ["p"] * 16, ["a"] * 16, group_size=4)
+    assert all(g.reason is None for g in groups)
+
+
+def test_time_limit_and_concurrency_are_checked() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        wai.GroupwiseGrading(grader=by_order, timeout_s=0)
+    with pytest.raises(ValueError, match="concurrency"):
+        wai.GroupwiseGrading(grader=by_order, concurrency=0)
+    assert wai.GroupwiseGrading(grader=by_order, timeout_s=None).timeout_s is None
+
+
+# ---------------------------------------------------------------- the batches TRL sends
+
+
+class FakeTrainer:
+    """What TRL's bound ``log_metric`` leads to: the trainer, its model's training flag and its group sizes."""
+
+    def __init__(self, training: bool, num_generations: int, num_generations_eval: int) -> None:
+        self.model = SimpleNamespace(training=training)
+        self.num_generations = num_generations
+        self.num_generations_eval = num_generations_eval
+        self.metrics: dict[str, list[float]] = {}
+
+    def _log_metric(self, name: str, value: float) -> None:
+        self.metrics.setdefault(name, []).append(value)
+
+
+def test_an_empty_batch_is_an_empty_answer() -> None:
+    gar = wai.GroupwiseGrading(grader=by_order)
+    trainer = FakeTrainer(True, 4, 4)
+    assert gar.trl_reward(lambda **kw: [], num_generations=4)(prompts=[], completions=[]) == []
+    assert gar.trl_reward(lambda **kw: [], 4)(prompts=[], completions=[], log_metric=trainer._log_metric) == []
+
+
+def test_an_evaluation_batch_is_grouped_by_num_generations_eval() -> None:
+    # TRL's own case: G = 3 in training, an evaluation batch of 4 with num_generations_eval = 2.
+    gar = wai.GroupwiseGrading(grader=by_order)
+    seen = []
+    reward = gar.trl_reward(lambda **kw: [1.0, 0.0, 1.0, 1.0], num_generations=3, on_graded=lambda g, s: seen.extend(g))
+    trainer = FakeTrainer(False, 3, 2)
+    out = reward(prompts=["p", "p", "q", "q"], completions=list("abcd"), log_metric=trainer._log_metric)
+    assert out == [1.0, 0.0, 1.0, 1.0] and [g.phase for g in seen] == ["eval", "eval"]
+    assert [len(g.rewards) for g in seen] == [2, 2] and gar.stats.grader_calls == 1
+    assert trainer.metrics["groupwise/groups"] == [2.0]
+
+
+def test_num_generations_eval_1_grades_no_prompt_with_another() -> None:
+    calls = []
+    gar = wai.GroupwiseGrading(grader=lambda group: calls.append(group) or by_order(group))
+    reward = gar.trl_reward(lambda **kw: [1.0, 0.0, 1.0], num_generations=3)
+    out = reward(prompts=["p", "q", "r"], completions=list("abc"), log_metric=FakeTrainer(False, 3, 1)._log_metric)
+    assert out == [1.0, 0.0, 1.0] and calls == []  # three groups of one: nothing to tell apart
+    with pytest.raises(ValueError, match="num_generations_eval=2"):
+        reward(prompts=["p"] * 3, completions=list("abc"), log_metric=FakeTrainer(False, 3, 2)._log_metric)
+
+
+def test_a_group_of_one_is_left_as_it_is() -> None:
+    gar = wai.GroupwiseGrading(grader=by_order)
+    assert gar.trl_reward(lambda **kw: [1.0, 0.0], num_generations=1)(prompts=["p", "q"], completions=["a", "b"]) == [
+        1.0,
+        0.0,
+    ]
+    assert gar.stats.grader_calls == 0
