@@ -18,8 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from whileai.config.signal import signal_problems
 from whileai.config.trl_fields import GRPO_CONFIG_FIELDS
 from whileai.errors import BadInput
+from whileai.grading.calls import GRADER_TIMEOUT_S
 from whileai.judge.config import JudgeConfig
 from whileai.simulations.defaults import (
     GROUPWISE_CAP,
@@ -45,6 +47,7 @@ __all__ = [
     "SpreadSection",
     "TrainerSection",
     "VerifierSection",
+    "WarmStartSection",
 ]
 
 # A callable named as ``package.module:function`` or ``path/to/file.py:function``.
@@ -128,6 +131,12 @@ class PythonGraderSection(Section):
         "reward mode: function(item, rubric) -> {'solution': s, 'behavior': b}."
     )
 
+    thread_safe: bool = Field(
+        False,
+        description="The function may grade several groups at once (from several threads); whileai then calls it "
+        "on up to 8 groups at a time. Leave false for a function that keeps state.",
+    )
+
     @field_validator("function")
     @classmethod
     def _reference(cls, value: str | None) -> str | None:
@@ -153,12 +162,20 @@ class GradingSection(Section):
     mode: Literal["advantage", "reward"] = Field(
         GROUPWISE_MODE, description="'advantage' (GAR, section 4.3.2) or 'reward' (GRS, section 4.3.1)."
     )
-    cap: float = Field(GROUPWISE_CAP, gt=0, description="Upper bound on lambda in equation 3.")
+    cap: float = Field(
+        GROUPWISE_CAP, ge=1, description="Upper bound on lambda in equation 3 (at least 1: lambda is never below 1)."
+    )
     min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
     hack_zero: bool = Field(
         GROUPWISE_HACK_ZERO, description="Reset a confirmed hack's reward to 0 and treat it as a failure."
     )
     floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
+    timeout_s: float | None = Field(
+        GRADER_TIMEOUT_S,
+        gt=0,
+        description="The longest one call of a scripted or Python grader may take, in seconds (null: no limit); a "
+        "call that runs over makes its group fall back, counted. The judge has its own timeout_s.",
+    )
     rubrics: str | dict[str, Any] | None = Field(
         None,
         description="Reward mode: a mapping task_id -> rubric, or the path of a YAML/JSON file holding one "
@@ -214,6 +231,16 @@ class VerifierSection(Section):
         return self
 
 
+class WarmStartSection(Section):
+    """Supervised steps before RL for a tiny model on a multi-turn task: it learns to call tools from the seeded
+    agent's demonstrations, passes and failures alike, tokenized as TRL tokenizes a rollout."""
+
+    rollouts: int = Field(16, ge=1, description="Seeded-agent demonstrations per training scenario.")
+    steps: int = Field(120, ge=0, description="Optimizer steps (0: random weights).")
+    batch_size: int = Field(16, ge=1, description="Demonstrations per step.")
+    learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate.")
+
+
 class ModelSection(Section):
     """The policy model."""
 
@@ -226,11 +253,25 @@ class ModelSection(Section):
         "the tokenizer is trained locally on the task's text.",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weights' dtype.")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch's CPU threads while training on the CPU. Default: 1 for a tiny model (its matrices are too "
+        "small to share across cores; two threads on a busy 2-core machine ran 14-25x slower), torch's own "
+        "otherwise.",
+    )
+    warm_start: WarmStartSection | None = Field(
+        None,
+        description="A tiny model on a multi-turn task (data.dataset: builtin:support) only: supervised steps on "
+        "the seeded agent's conversations before RL, so the policy starts out calling tools.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSection:
         if (self.name_or_path is None) == (self.tiny is None):
             raise ValueError("give exactly one of model.name_or_path and model.tiny")
+        if self.warm_start is not None and self.tiny is None:
+            raise ValueError("model.warm_start applies to a tiny model (model.tiny) only")
         return self
 
 
@@ -256,7 +297,8 @@ class TrainerSection(BaseModel):
     num_generations: int = Field(8, ge=2, description="Completions per prompt: the group size G.")
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "none",
-        description="TRL's division of advantages by a std. GAR needs 'none' so the moved mass matches equation 3.",
+        description="TRL's division of advantages by a std. A grader arm needs 'none' so TRL trains on equation 3; "
+        "a binary arm may use any.",
     )
     per_device_train_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
     learning_rate: float = Field(1e-6, gt=0, description="Adam learning rate.")
@@ -317,23 +359,37 @@ class Recipe(Section):
     output_dir: str = Field("runs/whileai", description="The run directory (relative to the working directory).")
     comparison_arm: str | None = Field(
         None,
-        description="Name of this arm when the recipe is one arm of a comparison (e.g. 'binary'); both arms must "
-        "then use the same trainer.scale_rewards.",
+        description="Name of this arm when the recipe is one arm of a comparison (e.g. 'binary'); `whileai report` "
+        "warns when two compared arms differ in trainer.scale_rewards.",
     )
 
     @model_validator(mode="after")
-    def _gar_needs_unscaled_rewards(self) -> Recipe:
-        if (
-            self.grader is not None
-            and self.grading.mode == "advantage"
-            and self.trainer.scale_rewards != "none"
-            and self.comparison_arm is None
-        ):
+    def _grader_arm_trains_on_equation_3(self) -> Recipe:
+        # A grader arm (GAR or GRS) must reach TRL untouched: no std division, no other aggregation, weight 1. A
+        # binary arm (no grader) may scale as it likes; the plan says what it does.
+        if self.grader is None:
+            return self
+        extra = self.trainer.model_extra or {}
+        problems = signal_problems(
+            scale_rewards=self.trainer.scale_rewards,
+            multi_objective_aggregation=extra.get("multi_objective_aggregation", "sum_then_normalize"),
+            reward_weights=extra.get("reward_weights"),
+        )
+        if problems:
             raise ValueError(
-                f"trainer.scale_rewards is {self.trainer.scale_rewards!r}, but groupwise advantage redistribution "
-                "needs 'none': TRL's division by the group's std would rescale the moved mass. Set "
-                "trainer.scale_rewards: none (or declare comparison_arm and use the same setting in both arms)"
+                f"{problems[0]} (with a grader, TRL must train on equation 3 exactly; a binary comparison arm may "
+                "scale as it likes)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _warm_start_needs_conversations(self) -> Recipe:
+        if self.model is not None and self.model.warm_start is not None:
+            if self.data is None or self.data.dataset != "builtin:support":
+                raise ValueError(
+                    "model.warm_start needs the multi-turn support task (data.dataset: builtin:support): its "
+                    "demonstrations are the seeded agent's conversations"
+                )
         return self
 
     def require(self, *sections: str, command: str) -> None:

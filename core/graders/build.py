@@ -53,12 +53,26 @@ def build_grader(
         scripted = ScriptedGrader(section.rule)
         return scripted.score if grading.mode == "reward" else scripted
     if isinstance(section, PythonGraderSection):
-        return load_callable(section.function, base_dir, what="grader")
+        function = load_callable(section.function, base_dir, what="grader")
+        if section.thread_safe and not getattr(function, "thread_safe", False):
+            function = _thread_safe(function)
+        return function
     if isinstance(section, JudgeGraderSection):
         from whileai.judge import build_judge
 
         return build_judge(section.judge, mode=grading.mode, base_dir=base_dir, rubrics_path=rubrics_path)
     raise BadInput(f"unknown grader kind {section!r}")  # pragma: no cover - the schema rejects it first
+
+
+def _thread_safe(function: Any) -> Any:
+    """``function`` marked thread-safe (``GroupwiseGrading`` then grades groups concurrently), its name kept."""
+
+    def grader(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    grader.__name__ = getattr(function, "__name__", "grader")
+    grader.thread_safe = True  # type: ignore[attr-defined]
+    return grader
 
 
 def _rubrics(grading: GradingSection, base_dir: Path) -> Any:
@@ -99,6 +113,7 @@ def build_grading(
         spread_min_std=recipe.spread.min_std,
         spread_tolerance=recipe.spread.tolerance,
         spread_max_near_median=recipe.spread.max_near_median,
+        timeout_s=grading.timeout_s,
     )
 
 

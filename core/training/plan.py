@@ -12,7 +12,7 @@ from typing import Any
 
 from whileai.config.load import LoadedRecipe
 
-__all__ = ["TrainingPlan", "grpo_arguments", "training_plan"]
+__all__ = ["TrainingPlan", "cpu_threads", "grpo_arguments", "training_plan"]
 
 
 def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
@@ -27,6 +27,33 @@ def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
     kwargs.setdefault("report_to", "none")
     kwargs.setdefault("num_completions_to_print", 2)
     return kwargs
+
+
+def cpu_threads(model: Any) -> int | None:
+    """torch's CPU threads for a run on the CPU: the recipe's ``model.threads``, else 1 for a tiny model (too small to
+    gain from a second core, and far slower when another process shares it), else None (torch's default)."""
+    if model.threads is not None:
+        return int(model.threads)
+    return 1 if model.tiny is not None else None
+
+
+def _advantage_rule(loaded: LoadedRecipe) -> str:
+    """What TRL will train on, in one line."""
+    recipe = loaded.recipe
+    if recipe.grader is not None:
+        return (
+            "equation 3: TRL subtracts each group's mean from the groupwise reward (scale_rewards none, one reward "
+            "function of weight 1; checked on the built trainer before the first step)"
+        )
+    extra = recipe.trainer.model_extra or {}
+    if extra.get("multi_objective_aggregation") == "normalize_then_sum":
+        return "binary arm: the verifier's reward normalized per group, then by the batch's std (normalize_then_sum)"
+    scaling = {
+        "none": "r - mean(group), no std division (Dr. GRPO)",
+        "group": "(r - mean(group)) / (std(group) + 1e-4) (GRPO)",
+        "batch": "(r - mean(group)) / (std(batch) + 1e-4)",
+    }[recipe.trainer.scale_rewards]
+    return f"binary arm: the verifier's reward, {scaling}"
 
 
 @dataclass
@@ -65,10 +92,19 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
     if recipe.model is not None:
         model = recipe.model.name_or_path or f"tiny random-weight model {recipe.model.tiny}"
+        if recipe.model.warm_start is not None:
+            warm = recipe.model.warm_start
+            model += (
+                f", warm-started: {warm.steps} supervised steps on {warm.rollouts} seeded-agent conversations per "
+                "scenario"
+            )
         plan.steps.append(("model", model))
+        threads = cpu_threads(recipe.model)
+        plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))
     if recipe.data is not None:
         plan.steps.append(("data", recipe.data.dataset))
     args = grpo_arguments(loaded)
+    plan.steps.append(("advantages", _advantage_rule(loaded)))
     plan.steps.append(("GRPOConfig", ", ".join(f"{k}={v!r}" for k, v in args.items())))
     plan.steps.append(
         ("generation", "vLLM colocate when CUDA and vllm are available at run time, else transformers generate")

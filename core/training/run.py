@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
+from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
-from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels
+from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels, trl_phase
 
 __all__ = ["GradingLog", "TrainingResult", "binary_reward", "run_training"]
 
@@ -68,20 +69,30 @@ def binary_reward(verifier: Callable[..., Sequence[float]], num_generations: int
     ``GroupwiseGrading.trl_reward`` so two arms read alike."""
 
     def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        rewards = [
-            math.nan if r is None else float(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)
-        ]
+        # None, NaN and inf are "unscorable" (NaN: TRL gives advantage 0 and leaves it out of the group mean); an inf
+        # left as it is would turn the group's other advantages into -3.4e38 through TRL's nan_to_num.
+        rewards = [_finite_or_nan(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
+            kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))
         if callable(kwargs.get("log_extra")):
             kwargs["log_extra"]("whileai_reward", rewards)
             offset = _process_offset(len(rewards))
-            kwargs["log_extra"](
-                "whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), num_generations)
-            )
+            _, size = trl_phase(kwargs, num_generations)
+            kwargs["log_extra"]("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
         return rewards
 
     return binary
+
+
+def _finite_or_nan(value: Any) -> float:
+    if value is None:
+        return math.nan
+    try:
+        number = float(value)
+    except OverflowError:
+        return math.nan
+    return number if math.isfinite(number) else math.nan
 
 
 def _process_offset(count: int) -> int:
@@ -122,6 +133,31 @@ def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None]) -> tuple[dict
         return {"skipped": "no spread.rows or simulate section"}, True
     say(str(report))
     return report.as_dict(), report.ok
+
+
+def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
+    """Build the recipe's tiny random-weight model: word-level for a text task, a warm-started tool caller for a
+    multi-turn one."""
+    from whileai.training.tiny import WarmStart, build_tiny_agent_model, build_tiny_model
+
+    if task.environment_factory is None:
+        build_tiny_model(path, task.corpus, model.tiny, seed=seed)
+        return
+    from whileai.simulations.environment import environment_tools
+
+    warm = model.warm_start
+    started = time.perf_counter()
+    # Without a warm start the demonstrations still train the tokenizer (two per scenario are plenty for that).
+    conversations = task.demonstrations(warm.rollouts if warm is not None else 2, seed)
+    tools = environment_tools(task.environment_factory())
+    plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
+    build_tiny_agent_model(path, conversations, tools, model.tiny, plan, seed=seed)
+    if plan is not None and plan.steps > 0:
+        record = json.loads((Path(path) / "warm_start.json").read_text())
+        say(
+            f"whileai: warm start: {warm.steps} supervised steps on {len(conversations)} seeded-agent conversations, "
+            f"final loss {record['final_loss']} ({time.perf_counter() - started:.0f} s)"
+        )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -180,10 +216,9 @@ def run_training(
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
     from whileai.graders import build_grading
     from whileai.training.distributed import TorchGather
-    from whileai.training.plan import grpo_arguments
+    from whileai.training.plan import cpu_threads, grpo_arguments
     from whileai.training.progress import RichProgress
     from whileai.training.tasks import load_task, load_verifier
-    from whileai.training.tiny import build_tiny_model
 
     # The trainer's arguments are checked before a model is built, so a bad trainer section costs nothing.
     kwargs = grpo_arguments(loaded)
@@ -197,6 +232,9 @@ def run_training(
             say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
     if not cuda:
         kwargs["use_cpu"] = True
+        threads = cpu_threads(recipe.model)
+        if threads is not None:
+            torch.set_num_threads(threads)
     model = recipe.model
     assert model is not None
     if model.dtype != "auto":
@@ -225,7 +263,7 @@ def run_training(
     if model.tiny is not None:
         model_path = str(out / "base_model")
         if main:
-            build_tiny_model(model_path, task.corpus, model.tiny, seed=recipe.trainer.seed)
+            _build_tiny(model_path, model, task, recipe.trainer.seed, say)
         state.wait_for_everyone()
     else:
         assert model.name_or_path is not None
@@ -249,6 +287,17 @@ def run_training(
         environment_factory=task.environment_factory,
         callbacks=[RichProgress(say), *callbacks],
     )
+    if grading is not None:
+        # The recipe was checked at parse time; this checks what TRL built, before the first step (an environment
+        # class with get_reward, say, is a reward function the recipe never names).
+        problems = signal_problems(
+            scale_rewards=trainer.scale_rewards,
+            multi_objective_aggregation=trainer.multi_objective_aggregation,
+            reward_weights=trainer.reward_weights.tolist(),
+            reward_functions=list(trainer.reward_func_names),
+        )
+        if problems:
+            raise BadInput(f"{loaded.path}: the trainer would not train on equation 3: {'; '.join(problems)}")
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     started = time.perf_counter()

@@ -299,7 +299,7 @@ def test_validate_ok_print_and_overrides() -> None:
             "trainer.learning_rat=1e-5",
             "'learning_rat' is not a field of TRL's GRPOConfig; did you mean 'learning_rate'?",
         ),
-        ("trainer.scale_rewards=group", "needs 'none'"),
+        ("trainer.scale_rewards=group", "set trainer.scale_rewards: none"),
         ("grader.rule.order=up", "grader.rule.order: Input should be 'ascending' or 'descending'"),
         ("nokey", "not key=value"),
     ],
@@ -377,10 +377,26 @@ def test_train_dry_run_prints_the_plan_without_torch() -> None:
     assert "spread gate" in done.stdout and "max_steps=5" in done.stdout and "scale_rewards='none'" in done.stdout
 
 
-def test_gar_recipe_refuses_scaled_rewards_unless_declared_an_arm(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ("{scale_rewards: group}", "trainer.scale_rewards is 'group'"),
+        ("{scale_rewards: batch}", "trainer.scale_rewards is 'batch'"),
+        ("{scale_rewards: true}", "trainer.scale_rewards is 'group'"),
+        ("{multi_objective_aggregation: normalize_then_sum}", "normalize_then_sum"),
+        ("{reward_weights: [2.0]}", "trainer.reward_weights is [2.0]"),
+        ("{reward_weights: [1.0, 1.0]}", "trainer.reward_weights is [1.0, 1.0]"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["advantage", "reward"])
+def test_a_grader_arm_refuses_what_would_take_it_off_equation_3(tmp_path: Path, trainer, message, mode) -> None:
+    """Each of these measured groups off equation 3 by 0.4 to 0.7; declaring comparison_arm is no way around it."""
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("grader: {kind: scripted}\ntrainer: {scale_rewards: group}\n")
-    result = invoke("validate", recipe)
-    assert result.exit_code == 2 and "needs 'none'" in result.stderr
-    recipe.write_text("comparison_arm: gar\ngrader: {kind: scripted}\ntrainer: {scale_rewards: group}\n")
+    for arm in ("", "comparison_arm: gar\n"):
+        recipe.write_text(f"{arm}grader: {{kind: scripted}}\ngrading: {{mode: {mode}}}\ntrainer: {trainer}\n")
+        result = invoke("validate", recipe)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+    # a binary arm (no grader) may scale as it likes, and its plan says what it trains on
+    recipe.write_text(f"comparison_arm: binary\ntrainer: {trainer}\n")
     assert invoke("validate", recipe).exit_code == 0
+    assert invoke("validate", REPO / "recipes" / "tiny_cpu_gar.yaml", "trainer.scale_rewards=group").exit_code == 2

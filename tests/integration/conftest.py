@@ -7,10 +7,11 @@ the module ``judge_server``; tests use the fixtures below (or ``import judge_ser
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -123,3 +124,55 @@ PAGE_ROWS = [
 def page_rows() -> list[dict]:
     """The reference page's six refund rows (two groups, one hack)."""
     return [dict(row) for row in PAGE_ROWS]
+
+
+# ---------------------------------------------------------------- what TRL trained on, read from a run folder
+
+
+def _advantages_by_group(run_dir: Path, size: int) -> list[tuple[list[float], list[float]]]:
+    """(whileai_reward, TRL's logged advantage) of every group in a run's completion logs, in order."""
+    import pandas as pd
+
+    groups = []
+    for path in sorted((run_dir / "completions").glob("completions_*.parquet")):
+        frame = pd.read_parquet(path)
+        assert len(frame) % size == 0
+        for start in range(0, len(frame), size):
+            rows = frame.iloc[start : start + size]
+            assert rows["whileai_group"].nunique() == 1  # one group: the rows TRL normalized together
+            groups.append((rows["whileai_reward"].tolist(), rows["advantage"].tolist()))
+    return groups
+
+
+def _assert_equation_3(run_dir: Path, size: int) -> int:
+    """Group by group, TRL's own logged advantage equals ``redistribute`` of the logged rewards (hacks zeroed) and
+    the grader's factors from ``grading.jsonl``: the signal checked from outside the reward function.
+
+    Returns the number of groups whose passes the grader told apart.
+    """
+    import pytest
+
+    from whileai.methods import redistribute
+
+    graded = [json.loads(line) for line in (run_dir / "grading.jsonl").read_text().splitlines()]
+    graded = [g for g in graded if g["phase"] == "train"]
+    logged = _advantages_by_group(run_dir, size)
+    assert len(logged) == len(graded) > 0
+    told_apart = 0
+    for (rewards, advantages), group in zip(logged, graded, strict=True):
+        assert rewards == group["rewards"]
+        factors = {int(k): v for k, v in group["factors"].items()}
+        if group["graded"] and not group["reason"]:
+            effective = [0.0 if i in group["hacks"] else r for i, r in enumerate(rewards)]
+            expected = redistribute(effective, factors)
+        else:
+            expected = redistribute(rewards)
+        assert advantages == pytest.approx(expected, abs=1e-5), (rewards, factors, group["hacks"])
+        told_apart += len(set(factors.values())) > 1
+    return told_apart
+
+
+@pytest.fixture(scope="session")
+def trl_signal() -> SimpleNamespace:
+    """``advantages_by_group(run_dir, size)`` and ``assert_equation_3(run_dir, size)`` on a training run's folder."""
+    return SimpleNamespace(advantages_by_group=_advantages_by_group, assert_equation_3=_assert_equation_3)

@@ -18,7 +18,6 @@ pytest.importorskip("trl")
 pd = pytest.importorskip("pandas")
 
 from whileai.cli.main import app  # noqa: E402
-from whileai.methods import redistribute  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
@@ -36,26 +35,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_trl_advantages_are_equation_3(run_dir: Path) -> None:
-    graded = [json.loads(line) for line in (run_dir / "grading.jsonl").read_text().splitlines()]
-    logs = sorted((run_dir / "completions").glob("completions_*.parquet"))
-    assert len(logs) == 2
-    size = 8
-    groups_per_step = len(graded) // len(logs)
-    checked = 0
-    for index, path in enumerate(logs):
-        frame = pd.read_parquet(path)
-        assert len(frame) == size * groups_per_step
-        for g in range(groups_per_step):
-            group = graded[index * groups_per_step + g]
-            rows = frame.iloc[g * size : (g + 1) * size]
-            rewards = rows["whileai_reward"].tolist()
-            assert rewards == group["rewards"]
-            factors = {int(k): v for k, v in group["factors"].items()}
-            expected = redistribute(rewards, factors) if group["graded"] else redistribute(rewards)
-            assert rows["advantage"].tolist() == pytest.approx(expected, abs=1e-5)
-            checked += bool(factors) and len(set(factors.values())) > 1
-    assert checked > 0, "no group had passes of different quality: the test would prove nothing"
+def test_trl_advantages_are_equation_3(run_dir: Path, trl_signal) -> None:
+    assert len(sorted((run_dir / "completions").glob("completions_*.parquet"))) == 2
+    told_apart = trl_signal.assert_equation_3(run_dir, size=8)
+    assert told_apart > 0, "no group had passes of different quality: the test would prove nothing"
 
 
 @pytest.mark.slow
@@ -89,13 +72,17 @@ def test_the_spread_gate_refuses_before_training(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path) -> None:
+def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path, trl_signal) -> None:
     pytest.importorskip("matplotlib")
     binary = tmp_path / "binary"
     arm = REPO / "recipes" / "tiny_cpu_binary.yaml"
     result = runner.invoke(app, ["train", str(arm), *SMOKE, f"output_dir={binary}"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert not (binary / "grading.jsonl").exists()  # the binary arm grades nothing
+    # the binary arm trains on plain Dr. GRPO (scale_rewards none): r - mean(group), group by group
+    for rewards, advantages in trl_signal.advantages_by_group(binary, size=8):
+        mean = sum(rewards) / len(rewards)
+        assert advantages == pytest.approx([r - mean for r in rewards], abs=1e-6)
     plot = tmp_path / "arms.png"
     data = json.loads(runner.invoke(app, ["report", str(binary), str(run_dir), "--plot", str(plot), "--json"]).stdout)
     comparison = data["comparison"]

@@ -213,3 +213,14 @@ def test_a_group_of_one_is_left_as_it_is() -> None:
         0.0,
     ]
     assert gar.stats.grader_calls == 0
+
+
+def test_the_binary_arm_also_makes_a_non_finite_reward_unscorable() -> None:
+    from whileai.training.run import binary_reward
+
+    trainer = FakeTrainer(True, 4, 4)
+    reward = binary_reward(lambda **kw: [math.inf, 1.0, 0.0, None], num_generations=4)
+    out = reward(prompts=["p"] * 4, completions=list("abcd"), log_metric=trainer._log_metric)
+    assert math.isnan(out[0]) and out[1:3] == [1.0, 0.0] and math.isnan(out[3])
+    assert trl_advantages(out, 4) == pytest.approx([0.0, 0.5, -0.5, 0.0])
+    assert trainer.metrics["whileai/unscorable"] == [2.0]
