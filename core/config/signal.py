@@ -2,7 +2,7 @@
 
 ``GroupwiseGrading.trl_reward`` returns ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields ``A'_i``. That
 holds only when TRL does nothing else to the reward. TRL 1.16 (``grpo_trainer.py``, ``_generate_and_score_completions``)
-can do four other things, each measured to put groups off equation 3 by 0.4 to 0.7 in advantage units:
+can do four other things to it, each of which moves the advantages off equation 3:
 
 - divide by a std: ``scale_rewards`` ``"group"`` or ``"batch"`` (``True`` is ``"group"``);
 - normalize each reward function before summing: ``multi_objective_aggregation: normalize_then_sum`` (then a batch

@@ -390,7 +390,7 @@ def test_train_dry_run_prints_the_plan_without_torch() -> None:
 )
 @pytest.mark.parametrize("mode", ["advantage", "reward"])
 def test_a_grader_arm_refuses_what_would_take_it_off_equation_3(tmp_path: Path, trainer, message, mode) -> None:
-    """Each of these measured groups off equation 3 by 0.4 to 0.7; declaring comparison_arm is no way around it."""
+    """Each of these moves TRL's advantages off equation 3; declaring comparison_arm is no way around it."""
     recipe = tmp_path / "r.yaml"
     for arm in ("", "comparison_arm: gar\n"):
         recipe.write_text(f"{arm}grader: {{kind: scripted}}\ngrading: {{mode: {mode}}}\ntrainer: {trainer}\n")
