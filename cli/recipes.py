@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from whileai.cli.console import guarded, out, say
-from whileai.errors import BadInput
+from whileai.errors import BadInput, GraderUnavailable
 
 Overrides = Annotated[
     list[str] | None, typer.Argument(help="key=value overrides, e.g. trainer.learning_rate=1e-5 grading.cap=2.")
@@ -104,6 +104,9 @@ def train(
 
     result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
     if result.spread_failed:
+        if result.spread_verdict == "broken":
+            say("whileai: the grader failed on (nearly) every group of the spread gate: not training")
+            raise typer.Exit(GraderUnavailable.exit_code)
         say("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
         raise typer.Exit(1)
     say(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")

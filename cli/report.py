@@ -106,9 +106,20 @@ def _print_run(item: Any, entry: dict[str, Any], columns: dict[str, str]) -> Non
             table.add_row(f"fell back: {reason}", str(count))
         if grader["latency_p50_s"] is not None:
             table.add_row("latency p50 / p95", f"{grader['latency_p50_s']:.3f} s / {grader['latency_p95_s']:.3f} s")
-        judge = (item.extra.get("grader") or {}).get("judge") if isinstance(item.extra, dict) else None
+        figures = (item.extra.get("grader") or {}) if isinstance(item.extra, dict) else {}
+        for kind, reason in (figures.get("first_failures") or {}).items():
+            table.add_row(f"first {kind}", reason[:60])
+        judge = figures.get("judge")
         if judge:
+            table.add_row("judge calls (retries)", f"{judge.get('calls', 0)} ({judge.get('retries', 0)})")
+            table.add_row("judge cache hits", str(judge.get("cache_hits", 0)))
             table.add_row("judge tokens in / out", f"{judge.get('tokens_in', 0)} / {judge.get('tokens_out', 0)}")
+            if judge.get("latency_p50_s") is not None:
+                table.add_row(
+                    "judge call p50 / p95", f"{judge['latency_p50_s']:.3f} s / {judge['latency_p95_s']:.3f} s"
+                )
+            for kind, count in (judge.get("failures") or {}).items():
+                table.add_row(f"judge failed: {kind}", str(count))
         out.print(table)
     rates = {r["step"]: r for r in entry["pass_rates"]}
     table = Table(title=f"run {item.path}", title_justify="left", show_edge=False)

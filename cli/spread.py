@@ -9,8 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from whileai.cli.console import err, guarded, out, print_json, say
-from whileai.errors import BadInput
+from whileai.cli.console import err, guarded, is_debug, out, print_json, say
+from whileai.errors import BadInput, GraderUnavailable
 
 DEFAULT_RULE = "grader/tool_calls.yaml"
 
@@ -45,7 +45,12 @@ def spread(
 
     Example: whileai spread recipes/refund_rows.jsonl --recipe recipes/refund_scripted.yaml
 
-    Exit codes: 0 spread; 1 no spread or too few scores; 2 bad input; 3 missing install; 4 grader unavailable.
+    Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
+    copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
+
+    Exit codes: 0 spread; 1 no spread or too few scores; 2 bad input; 3 missing install; 4 grader unavailable (down,
+    or failing on at least spread.broken_fraction of the groups, 90%: --json lists the failures by kind, --debug
+    prints the first traceback).
     """
     from whileai.config import load_recipe
     from whileai.config.load import LoadedRecipe, validate_recipe
@@ -107,6 +112,8 @@ def spread(
             progress=lambda n: bar.advance(task, n),
             on_graded=on_graded,
             on_restart=lambda: (tables.clear(), bar.reset(task)),
+            controls=settings.controls,
+            seed=settings.seed,
         )
 
     if run.rows.skipped:
@@ -114,12 +121,17 @@ def spread(
         say(f"whileai: skipped {run.rows.skipped} bad row(s) of {run.rows.rows + run.rows.skipped}; first: {first}")
     if as_json:
         data = run.as_dict()
-        data["grader"] = grading.stats.as_dict()
+        data["grader"] = grading.figures()
         print_json(data)
     else:
         for table in tables:
             out.print(table)
         out.print(str(run.report), markup=False)
+    if run.report.first_error is not None and is_debug():
+        err.print("whileai: the first failure's traceback:", markup=False)
+        _print_traceback(run.report.first_error)
+    if run.report.verdict == "broken":
+        raise typer.Exit(GraderUnavailable.exit_code)
     if not run.report.ok:
         raise typer.Exit(1)
 
@@ -140,3 +152,10 @@ def _group_table(group) -> Table:
     if group.reason:
         table.caption = f"fell back: {group.reason}"
     return table
+
+
+def _print_traceback(error: BaseException) -> None:
+    """The traceback of a grader's exception, on stderr (``whileai --debug spread ...``)."""
+    import traceback
+
+    err.print("".join(traceback.format_exception(error)), markup=False, end="")

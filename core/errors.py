@@ -41,9 +41,11 @@ class MissingExtra(WhileaiError, ImportError):
 
 
 class GraderUnavailable(WhileaiError, RuntimeError):
-    """The grader cannot be reached at all (for instance a judge endpoint down after every retry)."""
+    """The grader cannot be reached at all (for instance a judge endpoint down after every retry), or fails on
+    (nearly) every group of a spread check."""
 
     exit_code = 4
+    kind = "unreachable"  # how a group that falls back on it is counted
 
 
 class EndpointUnavailable(WhileaiError, RuntimeError):

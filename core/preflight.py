@@ -41,10 +41,13 @@ def check_spread_file(
     progress: Callable[[int], None] | None = None,
     on_graded: Callable[[GradedGroup], None] | None = None,
     on_restart: Callable[[], None] | None = None,
+    controls: int = 0,
+    seed: int = 0,
 ) -> SpreadRun:
     """Grade the groups of a rows file or folder with ``grading`` and return the spread verdict (never raises on
     no spread; ``BadInput`` on bad rows unless ``skip_bad``; ``GraderUnavailable`` when the grader cannot be reached).
-    ``on_restart`` is called when the file is read a second time, so per-group output can be reset.
+    ``on_restart`` is called when the file is read a second time, so per-group output can be reset. ``controls``
+    and ``seed``: ``GroupwiseGrading.check_spread``'s.
     """
     # Rows usually come grouped (TRL logs, simulate, most exports): read once. If a group turns out to be split,
     # forget what was counted and read again by index (a judge then answers from its cache).
@@ -52,12 +55,16 @@ def check_spread_file(
     stats = RowStats()
     try:
         groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=True)
-        report = grading.check_spread_groups(groups, strict=False, progress=progress, on_graded=on_graded)
+        report = grading.check_spread_groups(
+            groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
+        )
     except GroupsNotContiguous:
         grading.stats = before
         if on_restart is not None:
             on_restart()
         stats = RowStats()
         groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats)
-        report = grading.check_spread_groups(groups, strict=False, progress=progress, on_graded=on_graded)
+        report = grading.check_spread_groups(
+            groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
+        )
     return SpreadRun(report, stats)

@@ -189,7 +189,7 @@ def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
 
 
 def grading_summary(folder: Path) -> dict[str, Any] | None:
-    """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by reason, hacks, factors,
+    """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by kind, hacks, factors,
     latency. None when the run had no grader."""
     path = folder / "grading.jsonl"
     if not path.is_file():
@@ -212,7 +212,7 @@ def grading_summary(folder: Path) -> dict[str, Any] | None:
             graded += bool(group.get("graded")) or bool(group.get("reason"))
             reason = group.get("reason")
             if reason:
-                kind = reason.split(":", 1)[0]
+                kind = group.get("failure") or reason.split(":", 1)[0]  # older logs have no "failure"
                 fallbacks[kind] = fallbacks.get(kind, 0) + 1
             else:
                 hacks += len(group.get("hacks", []))

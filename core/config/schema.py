@@ -29,7 +29,11 @@ from whileai.simulations.defaults import (
     GROUPWISE_HACK_ZERO,
     GROUPWISE_MIN_FACTOR,
     GROUPWISE_MODE,
+    SPREAD_BROKEN_FRACTION,
+    SPREAD_CONTROL_GROUPS,
     SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
@@ -44,6 +48,7 @@ __all__ = [
     "ScriptedGraderSection",
     "ScriptedRule",
     "SimulateSection",
+    "SpreadSampleSection",
     "SpreadSection",
     "TrainerSection",
     "VerifierSection",
@@ -183,11 +188,29 @@ class GradingSection(Section):
     )
 
 
+class SpreadSampleSection(Section):
+    """The spread gate on the initial policy's own completions (``whileai train``, single-turn tasks)."""
+
+    prompts: int = Field(
+        16,
+        ge=1,
+        description="Training prompts to sample trainer.num_generations completions for (the first ones, reused when "
+        "the dataset is shorter).",
+    )
+    seed: int = Field(0, description="Seed of the sampling.")
+
+
 class SpreadSection(Section):
     """The spread gate: which rows to grade before training and what counts as spread."""
 
     rows: str | None = Field(
         None, description="Rows to grade: a .jsonl, .json or .parquet file or a folder of them (relative to recipe)."
+    )
+    sample: SpreadSampleSection | None = Field(
+        None,
+        description="whileai train: grade groups the initial model writes for a few training prompts (verified by "
+        "the recipe's verifier) before the first step. spread.rows, when given, comes first; then sample; then the "
+        "simulate section.",
     )
     min_std: float = Field(SPREAD_MIN_STD, ge=0, description="No spread below this std of the grader's scores.")
     tolerance: float = Field(SPREAD_TOLERANCE, ge=0, description="Half-width of the band around the median.")
@@ -205,6 +228,31 @@ class SpreadSection(Section):
     )
     prompt_key: str = Field("prompt", description="Field holding the task prompt (optional in rows).")
     skip_bad_rows: bool = Field(False, description="Skip malformed rows (counted and reported) instead of failing.")
+    controls: int = Field(
+        SPREAD_CONTROL_GROUPS,
+        ge=0,
+        description="Graded groups shown to the grader again, shuffled and with a copy of one pass, to check that it "
+        "reads content, not position (one extra grader call each; 0: no controls).",
+    )
+    min_agreement: float = Field(
+        SPREAD_MIN_AGREEMENT,
+        ge=-1,
+        le=1,
+        description="No spread when the mean Kendall's tau between a group's two gradings is below this.",
+    )
+    max_ordered_copies: float = Field(
+        SPREAD_MAX_ORDERED_COPIES,
+        ge=0,
+        le=1,
+        description="No spread when more than this fraction of the controls' identical copies got different scores.",
+    )
+    broken_fraction: float = Field(
+        SPREAD_BROKEN_FRACTION,
+        gt=0,
+        le=1,
+        description="The grader is broken (exit 4, not 1) when its grading falls back on this fraction of the groups.",
+    )
+    seed: int = Field(0, description="Seed of the controls' shuffles.")
 
 
 class VerifierSection(Section):
@@ -379,6 +427,15 @@ class Recipe(Section):
             raise ValueError(
                 f"{problems[0]} (with a grader, TRL must train on equation 3 exactly; a binary comparison arm may "
                 "scale as it likes)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sample_needs_a_single_turn_task(self) -> Recipe:
+        if self.spread.sample is not None and self.data is not None and self.data.dataset == "builtin:support":
+            raise ValueError(
+                "spread.sample generates single-turn completions; the multi-turn support task gates on the simulate "
+                "section (remove spread.sample)"
             )
         return self
 

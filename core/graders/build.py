@@ -113,6 +113,9 @@ def build_grading(
         spread_min_std=recipe.spread.min_std,
         spread_tolerance=recipe.spread.tolerance,
         spread_max_near_median=recipe.spread.max_near_median,
+        spread_min_agreement=recipe.spread.min_agreement,
+        spread_max_ordered_copies=recipe.spread.max_ordered_copies,
+        spread_broken_fraction=recipe.spread.broken_fraction,
         timeout_s=grading.timeout_s,
     )
 

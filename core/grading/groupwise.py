@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
 from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
+from whileai.grading.controls import ControlGroup, controls_report, make_control
 from whileai.grading.spread import SpreadReport, spread_report
 from whileai.grading.stats import GradingStats
 from whileai.grading.text import completion_text, prompt_text
@@ -39,12 +40,15 @@ from whileai.simulations.defaults import (
     GROUPWISE_HACK_ZERO,
     GROUPWISE_MIN_FACTOR,
     GROUPWISE_MODE,
+    SPREAD_BROKEN_FRACTION,
     SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
 
-__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "group_labels", "trl_phase"]
+__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "failure_kind", "group_labels", "trl_phase"]
 
 
 Mode = Literal["advantage", "reward"]
@@ -69,6 +73,9 @@ class GradedGroup:
         lam: lambda of equation 3 (advantage mode, 1.0 otherwise).
         graded: whether the grader was called.
         reason: why the group fell back, or None.
+        failure: the kind of that reason, for counting: the exception's type, a judge call's kind (``"http 429"``,
+            ``"timeout"``), ``"unusable answer"``, ``"grader timed out"``, ``"non-finite reward"``, ...
+        error: the exception behind the reason, when there was one.
         seconds: time spent in the grader.
         phase: ``"train"``, or ``"eval"`` for a group of TRL's evaluation batches.
     """
@@ -87,7 +94,14 @@ class GradedGroup:
     reason: str | None = None
     seconds: float = 0.0
     phase: str = "train"
+    failure: str | None = None
+    error: BaseException | None = field(default=None, repr=False, compare=False)
     redistributed: list[float] | None = field(default=None, repr=False)
+
+    def fail(self, failure: str, reason: str, error: BaseException | None = None) -> None:
+        """Record why the group falls back: its kind (``"ZeroDivisionError"``, ``"http 429"``, ``"unusable answer"``,
+        ...), the one-line reason, and the exception when there was one (for ``--debug``)."""
+        self.failure, self.reason, self.error = failure, reason, error
 
     @property
     def mixed(self) -> bool:
@@ -113,6 +127,7 @@ class GradedGroup:
             "lambda": self.lam,
             "graded": self.graded,
             "reason": self.reason,
+            "failure": self.failure,
             "seconds": self.seconds,
             "phase": self.phase,
         }
@@ -150,6 +165,29 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def failure_kind(exc: BaseException) -> str:
+    """How a grader call failed, for counting: ``"grader timed out"``, the exception's own ``kind`` when it names one
+    (a judge call's ``"http 429"``, ``"timeout"``, ``"connection"``, ``"unusable answer"``), else its type's name.
+
+    Example:
+        >>> failure_kind(ZeroDivisionError("division by zero"))
+        'ZeroDivisionError'
+    """
+    if isinstance(exc, GraderTimeout):
+        return "grader timed out"
+    kind = getattr(exc, "kind", None)
+    return kind if isinstance(kind, str) and kind else type(exc).__name__
+
+
+def pass_scores(group: GradedGroup, mode: Mode) -> dict[int, float]:
+    """The grader's score of each pass of a graded group, by index: its factor (1 when the answer left it out), 0
+    for a confirmed hack (advantage mode); S_sol * S_beh (reward mode)."""
+    passes = [i for i, ok in enumerate(group.passed) if ok]
+    if mode == "reward":
+        return dict(zip(passes, group.scores, strict=False))
+    return {i: 0.0 if i in group.hacks else group.factors.get(i, 1.0) for i in passes}
+
+
 def _failure(exc: BaseException) -> str:
     """A fallback reason for a grader call that raised or ran over its time limit."""
     if isinstance(exc, GraderTimeout):
@@ -171,7 +209,10 @@ class GroupwiseGrading:
         floor: lower bound on each score in equation 2 (reward mode).
         rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
             task on the first group seen and cached; None hands the grader ``rubric=None``.
-        spread_min_std, spread_tolerance, spread_max_near_median: the spread gate's thresholds.
+        spread_min_std, spread_tolerance, spread_max_near_median: the spread gate's thresholds on the scores.
+        spread_min_agreement, spread_max_ordered_copies: the thresholds of its controls (``whileai.grading.controls``).
+        spread_broken_fraction: a spread check whose groups fall back at this rate or more says the grader is broken
+            (``GraderUnavailable``, exit 4), not that it has no spread.
         timeout_s: the longest one call of a plain grader function may take (None: no limit); a call that runs over
             makes its group fall back, counted as ``grader timed out``. A grader with a batch method (the judge)
             keeps its own timeouts.
@@ -196,6 +237,9 @@ class GroupwiseGrading:
         spread_min_std: float = SPREAD_MIN_STD,
         spread_tolerance: float = SPREAD_TOLERANCE,
         spread_max_near_median: float = SPREAD_MAX_NEAR_MEDIAN,
+        spread_min_agreement: float = SPREAD_MIN_AGREEMENT,
+        spread_max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES,
+        spread_broken_fraction: float = SPREAD_BROKEN_FRACTION,
         timeout_s: float | None = GRADER_TIMEOUT_S,
         concurrency: int = GRADER_CONCURRENCY,
     ) -> None:
@@ -210,6 +254,9 @@ class GroupwiseGrading:
             ("spread_min_std", spread_min_std, lambda v: v >= 0, "a number >= 0"),
             ("spread_tolerance", spread_tolerance, lambda v: v >= 0, "a number >= 0"),
             ("spread_max_near_median", spread_max_near_median, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            ("spread_min_agreement", spread_min_agreement, lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
+            ("spread_max_ordered_copies", spread_max_ordered_copies, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            ("spread_broken_fraction", spread_broken_fraction, lambda v: 0 < v <= 1, "a number in (0, 1]"),
         ]
         for name, value, ok, allowed in checks:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
@@ -235,6 +282,9 @@ class GroupwiseGrading:
         self.spread_min_std = float(spread_min_std)
         self.spread_tolerance = float(spread_tolerance)
         self.spread_max_near_median = float(spread_max_near_median)
+        self.spread_min_agreement = float(spread_min_agreement)
+        self.spread_max_ordered_copies = float(spread_max_ordered_copies)
+        self.spread_broken_fraction = float(spread_broken_fraction)
         self.stats = GradingStats(mode=mode)
         self._rubric_cache: dict[str, Any] = {}
         thread_safe = getattr(grader, "thread_safe", False) is True
@@ -267,6 +317,15 @@ class GroupwiseGrading:
             knobs = f"floor={self.floor}, rubrics={rubrics}"
         return f"GroupwiseGrading(mode={self.mode}, grader={self.grader_name}, {knobs})"
 
+    def figures(self) -> dict[str, Any]:
+        """``stats`` as JSON-ready values, with the grader's own counters under ``"judge"`` when it keeps them (the
+        HTTP judge: calls, retries, cache hits, tokens, latency p50/p95, failures by kind)."""
+        figures = self.stats.as_dict()
+        own = getattr(self.grader, "stats", None)
+        if own is not None and callable(getattr(own, "as_dict", None)):
+            figures["judge"] = own.as_dict()
+        return figures
+
     # ------------------------------------------------------------------ one group
 
     def grade_group(
@@ -296,9 +355,11 @@ class GroupwiseGrading:
             tuple[Sequence[float], Sequence[str], Sequence[str], str | None, Sequence[bool] | None, bool]
         ],
         preflight: bool = False,
+        record: bool = True,
     ) -> list[GradedGroup]:
         """Grade several groups; a grader with a batch method sees all of them in one call (the judge runs them
-        concurrently), any other grader is called group by group."""
+        concurrently), any other grader is called group by group. ``record=False`` keeps them out of ``stats`` (the
+        spread gate's control groups)."""
         opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
         graded: list[GradedGroup] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
@@ -312,7 +373,7 @@ class GroupwiseGrading:
                 # inf is made NaN too (TRL's nan_to_num would turn it into -3.4e38 for the rest of the group); the
                 # group keeps its other rewards, ungraded, and is counted.
                 group.shaped = [v if math.isfinite(v) else math.nan for v in values]
-                group.reason = "non-finite reward: the verifier gave None, NaN or inf"
+                group.fail("non-finite reward", "non-finite reward: the verifier gave None, NaN or inf")
                 continue
             if send and any(ok):
                 items = [
@@ -342,11 +403,12 @@ class GroupwiseGrading:
             share = (time.perf_counter() - start) / len(opened)
             for group, _ in opened:
                 group.seconds = share
-        for group in graded:
+        for group in graded if record else ():
             self.stats.record(
                 mixed=group.mixed,
                 grader_calls=calls[id(group)],
                 reason=group.reason,
+                failure=group.failure,
                 hacks_zeroed=len(group.hacks) if (self.hack_zero and group.reason is None) else 0,
                 scores=group.scores,
                 seconds=group.seconds,
@@ -383,7 +445,7 @@ class GroupwiseGrading:
     def _close_advantage(self, group: GradedGroup, items: list[dict[str, Any]], answer: Any) -> None:
         """Validate one group's answer and redistribute, or record why the group falls back."""
         if isinstance(answer, BaseException):
-            group.reason = _failure(answer)
+            group.fail(failure_kind(answer), _failure(answer), answer)
             return
         group.graded = True
         passes = [i for i, ok in enumerate(group.passed) if ok]
@@ -392,10 +454,10 @@ class GroupwiseGrading:
                 answer, size=len(group.rewards), passes=passes, min_factor=self.min_factor, hack_zero=self.hack_zero
             )
         except UnusableAnswer as exc:
-            group.reason = f"unusable answer: {exc}"
+            group.fail("unusable answer", f"unusable answer: {exc}", exc)
             return
         except Exception as exc:  # an answer object that misbehaves while being read (a raising __eq__, ...)
-            group.reason = f"unusable answer: {_describe(exc)}"
+            group.fail("unusable answer", f"unusable answer: {_describe(exc)}", exc)
             return
 
         group.hacks = list(read.hacks)
@@ -440,11 +502,11 @@ class GroupwiseGrading:
             try:
                 rubric = self._rubric(group.task_id, items)
             except LookupError as exc:
-                group.reason = f"no rubric: {exc}"
+                group.fail("no rubric", f"no rubric: {exc}", exc)
             except Exception as exc:
                 if preflight and isinstance(exc, GraderUnavailable):
                     raise
-                group.reason = f"rubric writer raised: {_describe(exc)}"
+                group.fail(failure_kind(exc), f"rubric writer raised: {_describe(exc)}", exc)
             if group.reason is not None:
                 counted.append((group, 0))
                 continue
@@ -465,15 +527,15 @@ class GroupwiseGrading:
             scores: list[float] = []
             for i, answer in scored[id(group)]:
                 if isinstance(answer, BaseException):
-                    group.reason = _failure(answer)
+                    group.fail(failure_kind(answer), _failure(answer), answer)
                     break
                 try:
                     read = read_pass_answer(answer)
                 except UnusableAnswer as exc:
-                    group.reason = f"unusable answer: {exc}"
+                    group.fail("unusable answer", f"unusable answer: {exc}", exc)
                     break
                 except Exception as exc:  # an answer object that misbehaves while being read
-                    group.reason = f"unusable answer: {_describe(exc)}"
+                    group.fail("unusable answer", f"unusable answer: {_describe(exc)}", exc)
                     break
                 shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
                 scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
@@ -559,6 +621,8 @@ class GroupwiseGrading:
         reward_key: str = "reward",
         text_key: str = "final_text",
         prompt_key: str = "prompt",
+        controls: int = 0,
+        seed: int = 0,
     ) -> SpreadReport:
         """Grade every group of ``rows`` with at least two passes and judge the spread of the grader's scores.
 
@@ -566,14 +630,20 @@ class GroupwiseGrading:
         in order of first appearance. A group with fewer than two passes cannot be told apart and is skipped; zeroed
         hacks give no score.
 
+        With ``controls=N``, up to ``N`` graded groups are graded again in a shuffled order with a copy of one pass
+        (``whileai.grading.controls``): a ranking that does not survive reordering, or identical passes told apart,
+        is no spread either, and ``str(report)`` gains a third line with the figures. ``whileai spread`` and
+        ``whileai train`` run them (the recipe's ``spread.controls``, 32 by default); here they are off by default.
+
         Returns:
-            The report; ``str(report)`` is the two-line verdict.
+            The report; ``str(report)`` is the two-line verdict (three with controls).
 
         Raises:
             ValueError: a row with a missing field or a non-numeric reward (naming the row and field); with
                 ``strict``, no spread or too few scores, with what to change (``whileai.errors.NoSpread``, a
                 ``ValueError``).
-            GraderUnavailable: the grader could not be reached at all (a preflight does not fall back).
+            GraderUnavailable: the grader could not be reached at all (a preflight does not fall back), or, with
+                ``strict``, it failed on ``spread_broken_fraction`` of the groups or more.
         """
         groups: dict[str, list[tuple[float, str, str]]] = {}
         for position, row in enumerate(rows):
@@ -589,7 +659,7 @@ class GroupwiseGrading:
             groups.setdefault(str(row[group_key]), []).append(
                 (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
             )
-        return self.check_spread_groups(groups.items(), strict=strict)
+        return self.check_spread_groups(groups.items(), strict=strict, controls=controls, seed=seed)
 
     def check_spread_groups(
         self,
@@ -598,29 +668,39 @@ class GroupwiseGrading:
         progress: Callable[[int], None] | None = None,
         batch_size: int = 64,
         on_graded: Callable[[GradedGroup], None] | None = None,
+        controls: int = 0,
+        seed: int = 0,
     ) -> SpreadReport:
         """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
 
         The streaming form of :meth:`check_spread` (the command line feeds it group by group). Groups reach the
         grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
         ``progress`` is called with the number of rows of each group once it is done, ``on_graded`` with each
-        graded group (for a per-group table).
+        graded group (for a per-group table). ``controls`` and ``seed``: see :meth:`check_spread`; the control
+        groups are graded with their batch and are not counted in ``stats``.
         """
         per_group: dict[str, list[float]] = {}
         failed: dict[str, int] = {}
+        first_failures: dict[str, str] = {}
+        first_error: list[BaseException] = []
         hacks: dict[str, list[int]] = {}
-        skipped = 0
+        outcomes: list[tuple[dict[int, float], dict[int, float], ControlGroup] | None] = []
+        skipped = attempted = 0
         pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
 
+        def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
+            return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+
         def flush() -> None:
-            requests = [
-                ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
-                for task, members in pending
-            ]
-            for (task, members), graded in zip(pending, self._grade_many(requests, preflight=True), strict=True):
+            graded_batch = self._grade_many([request(task, members) for task, members in pending], preflight=True)
+            controlled: list[tuple[GradedGroup, tuple[Any, ...], ControlGroup]] = []
+            for (task, members), graded in zip(pending, graded_batch, strict=True):
                 if graded.reason is not None:
-                    kind = graded.reason.split(":", 1)[0]
+                    kind = graded.failure or graded.reason.split(":", 1)[0]
                     failed[kind] = failed.get(kind, 0) + 1
+                    first_failures.setdefault(kind, graded.reason)
+                    if graded.error is not None and not first_error:
+                        first_error.append(graded.error)
                 else:
                     key, copy = task, 1
                     while key in per_group:  # two groups of one task (a prompt asked twice) stay two groups
@@ -629,10 +709,21 @@ class GroupwiseGrading:
                     per_group[key] = graded.scores
                     if graded.hacks:
                         hacks[key] = graded.hacks
+                    if len(outcomes) + len(controlled) < controls:
+                        passes = [i for i, ok in enumerate(graded.passed) if ok]
+                        control = make_control(len(members), passes, seed=f"{seed}:{key}")
+                        shown = [members[m] for m in control.members]
+                        controlled.append((graded, request(task, shown), control))
                 if on_graded is not None:
                     on_graded(graded)
                 if progress is not None:
                     progress(len(members))
+            if controlled:
+                answers = self._grade_many([c[1] for c in controlled], preflight=True, record=False)
+                for (graded, _, control), again in zip(controlled, answers, strict=True):
+                    ok = again.reason is None
+                    scores = (pass_scores(graded, self.mode), pass_scores(again, self.mode), control)
+                    outcomes.append(scores if ok else None)
             pending.clear()
 
         for task, members in groups:
@@ -642,9 +733,17 @@ class GroupwiseGrading:
                     progress(len(members))
                 continue
             pending.append((task, members))
+            attempted += 1
             if len(pending) >= batch_size:
                 flush()
         flush()
+        control_figures = None
+        if controls:
+            control_figures = controls_report(
+                outcomes,
+                min_agreement=self.spread_min_agreement,
+                max_ordered_copies=self.spread_max_ordered_copies,
+            )
         report = spread_report(
             per_group,
             min_std=self.spread_min_std,
@@ -654,7 +753,14 @@ class GroupwiseGrading:
             skipped=skipped,
             failed=failed,
             hacks=hacks,
+            attempted=attempted,
+            broken_fraction=self.spread_broken_fraction,
+            first_failures=first_failures,
+            controls=control_figures,
         )
+        report.first_error = first_error[0] if first_error else None
+        if strict and report.verdict == "broken":
+            raise GraderUnavailable(str(report))
         if strict and not report.ok:
             raise NoSpread(str(report))
         return report

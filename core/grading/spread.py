@@ -4,6 +4,15 @@ Group normalization subtracts each group's mean, so a grader that gives every pa
 but the cost (the text-to-SQL null result of 2026-09-21). ``spread_report`` takes the grader's scores on a sample of
 passes and returns the verdict with the page's two lines. It grades nothing itself: ``GroupwiseGrading.check_spread``
 collects the scores.
+
+The verdicts:
+
+- ``"yes"``: the scores vary, and the controls (when run: ``whileai.grading.controls``) say the grader reads the
+  rollouts, not their order;
+- ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
+- ``"too few"``: fewer than two scores to judge (exit 1);
+- ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
+  (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from whileai.grading.controls import ControlsReport
 from whileai.simulations.defaults import (
+    SPREAD_BROKEN_FRACTION,
     SPREAD_MAX_NEAR_MEDIAN,
     SPREAD_MIN_SCORES,
     SPREAD_MIN_STD,
@@ -22,7 +33,7 @@ from whileai.simulations.defaults import (
 
 __all__ = ["SpreadReport", "spread_report"]
 
-Verdict = Literal["yes", "no", "too few"]
+Verdict = Literal["yes", "no", "too few", "broken"]
 
 # Float noise must not push a score that sits exactly on the tolerance out of it.
 _EDGE = 1e-12
@@ -43,8 +54,14 @@ class SpreadReport:
         mode: the grading mode that produced the scores.
         min_std, tolerance, max_near_median: the thresholds applied.
         skipped: groups not sent to the grader (fewer than two passes).
-        failed: groups whose grader answer was unusable, by reason.
+        failed: groups whose grading fell back, by kind (the exception's type, a judge call's ``"http 429"``,
+            ``"unusable answer"``, ``"grader timed out"``, ...).
+        first_failures: the first reason of each kind, whole.
         hacks: confirmed hacks, by group id.
+        attempted: groups sent to the grader.
+        broken_fraction: the share of ``attempted`` that must fail for the verdict ``"broken"``.
+        controls: the controls' figures, or None when they were not run.
+        first_error: the first exception behind a failure (for ``--debug``; not serialized).
     """
 
     scores: list[float]
@@ -61,6 +78,11 @@ class SpreadReport:
     skipped: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     hacks: dict[str, list[int]] = field(default_factory=dict)
+    first_failures: dict[str, str] = field(default_factory=dict)
+    attempted: int = 0
+    broken_fraction: float = SPREAD_BROKEN_FRACTION
+    controls: ControlsReport | None = None
+    first_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -88,6 +110,14 @@ class SpreadReport:
         """The second line: the verdict and, when it is not "yes", what to change."""
         if self.verdict == "yes":
             return "spread: yes. The grader tells these passes apart." + self.fell_back
+        if self.verdict == "broken":
+            kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
+            first = next(iter(self.first_failures.values()), "")
+            return (
+                f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
+                f"({kinds}; first: {first}), at least {self.broken_fraction:.0%} is a broken grader, not a flat one. "
+                "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
+            )
         if self.verdict == "too few":
             if self.failed:
                 return (
@@ -98,6 +128,8 @@ class SpreadReport:
                 f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed). "
                 "Send more groups with at least two passes each."
             )
+        if self.std >= self.min_std and self.near_median <= self.max_near_median and self.controls is not None:
+            return f"spread: no. The scores vary, but {self.controls.why}.{self.fell_back}"
         if self.std < self.min_std:
             why = f"the scores' std {self.std:.3f} is below {self.min_std:g}"
         else:
@@ -117,7 +149,10 @@ class SpreadReport:
         )
 
     def __str__(self) -> str:
-        return f"{self.summary}\n{self.conclusion}"
+        text = f"{self.summary}\n{self.conclusion}"
+        if self.controls is not None and self.verdict != "broken":
+            text += f"\n{self.controls.line}"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready values."""
@@ -135,7 +170,11 @@ class SpreadReport:
             },
             "mode": self.mode,
             "skipped_groups": self.skipped,
+            "attempted_groups": self.attempted,
             "failed_groups": dict(self.failed),
+            "first_failures": dict(self.first_failures),
+            "broken_fraction": self.broken_fraction,
+            "controls": None if self.controls is None else self.controls.as_dict(),
             "hacks": {k: list(v) for k, v in self.hacks.items()},
             "per_group": {k: list(v) for k, v in self.per_group.items()},
             "summary": self.summary,
@@ -153,11 +192,17 @@ def spread_report(
     skipped: int = 0,
     failed: Mapping[str, int] | None = None,
     hacks: Mapping[str, Sequence[int]] | None = None,
+    attempted: int | None = None,
+    broken_fraction: float = SPREAD_BROKEN_FRACTION,
+    first_failures: Mapping[str, str] | None = None,
+    controls: ControlsReport | None = None,
 ) -> SpreadReport:
     """The verdict on a grader's scores, grouped by the group that produced them.
 
     No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
-    median; fewer than two scores is ``"too few"``, never ``"yes"``.
+    median, or ``controls`` that fail; fewer than two scores is ``"too few"``, never ``"yes"``; failures on
+    ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that gave scores
+    plus the failed ones) is ``"broken"``.
 
     Example:
         >>> print(spread_report({"a": [1.0, 0.5], "b": [1.0, 0.5]}))
@@ -172,10 +217,14 @@ def spread_report(
         near = sum(abs(s - median) <= tolerance + _EDGE for s in scores) / len(scores)
     else:
         std = median = near = 0.0
+    failures = sum((failed or {}).values())
+    tried = attempted if attempted is not None else len(groups) + failures
     verdict: Verdict
-    if len(scores) < SPREAD_MIN_SCORES:
+    if failures and failures >= broken_fraction * tried:
+        verdict = "broken"
+    elif len(scores) < SPREAD_MIN_SCORES:
         verdict = "too few"
-    elif std < min_std or near > max_near_median:
+    elif std < min_std or near > max_near_median or (controls is not None and not controls.ok):
         verdict = "no"
     else:
         verdict = "yes"
@@ -194,4 +243,8 @@ def spread_report(
         skipped=skipped,
         failed=dict(failed or {}),
         hacks={str(k): list(v) for k, v in (hacks or {}).items()},
+        first_failures=dict(first_failures or {}),
+        attempted=tried,
+        broken_fraction=broken_fraction,
+        controls=controls,
     )

@@ -49,7 +49,9 @@ class GradingStats:
         mixed: groups holding both a pass and a failure by the verifier.
         grader_calls: calls made to the grader (one per group in advantage mode, one per pass in reward mode).
         failed: groups that fell back to their original advantages or rewards because the grader misbehaved.
-        fallbacks: ``failed`` broken down by reason (the first line of each reason).
+        fallbacks: ``failed`` broken down by kind (the exception's type, a judge call's ``"http 429"``,
+            ``"unusable answer"``, ``"grader timed out"``, ``"non-finite reward"``, ...).
+        first_failures: the first reason seen of each kind, whole.
         hacks_zeroed: confirmed hacks whose reward was reset to 0.
         scores: the grader's scores (factors in advantage mode).
         grader_seconds: wall time spent inside the grader.
@@ -61,6 +63,7 @@ class GradingStats:
     grader_calls: int = 0
     failed: int = 0
     fallbacks: Counter[str] = field(default_factory=Counter)
+    first_failures: dict[str, str] = field(default_factory=dict)
     hacks_zeroed: int = 0
     scores: ScoreMoments = field(default_factory=ScoreMoments)
     grader_seconds: float = 0.0
@@ -77,6 +80,7 @@ class GradingStats:
         grader_calls: int,
         reason: str | None,
         hacks_zeroed: int,
+        failure: str | None = None,
         scores: list[float],
         seconds: float,
     ) -> None:
@@ -88,8 +92,10 @@ class GradingStats:
             self.hacks_zeroed += hacks_zeroed
             self.grader_seconds += seconds
             if reason is not None:
+                kind = failure or reason.split(":", 1)[0]
                 self.failed += 1
-                self.fallbacks[reason.split(":", 1)[0]] += 1
+                self.fallbacks[kind] += 1
+                self.first_failures.setdefault(kind, reason)
             self.scores.extend(scores)
 
     def snapshot(self) -> GradingStats:
@@ -97,6 +103,7 @@ class GradingStats:
         with self._lock:
             copy = GradingStats(self.mode, self.groups, self.mixed, self.grader_calls, self.failed)
             copy.fallbacks = Counter(self.fallbacks)
+            copy.first_failures = dict(self.first_failures)
             copy.hacks_zeroed = self.hacks_zeroed
             copy.scores = ScoreMoments(self.scores.count, self.scores.mean, self.scores._m2)
             copy.grader_seconds = self.grader_seconds
@@ -111,6 +118,7 @@ class GradingStats:
             "grader_calls": self.grader_calls,
             "failed": self.failed,
             "fallbacks": dict(self.fallbacks),
+            "first_failures": dict(self.first_failures),
             "hacks_zeroed": self.hacks_zeroed,
             "scores": self.scores.count,
             "score_mean": self.scores.mean if self.scores.count else None,

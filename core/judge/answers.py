@@ -36,6 +36,8 @@ __all__ = [
 class JudgeAnswerError(ValueError):
     """The judge answered, but the answer cannot be used; the message says why."""
 
+    kind = "unusable answer"  # how a fallback it causes is counted (``whileai.grading.groupwise.failure_kind``)
+
 
 # Replies are read strictly on types (no "0.7" for 0.7) but ignore keys they do not use: a judge that adds an
 # "explanation" has still answered.

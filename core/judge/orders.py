@@ -14,6 +14,8 @@ import math
 import random
 from collections.abc import Sequence
 
+from whileai.grading.controls import kendall_tau
+
 __all__ = ["consensus_tiers", "display_orders", "fractional_ranks", "kendall_tau", "mean_kendall_tau"]
 
 
@@ -96,35 +98,6 @@ def consensus_tiers(rankings: Sequence[Sequence[Sequence[int]]], items: Sequence
         else:
             tiers.append([item])
     return tiers
-
-
-def kendall_tau(first: dict[int, float], second: dict[int, float]) -> float | None:
-    """Kendall's tau-b between two rankings (rank by item; ties allowed) over the items both hold.
-
-    Returns None when it is undefined (fewer than two items, or one ranking ties everything).
-
-    Example:
-        >>> kendall_tau({0: 1, 1: 2, 2: 3}, {0: 1, 1: 2, 2: 3}), kendall_tau({0: 1, 1: 2}, {0: 2, 1: 1})
-        (1.0, -1.0)
-    """
-    items = sorted(set(first) & set(second))
-    concordant = discordant = tied_first = tied_second = 0
-    for a, b in itertools.combinations(items, 2):
-        x = first[a] - first[b]
-        y = second[a] - second[b]
-        if x == 0:
-            tied_first += 1
-        if y == 0:
-            tied_second += 1
-        if x * y > 0:
-            concordant += 1
-        elif x * y < 0:
-            discordant += 1
-    pairs = len(items) * (len(items) - 1) // 2
-    denominator = math.sqrt((pairs - tied_first) * (pairs - tied_second))
-    if denominator == 0:
-        return None
-    return (concordant - discordant) / denominator
 
 
 def mean_kendall_tau(rankings: Sequence[Sequence[Sequence[int]]], items: Sequence[int]) -> float | None:

@@ -36,3 +36,16 @@ SPREAD_MAX_NEAR_MEDIAN: Final[float] = 0.90
 
 # Fewer than two grader scores cannot show a spread: the check says "too few" instead of a verdict.
 SPREAD_MIN_SCORES: Final[int] = 2
+
+# The spread gate's controls (whileai's convention, not the report's; ``whileai.grading.controls``). A grader that
+# reads content agrees with itself when the rollouts are shown in another order (tau 1 for a rule) and a random or
+# position-keyed ranking averages tau 0: the gate wants at least halfway. Identical passes must tie: a grader may
+# order at most one copy in ten (a sampled judge sometimes breaks a tie it should keep). The controls cost one grader
+# call per group, on at most SPREAD_CONTROL_GROUPS groups.
+SPREAD_MIN_AGREEMENT: Final[float] = 0.5
+SPREAD_MAX_ORDERED_COPIES: Final[float] = 0.1
+SPREAD_CONTROL_GROUPS: Final[int] = 32
+
+# A grader whose answers fall back on this fraction of the groups or more is broken, not flat: the gate says
+# "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.
+SPREAD_BROKEN_FRACTION: Final[float] = 0.9

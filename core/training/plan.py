@@ -81,11 +81,18 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         plan.steps.append(("grader", f"{grader} ({detail}), mode {recipe.grading.mode}, cap {recipe.grading.cap}"))
         if recipe.spread.rows:
             rows = f"rows {loaded.resolve(recipe.spread.rows)}"
+        elif recipe.spread.sample is not None:
+            rows = (
+                f"the initial model's completions: {recipe.trainer.num_generations} for each of "
+                f"{recipe.spread.sample.prompts} training prompts, verified, graded before the first step"
+            )
         elif recipe.simulate is not None:
             sim = recipe.simulate
             rows = f"simulated: {sim.scenarios} x {sim.n} with the {sim.agent} agent (seed {sim.seed})"
         else:
-            rows = "none given: the gate is skipped and the run records it"
+            rows = "none given: the gate is skipped and the run records it as skipped"
+        if recipe.spread.controls and (recipe.spread.rows or recipe.spread.sample or recipe.simulate):
+            rows += f"; controls on {recipe.spread.controls} groups (reordered, one pass copied)"
         plan.steps.append(("spread gate", rows))
     verifier = recipe.verifier
     if verifier is not None:

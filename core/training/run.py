@@ -36,7 +36,7 @@ from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels, trl_phase
 
-__all__ = ["GradingLog", "TrainingResult", "binary_reward", "run_training"]
+__all__ = ["Gate", "GradingLog", "TrainingResult", "binary_reward", "gate_source", "run_training"]
 
 
 @dataclass
@@ -48,6 +48,39 @@ class TrainingResult:
     spread_failed: bool = False
     steps: int = 0
     grader: dict[str, Any] = field(default_factory=dict)
+    spread_verdict: str | None = None
+
+
+@dataclass
+class Gate:
+    """The spread gate's outcome, as ``spread_gate.json`` keeps it.
+
+    Attributes:
+        source: where its rows came from: ``"rows"`` (spread.rows), ``"sample"`` (the initial model's completions),
+            ``"simulate"`` (the seeded agent), or None when it was skipped.
+        verdict: the report's (``"yes"``, ``"no"``, ``"too few"``, ``"broken"``) or ``"skipped"``.
+        report: the spread report as JSON, when the gate ran.
+        reason: why it was skipped.
+    """
+
+    source: str | None
+    verdict: str
+    report: dict[str, Any] | None = None
+    reason: str | None = None
+
+    @property
+    def blocks(self) -> bool:
+        """Whether training must not start (a skipped gate does not block, and is recorded as skipped)."""
+        return self.verdict not in ("yes", "skipped")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "verdict": self.verdict,
+            "passed": None if self.verdict == "skipped" else self.verdict == "yes",
+            "skipped": self.reason,
+            "spread": self.report,
+        }
 
 
 class GradingLog:
@@ -105,34 +138,67 @@ def _process_offset(count: int) -> int:
     return sum(gather.all_gather(count)[: gather.rank])
 
 
-def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None]) -> tuple[dict[str, Any] | None, bool]:
-    """(the gate's report or why it was skipped, whether it passed)."""
+def gate_source(loaded: LoadedRecipe) -> str | None:
+    """Where the spread gate's rows come from: spread.rows, then spread.sample, then the simulate section."""
+    recipe = loaded.recipe
+    if recipe.spread.rows:
+        return "rows"
+    if recipe.spread.sample is not None:
+        return "sample"
+    if recipe.simulate is not None:
+        return "simulate"
+    return None
+
+
+def _spread_gate(
+    loaded: LoadedRecipe, say: Callable[[str], None], sampled: list[tuple[str, list[Any]]] | None = None
+) -> Gate:
+    """Run the spread gate of the recipe (``sampled``: the groups the initial model wrote, for ``spread.sample``)."""
     from whileai.graders import build_grading
     from whileai.preflight import check_spread_file
     from whileai.rows import RowFields
 
     recipe = loaded.recipe
-    if recipe.grader is None:
-        return {"skipped": "no grader: a binary arm"}, True
+    source = gate_source(loaded)
+    if recipe.grader is None or source is None:
+        if recipe.grader is None:
+            reason = "no grader: a binary arm"
+        else:
+            reason = "no spread.rows, spread.sample or simulate section"
+        say(f"whileai: spread gate skipped: {reason}")
+        return Gate(None, "skipped", reason=reason)
     grading = build_grading(loaded)
     settings = recipe.spread
-    if settings.rows:
+    if source == "rows":
+        assert settings.rows is not None
         fields = RowFields(settings.group_key, settings.reward_key, settings.text_key, settings.prompt_key)
-        run = check_spread_file(loaded.resolve(settings.rows), grading, fields, skip_bad=settings.skip_bad_rows)
-        report = run.report
-    elif recipe.simulate is not None:
+        path = loaded.resolve(settings.rows)
+        report = check_spread_file(
+            path, grading, fields, skip_bad=settings.skip_bad_rows, controls=settings.controls, seed=settings.seed
+        ).report
+    elif source == "sample":
+        assert sampled is not None
+        report = grading.check_spread_groups(sampled, strict=False, controls=settings.controls, seed=settings.seed)
+    else:
         from whileai.simulations.agents import seeded_agent
         from whileai.simulations.scenarios import load_scenarios
         from whileai.simulations.simulate import simulate
 
         sim = recipe.simulate
+        assert sim is not None
         scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
         rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
-        report = grading.check_spread(rows, strict=False)
-    else:
-        return {"skipped": "no spread.rows or simulate section"}, True
+        report = grading.check_spread(rows, strict=False, controls=settings.controls, seed=settings.seed)
+    say(f"whileai: spread gate on {_SOURCES[source]}:")
     say(str(report))
-    return report.as_dict(), report.ok
+    return Gate(source, report.verdict, report.as_dict())
+
+
+_SOURCES = {
+    "rows": "the recipe's spread.rows",
+    "sample": "completions of the initial model",
+    "simulate": "the seeded agent's simulated rollouts",
+}
 
 
 def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
@@ -193,12 +259,14 @@ def run_training(
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     main = int(os.environ.get("RANK", "0")) == 0
     summary: dict[str, Any] = {"recipe": str(loaded.path), "skip_spread_gate": skip_spread_gate, "resumed": resume}
+    # The spread gate comes before any GPU is spent and before anything heavy is imported; on the initial model's
+    # own completions (spread.sample) it comes once that model exists, still before the first step.
+    sampled_gate = recipe.grader is not None and gate_source(loaded) == "sample"
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(loaded.dump())
-        # The spread gate comes before any GPU is spent and before anything heavy is imported.
-        spread, passed = _spread_gate(loaded, say)
-        _write_json(out / "spread_gate.json", {"spread": spread, "passed": passed})
+        if not sampled_gate:
+            _write_json(out / "spread_gate.json", _spread_gate(loaded, say).as_dict())
 
     try:
         import datasets
@@ -246,28 +314,45 @@ def run_training(
         raise BadInput(f"{loaded.path}: trainer: {err}") from None
 
     state = PartialState()
+    task = load_task(loaded)
+    verifier = load_verifier(loaded)
+    model_path = str(out / "base_model") if model.tiny is not None else model.name_or_path
+    assert model_path is not None
+
+    def build_model() -> None:
+        if model.tiny is not None and main:
+            _build_tiny(model_path, model, task, recipe.trainer.seed, say)
+        state.wait_for_everyone()
+
+    if sampled_gate:
+        build_model()
+        if main:
+            from whileai.training.sample import sample_groups
+
+            sample = recipe.spread.sample
+            assert sample is not None
+            groups = sample_groups(
+                model_path,
+                [task.rows[i % len(task.rows)] for i in range(sample.prompts)],  # a short dataset is reused
+                verifier,
+                num_generations=args.num_generations,
+                max_new_tokens=args.max_completion_length,
+                temperature=args.temperature,
+                seed=sample.seed,
+            )
+            _write_json(out / "spread_gate.json", _spread_gate(loaded, say, groups).as_dict())
     state.wait_for_everyone()
     gate = json.loads((out / "spread_gate.json").read_text())
-    spread, passed = gate["spread"], gate["passed"]
-    summary["spread"] = spread
-    if not passed and not skip_spread_gate:
+    summary["spread"] = gate
+    if gate["verdict"] not in ("yes", "skipped") and not skip_spread_gate:
         summary["started"] = False
         if main:
             _write_json(out / "whileai_run.json", summary)
-        return TrainingResult(out, spread, spread_failed=True)
-    if not passed and main:
-        say("whileai: the spread gate found no spread; training anyway (--skip-spread-gate, recorded in the run)")
-
-    task = load_task(loaded)
-    verifier = load_verifier(loaded)
-    if model.tiny is not None:
-        model_path = str(out / "base_model")
-        if main:
-            _build_tiny(model_path, model, task, recipe.trainer.seed, say)
-        state.wait_for_everyone()
-    else:
-        assert model.name_or_path is not None
-        model_path = model.name_or_path
+        return TrainingResult(out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
+    if gate["verdict"] not in ("yes", "skipped") and main:
+        say("whileai: the spread gate did not pass; training anyway (--skip-spread-gate, recorded in the run)")
+    if not sampled_gate:
+        build_model()
 
     grading: GroupwiseGrading | None = build_grading(loaded) if recipe.grader is not None else None
     if grading is not None:
@@ -309,7 +394,7 @@ def run_training(
         started=True,
         steps=trainer.state.global_step,
         seconds=round(time.perf_counter() - started, 1),
-        grader=grading.stats.as_dict() if grading is not None else None,
+        grader=grading.figures() if grading is not None else None,
         grader_line=str(grading.stats) if grading is not None else None,
         scale_rewards=args.scale_rewards,
         use_vllm=args.use_vllm,
@@ -318,4 +403,6 @@ def run_training(
         _write_json(out / "whileai_run.json", summary)
     if grading is not None and main:
         say(str(grading.stats))
-    return TrainingResult(out, spread, False, trainer.state.global_step, summary.get("grader") or {})
+    return TrainingResult(
+        out, gate["spread"], False, trainer.state.global_step, summary.get("grader") or {}, gate["verdict"]
+    )

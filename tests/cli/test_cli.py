@@ -17,6 +17,11 @@ PAGE = (
     "spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75\n"
     "spread: yes. The grader tells these passes apart.\n"
 )
+# What `whileai spread` adds under the page's two lines: the controls of the shipped rule on the page's rows.
+CONTROLS = (
+    "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
+    "2 of 2 controls (at most 10% may differ)\n"
+)
 
 runner = CliRunner()
 
@@ -47,14 +52,16 @@ def test_version_and_help_list_exit_codes() -> None:
 
 
 def test_spread_reproduces_the_page_verdict_with_the_recipe() -> None:
+    """The page's two lines, byte for byte, then the controls: the shipped rule reads content (tau 1) and ties
+    identical passes."""
     result = invoke("spread", ROWS, "--recipe", RECIPE)
     assert result.exit_code == 0
-    assert result.stdout == PAGE
+    assert result.stdout == PAGE + CONTROLS
 
 
 def test_spread_reads_rows_from_the_recipe() -> None:
     result = invoke("spread", "--recipe", RECIPE)
-    assert result.exit_code == 0 and result.stdout == PAGE
+    assert result.exit_code == 0 and result.stdout == PAGE + CONTROLS
 
 
 def test_spread_with_a_python_grader_file(tmp_path: Path) -> None:
@@ -66,8 +73,24 @@ def test_spread_with_a_python_grader_file(tmp_path: Path) -> None:
         "    hacks = [g['index'] for g in passes if 'ORD-9999' in g['completion']]\n"
         "    return {'ranking': [g['index'] for g in ranked if g['index'] not in hacks], 'hacks': hacks}\n"
     )
+    # The page's grader breaks ties by position (a stable sort): the identical-passes control catches it.
     result = invoke("spread", ROWS, "--grader", f"{grader}:rank")
-    assert result.exit_code == 0 and result.stdout == PAGE
+    assert result.exit_code == 1 and result.stdout.startswith(PAGE.splitlines()[0])
+    assert (
+        "identical passes got different scores in 2 of 2 controls" in result.stdout and "Return a tie" in result.stdout
+    )
+    # The same rule returning ties for equal counts passes, and prints the page's verdict.
+    grader.write_text(
+        "def rank(group):\n"
+        "    passes = [g for g in group if g['passed']]\n"
+        "    hacks = [g['index'] for g in passes if 'ORD-9999' in g['completion']]\n"
+        "    counts = sorted({g['completion'].count('<tool_call>') for g in passes if g['index'] not in hacks})\n"
+        "    ranking = [[g['index'] for g in passes if g['index'] not in hacks\n"
+        "                and g['completion'].count('<tool_call>') == c] for c in counts]\n"
+        "    return {'ranking': ranking, 'hacks': hacks}\n"
+    )
+    result = invoke("spread", ROWS, "--grader", f"{grader}:rank")
+    assert result.exit_code == 0 and result.stdout == PAGE + CONTROLS
 
 
 def test_no_spread_exits_1_with_the_verdict(tmp_path: Path) -> None:
@@ -92,7 +115,7 @@ def test_spread_json_parses_back() -> None:
 
 def test_spread_verbose_prints_a_table_per_group() -> None:
     result = invoke("spread", ROWS, "--recipe", RECIPE, "--verbose")
-    assert "refund-17" in result.stdout and "hack (zeroed)" in result.stdout and result.stdout.endswith(PAGE)
+    assert "refund-17" in result.stdout and "hack (zeroed)" in result.stdout and result.stdout.endswith(PAGE + CONTROLS)
 
 
 def test_bad_row_names_file_line_and_field(tmp_path: Path) -> None:
@@ -109,7 +132,7 @@ def test_skip_bad_rows_reports_how_many(tmp_path: Path) -> None:
     path = tmp_path / "rows.jsonl"
     path.write_text(text + "\n")
     result = invoke("spread", path, "--recipe", RECIPE, "--skip-bad-rows")
-    assert result.exit_code == 0 and result.stdout == PAGE
+    assert result.exit_code == 0 and result.stdout == PAGE + CONTROLS
     assert "skipped 2 bad row(s) of 8" in result.stderr
 
 
@@ -121,25 +144,25 @@ def test_custom_field_names(tmp_path: Path) -> None:
     path = write_rows(tmp_path / "renamed.jsonl", rows)
     args = ("--group-key", "task", "--reward-key", "score", "--text-key", "text")
     result = invoke("spread", path, "--recipe", RECIPE, *args)
-    assert result.exit_code == 0 and result.stdout == PAGE
+    assert result.exit_code == 0 and result.stdout == PAGE + CONTROLS
 
 
 def test_json_rows_and_folders(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in ROWS.read_text().splitlines()]
     (tmp_path / "one.json").write_text(json.dumps(rows))
-    assert invoke("spread", tmp_path / "one.json", "--recipe", RECIPE).stdout == PAGE
+    assert invoke("spread", tmp_path / "one.json", "--recipe", RECIPE).stdout == PAGE + CONTROLS
     folder = tmp_path / "folder"
     folder.mkdir()
     write_rows(folder / "a.jsonl", rows[:3])
     write_rows(folder / "b.jsonl", rows[3:])
-    assert invoke("spread", folder, "--recipe", RECIPE).stdout == PAGE
+    assert invoke("spread", folder, "--recipe", RECIPE).stdout == PAGE + CONTROLS
 
 
 def test_parquet_rows_and_trl_completion_logs(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     rows = [json.loads(line) for line in ROWS.read_text().splitlines()]
     pd.DataFrame(rows).to_parquet(tmp_path / "rows.parquet")
-    assert invoke("spread", tmp_path / "rows.parquet", "--recipe", RECIPE).stdout == PAGE
+    assert invoke("spread", tmp_path / "rows.parquet", "--recipe", RECIPE).stdout == PAGE + CONTROLS
     # A TRL log_completions file: step, prompt, completion, reward columns, advantage; groups are prompts.
     trl = pd.DataFrame(
         {
@@ -155,7 +178,7 @@ def test_parquet_rows_and_trl_completion_logs(tmp_path: Path) -> None:
     completions.mkdir(parents=True)
     trl.to_parquet(completions / "completions_00001.parquet")
     result = invoke("spread", completions, "--recipe", RECIPE)
-    assert result.exit_code == 0 and result.stdout == PAGE
+    assert result.exit_code == 0 and result.stdout == PAGE + CONTROLS
 
 
 def test_missing_rows_file_and_missing_grader_section(tmp_path: Path) -> None:
@@ -400,3 +423,16 @@ def test_a_grader_arm_refuses_what_would_take_it_off_equation_3(tmp_path: Path, 
     recipe.write_text(f"comparison_arm: binary\ntrainer: {trainer}\n")
     assert invoke("validate", recipe).exit_code == 0
     assert invoke("validate", REPO / "recipes" / "tiny_cpu_gar.yaml", "trainer.scale_rewards=group").exit_code == 2
+
+
+def test_the_gate_source_is_validated_and_planned(tmp_path: Path) -> None:
+    twin = REPO / "recipes" / "tiny_cpu_agent_gar.yaml"
+    refused = invoke("validate", twin, "spread.sample.prompts=4")
+    assert refused.exit_code == 2 and "spread.sample generates single-turn completions" in refused.stderr
+    plan = invoke("train", REPO / "recipes" / "tiny_cpu_gar.yaml", "--dry-run")
+    assert plan.exit_code == 0
+    assert "the initial model's completions: 8 for each of 32 training prompts" in " ".join(
+        plan.stdout.replace("│", " ").split()
+    )
+    rows_first = invoke("train", REPO / "recipes" / "tiny_cpu_gar.yaml", f"spread.rows={ROWS}", "--dry-run")
+    assert "refund_rows.jsonl" in rows_first.stdout and "initial model's completions" not in rows_first.stdout

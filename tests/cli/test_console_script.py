@@ -28,6 +28,8 @@ def test_exit_0_with_the_page_verdict() -> None:
     assert done.stdout.splitlines() == [
         "spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75",
         "spread: yes. The grader tells these passes apart.",
+        "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
+        "2 of 2 controls (at most 10% may differ)",
     ]
     assert done.stderr == ""
 

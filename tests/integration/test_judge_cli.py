@@ -15,6 +15,12 @@ PAGE = (
     "spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75\n"
     "spread: yes. The grader tells these passes apart.\n"
 )
+# The judge (the page's rule behind HTTP) reads content: it keeps its ranking when the rollouts are reordered and ties
+# a pass with its copy.
+CONTROLS = (
+    "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
+    "2 of 2 controls (at most 10% may differ)\n"
+)
 runner = CliRunner()
 
 
@@ -32,11 +38,12 @@ def judge_recipe(tmp_path: Path, base_url: str) -> Path:
 def test_spread_with_the_judge_recipe_caches_and_refetches(judge_server, tmp_path: Path) -> None:
     recipe = judge_recipe(tmp_path, judge_server.url)
     first = runner.invoke(app, ["spread", "--recipe", str(recipe)], catch_exceptions=False)
-    assert first.exit_code == 0 and first.stdout == PAGE
+    assert first.exit_code == 0 and first.stdout == PAGE + CONTROLS
     calls = len(judge_server.requests)
-    assert calls == 2  # one per group with two or more passes
+    assert calls == 4  # one per group with two or more passes, and one per control group
     again = runner.invoke(app, ["spread", "--recipe", str(recipe), "--json"], catch_exceptions=False)
-    assert json.loads(again.stdout)["verdict"] == "yes" and len(judge_server.requests) == calls  # from the cache
+    # from the cache, the controls included (their shuffles are seeded)
+    assert json.loads(again.stdout)["verdict"] == "yes" and len(judge_server.requests) == calls
     fresh = runner.invoke(app, ["spread", "--recipe", str(recipe), "--no-cache"], catch_exceptions=False)
     assert fresh.exit_code == 0 and len(judge_server.requests) == 2 * calls
 

@@ -150,7 +150,7 @@ def test_persistent_5xx_in_training_falls_back_and_in_preflight_stops(make_judge
     reward = gar.trl_reward(lambda prompts, completions, **kw: [1.0, 1.0, 0.0], num_generations=3)
     assert reward(prompts=["p"] * 3, completions=["a", "b", "c"]) == [1.0, 1.0, 0.0]
     assert judge_server.calls == 3  # the call and its two retries
-    assert list(gar.stats.fallbacks) == ["grader raised"]
+    assert list(gar.stats.fallbacks) == ["unreachable"]
 
     judge_server.push(*[judge_tools.Status(500)] * 3)
     rows = [{"scenario_id": "s", "reward": 1, "final_text": t} for t in ("x", "y")]
@@ -220,7 +220,7 @@ def test_bad_200s_after_the_retries_fall_back_in_the_batch_and_in_training(
     reward = gar.trl_reward(lambda prompts, completions, **kw: [1.0, 1.0, 0.0], num_generations=3)
     assert reward(prompts=["p"] * 3, completions=["a", "b", "c"]) == [1.0, 1.0, 0.0]  # the original rewards
     assert judge_server.calls == 7
-    assert list(gar.stats.fallbacks) == ["grader raised"]
+    assert list(gar.stats.fallbacks) == ["unreachable"]
 
 
 def test_the_model_agents_chat_client_retries_a_bad_200_too(judge_server, judge_tools) -> None:

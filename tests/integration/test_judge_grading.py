@@ -173,3 +173,34 @@ def test_build_judge_resolves_recipe_paths_and_wires_reward_mode(judge_server, t
     with pytest.raises(BadInput, match=r"grader\.judge\.timeout_s") as caught:
         build_judge({**settings, "timeout_s": "sk-not-a-number-123"}, "advantage")
     assert "sk-not-a-number-123" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_training_run_keeps_the_judges_figures(judge_server, tmp_path) -> None:
+    """`whileai train` with a judge grader: calls, retries, cache hits, tokens, latency and failures by kind reach
+    whileai_run.json, and `whileai report` shows them."""
+    pytest.importorskip("trl")
+    import yaml
+    from typer.testing import CliRunner
+
+    from whileai.cli.main import app
+
+    recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu_gar.yaml").read_text())
+    recipe["grader"] = {
+        "kind": "judge",
+        "judge": {"base_url": judge_server.url, "model": "test-judge", "cache_dir": str(tmp_path / "cache")},
+    }
+    path = tmp_path / "judged.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "run"
+    smoke = ["trainer.max_steps=2", "trainer.save_steps=2", "data.num_prompts=8", f"output_dir={out}"]
+    runner = CliRunner()
+    # The scripted judge ranks by tool calls, which these digits never make: no spread, so the gate is skipped here.
+    result = runner.invoke(app, ["train", str(path), *smoke, "--skip-spread-gate"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads((out / "whileai_run.json").read_text())["grader"]
+    judge = figures["judge"]
+    assert judge["calls"] >= figures["grader_calls"] > 0 and judge["tokens_in"] > 0
+    assert judge["latency_p50_s"] is not None and "cache_hits" in judge and "retries" in judge
+    report = runner.invoke(app, ["report", str(out)])
+    assert report.exit_code == 0 and "judge calls" in report.stdout and "judge cache hits" in report.stdout

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 pytest.importorskip("trl")
@@ -47,7 +48,11 @@ def test_run_directory_and_report(run_dir: Path) -> None:
         assert (run_dir / name).exists(), name
     summary = json.loads((run_dir / "whileai_run.json").read_text())
     assert summary["started"] and summary["steps"] == 2 and summary["scale_rewards"] == "none"
-    assert summary["grader"]["groups"] > 0 and summary["spread"] == {"skipped": "no spread.rows or simulate section"}
+    assert summary["grader"]["groups"] > 0
+    # the main job's gate graded the initial model's own completions, before the first step
+    gate = json.loads((run_dir / "spread_gate.json").read_text())
+    assert gate["source"] == "sample" and gate["verdict"] == "yes" and gate["passed"] is True
+    assert gate["spread"]["controls"]["agreement_groups"] > 0 and summary["spread"] == gate
     state = json.loads((run_dir / "trainer_state.json").read_text())
     assert any("groupwise/grader_calls" in entry for entry in state["log_history"])
     data = json.loads(runner.invoke(app, ["report", str(run_dir), "--json"]).stdout)
@@ -79,6 +84,10 @@ def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path, trl_s
     result = runner.invoke(app, ["train", str(arm), *SMOKE, f"output_dir={binary}"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert not (binary / "grading.jsonl").exists()  # the binary arm grades nothing
+    # its gate is skipped, said so, and recorded as skipped (never as passed)
+    assert "spread gate skipped: no grader: a binary arm" in result.stderr
+    gate = json.loads((binary / "spread_gate.json").read_text())
+    assert gate["verdict"] == "skipped" and gate["passed"] is None and gate["skipped"] == "no grader: a binary arm"
     # the binary arm trains on plain Dr. GRPO (scale_rewards none): r - mean(group), group by group
     for rewards, advantages in trl_signal.advantages_by_group(binary, size=8):
         mean = sum(rewards) / len(rewards)
@@ -107,6 +116,25 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_broken_grader_stops_training_with_exit_4(tmp_path: Path) -> None:
+    grader = tmp_path / "grader.py"
+    grader.write_text("def broken(group):\n    raise RuntimeError('the judge is down')\n")
+    recipe = yaml.safe_load(RECIPE.read_text())
+    recipe["grader"] = {"kind": "python", "function": f"{grader}:broken"}
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "broken"
+    result = runner.invoke(app, ["train", str(path), *SMOKE, f"output_dir={out}"])
+    assert result.exit_code == 4, result.stderr
+    assert "spread: unknown. The grader failed on" in result.stderr and "RuntimeError" in result.stderr
+    gate = json.loads((out / "spread_gate.json").read_text())
+    assert gate["verdict"] == "broken" and gate["spread"]["failed_groups"] == {
+        "RuntimeError": gate["spread"]["attempted_groups"]
+    }
+    assert json.loads((out / "whileai_run.json").read_text())["started"] is False
+
+
+@pytest.mark.slow
 def test_a_bad_trainer_section_fails_before_a_model_is_built(tmp_path: Path) -> None:
     out = tmp_path / "bad"
     args = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", "trainer.per_device_train_batch_size=12"]
@@ -125,3 +153,9 @@ def test_the_readme_main_job_runs_as_shipped(tmp_path: Path, monkeypatch: pytest
     assert result.exit_code == 0, result.stderr
     summary = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "whileai_run.json").read_text())
     assert summary["steps"] == 60 and summary["grader"]["failed"] == 0 and summary["grader"]["mixed"] > 0
+    # the gate's verdict on the initial model's own completions, printed before training and recorded
+    assert "spread gate on completions of the initial model:" in result.stderr
+    assert "spread: yes." in result.stderr and "controls: agreement under reordering tau 1.00" in result.stderr
+    assert result.stderr.index("spread: yes.") < result.stderr.index("step ")
+    gate = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "spread_gate.json").read_text())
+    assert gate["source"] == "sample" and gate["verdict"] == "yes" and gate["spread"]["groups"] >= 4

@@ -305,7 +305,7 @@ def test_failed_groups_give_no_scores_and_are_reported() -> None:
         return {"ranking": [0, 1]}
 
     report = wai.GroupwiseGrading(grader=flaky).check_spread(rows, strict=False)
-    assert report.failed == {"grader raised": 1} and report.groups == 1 and report.scores == [1.0, 0.5]
+    assert report.failed == {"TimeoutError": 1} and report.groups == 1 and report.scores == [1.0, 0.5]
 
 
 @pytest.mark.parametrize(
@@ -492,7 +492,7 @@ def test_batch_grader_sees_every_mixed_group_of_a_batch_at_once() -> None:
     out = reward(prompts=["p"] * 8, completions=["done", "x", "done", "y", "x", "y", "done", "done"])
     assert grader.batches == [2]
     assert out == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
-    assert gar.stats.failed == 1 and gar.stats.fallbacks == {"grader raised": 1}
+    assert gar.stats.failed == 1 and gar.stats.fallbacks == {"ValueError": 1}
     assert repr(gar).startswith("GroupwiseGrading(mode=advantage, grader=batch_ranker,")
 
 
@@ -555,7 +555,7 @@ def test_an_unreachable_grader_stops_a_preflight_but_not_training() -> None:
         gar.check_spread(rows_for({"a": [(1, "x"), (1, "y")]}))
     reward = gar.trl_reward(verifier, num_generations=2)
     assert reward(prompts=["p"] * 2, completions=["done", "x"]) == [1.0, 0.0]
-    assert gar.stats.fallbacks == {"grader raised": 1}
+    assert gar.stats.fallbacks == {"unreachable": 1}
     assert issubclass(NoSpread, ValueError)
 
 

@@ -1,0 +1,82 @@
+"""The spread gate's controls as parts: the control group, Kendall's tau, the figures and the verdict they give."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import whileai as wai
+from whileai.grading.controls import ControlGroup, controls_report, kendall_tau, make_control
+from whileai.grading.spread import spread_report
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.data())
+def test_a_control_is_a_shuffle_with_one_copy_of_a_pass(size, data) -> None:
+    passes = data.draw(st.lists(st.integers(0, size - 1), min_size=1, unique=True))
+    control = make_control(size, passes, seed=data.draw(st.text(max_size=5)))
+    rest = [m for k, m in enumerate(control.members) if k != control.copy]
+    assert sorted(rest) == list(range(size))  # every member once, besides the copy
+    assert control.members[control.copy] == control.members[control.original] and control.copy != control.original
+    assert control.members[control.copy] in passes
+    if size >= 2:
+        assert rest != list(range(size))  # never shown in the same order
+
+
+def test_kendall_tau_b_with_ties() -> None:
+    assert kendall_tau({0: 1, 1: 2, 2: 3}, {0: 3, 1: 2, 2: 1}) == -1.0
+    assert kendall_tau({0: 1, 1: 1, 2: 2}, {0: 1, 1: 1, 2: 2}) == pytest.approx(1.0)
+    assert kendall_tau({0: 1, 1: 1}, {0: 1, 1: 2}) is None  # one side ties everything: undefined
+    assert kendall_tau({0: 1}, {0: 1}) is None
+
+
+def test_the_figures_and_their_thresholds() -> None:
+    control = ControlGroup(members=[1, 0, 1], copy=2, original=0)
+    same = ({0: 0.5, 1: 1.0}, {0: 1.0, 1: 0.5, 2: 1.0}, control)
+    flipped = ({0: 0.5, 1: 1.0}, {0: 0.5, 1: 1.0, 2: 1.0}, control)  # order reversed, and the copy differs
+    report = controls_report([same, flipped, None])
+    assert report.taus == [1.0, -1.0] and report.agreement == 0.0 and report.failed == 1
+    assert report.copies == [True, False] and report.ordered_copies == 0.5
+    assert report.follows_position and report.orders_copies and not report.ok
+    assert controls_report([same]).ok
+
+
+def test_a_broken_grader_comes_before_too_few() -> None:
+    report = spread_report({}, failed={"TimeoutError": 9}, attempted=10, first_failures={"TimeoutError": "slow"})
+    assert report.verdict == "broken" and "9 of 10 group(s)" in str(report)
+    assert spread_report({}, failed={"TimeoutError": 8}, attempted=10).verdict == "too few"
+
+
+def test_reward_mode_controls_catch_a_random_scorer() -> None:
+    rows = [
+        {"scenario_id": f"t{g}", "reward": 1, "final_text": "<tool_call>x</tool_call>" * (k % 3) + f"{g}"}
+        for g in range(12)
+        for k in range(4)
+    ]
+
+    def steady(item, rubric):
+        return {"solution": 1.0, "behavior": 1.0 / (1 + item["completion"].count("<tool_call>"))}
+
+    rng = random.Random(0)
+
+    def noisy(item, rubric):
+        return {"solution": 1.0, "behavior": rng.random()}
+
+    good = wai.GroupwiseGrading(grader=steady, mode="reward").check_spread(rows, strict=False, controls=32)
+    assert good.ok and good.controls.agreement == pytest.approx(1.0) and good.controls.ordered_copies == 0.0
+    bad = wai.GroupwiseGrading(grader=noisy, mode="reward").check_spread(rows, strict=False, controls=32)
+    assert bad.verdict == "no" and bad.controls.orders_copies
+
+
+def test_controls_leave_the_counters_alone() -> None:
+    rows = [{"scenario_id": f"t{g}", "reward": 1, "final_text": "x" * (k + 1)} for g in range(3) for k in range(3)]
+
+    def by_length(group):
+        return {"ranking": sorted((g["index"] for g in group), key=lambda i: len(group[i]["completion"]))}
+
+    gar = wai.GroupwiseGrading(grader=by_length)
+    gar.check_spread(rows, strict=False, controls=32)
+    assert gar.stats.groups == 3 and gar.stats.grader_calls == 3
