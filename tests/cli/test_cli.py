@@ -436,3 +436,30 @@ def test_the_gate_source_is_validated_and_planned(tmp_path: Path) -> None:
     )
     rows_first = invoke("train", REPO / "recipes" / "tiny_cpu_gar.yaml", f"spread.rows={ROWS}", "--dry-run")
     assert "refund_rows.jsonl" in rows_first.stdout and "initial model's completions" not in rows_first.stdout
+
+
+def test_report_shows_fallbacks_by_kind_and_the_judges_figures(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
+    groups = [
+        {"step": 1, "rewards": [1, 0], "passed": [True, False], "graded": True, "reason": None, "scores": []},
+        {
+            "step": 1,
+            "rewards": [1, 0],
+            "passed": [True, False],
+            "graded": False,
+            "reason": "grader raised: JudgeCallError: HTTP 429 after 4 tries",
+            "failure": "http 429",
+        },
+    ]
+    (run / "grading.jsonl").write_text("".join(json.dumps(g) + "\n" for g in groups))
+    judge = {"calls": 9, "retries": 4, "cache_hits": 2, "tokens_in": 900, "tokens_out": 90}
+    judge.update(latency_p50_s=0.2, latency_p95_s=0.9, failures={"http 429": 1})
+    grader = {"fallbacks": {"http 429": 1}, "first_failures": {"http 429": groups[1]["reason"]}, "judge": judge}
+    (run / "whileai_run.json").write_text(json.dumps({"grader": grader}))
+    result = runner.invoke(app, ["report", str(run)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    for text in ("fell back: http 429", "first http 429", "judge calls (retries)", "9 (4)", "judge cache hits"):
+        assert text in result.stdout, text
+    assert "0.200 s / 0.900 s" in result.stdout and "judge failed: http 429" in result.stdout
