@@ -36,9 +36,22 @@ def _referenced_files(loaded) -> list[tuple[str, Path]]:
 
 
 def _check_files(loaded) -> None:
+    """Files the recipe names exist, and the functions it names resolve (their modules are imported)."""
+    from whileai.graders.reference import load_callable
+
     for name, path in _referenced_files(loaded):
         if not path.exists():
             raise BadInput(f"{loaded.path}: {name}: no such file {path}")
+    recipe = loaded.recipe
+    for name, reference in (
+        ("grader.function", getattr(recipe.grader, "function", None)),
+        ("verifier.function", getattr(recipe.verifier, "function", None)),
+    ):
+        if reference:
+            try:
+                load_callable(reference, loaded.base_dir, what=name)
+            except BadInput as error:
+                raise BadInput(f"{loaded.path}: {error}") from None
 
 
 @guarded
@@ -47,7 +60,8 @@ def validate(
     overrides: Overrides = None,
     print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe.")] = False,
 ) -> None:
-    """Check a recipe (schema, includes, overrides, referenced files) without importing torch.
+    """Check a recipe without importing torch: schema and types (TRL's own for the trainer section), built-in names,
+    batch arithmetic, includes, overrides, referenced files and functions.
 
     Example: whileai validate recipes/refund_scripted.yaml grading.cap=2 --print
 
@@ -82,7 +96,7 @@ def train(
     Example: whileai train recipes/tiny_cpu_gar.yaml trainer.max_steps=5
 
     Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai[train]');
-    4 grader unavailable.
+    4 grader unavailable; 130 interrupted (Ctrl-C: the message says how to resume).
     """
     from whileai.config import load_recipe
     from whileai.training.plan import training_plan
@@ -100,9 +114,18 @@ def train(
             table.add_row(step, what)
         out.print(table)
         return
-    from whileai.training.run import run_training
+    from whileai.training.run import last_checkpoint, run_training
 
-    result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
+    try:
+        result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
+    except KeyboardInterrupt:
+        checkpoint = last_checkpoint(Path(loaded.recipe.output_dir))
+        again = " ".join(["whileai train", str(recipe), *(overrides or []), "--resume"])
+        if checkpoint is None:
+            say("whileai: interrupted before the first checkpoint; start again with the same command")
+        else:
+            say(f"whileai: interrupted; {checkpoint[0]} is the newest checkpoint. Continue with: {again}")
+        raise typer.Exit(130) from None
     if result.spread_failed:
         if result.spread_verdict == "broken":
             say("whileai: the grader failed on (nearly) every group of the spread gate: not training")

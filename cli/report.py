@@ -1,4 +1,11 @@
-"""``whileai report``: tables of training runs (and a comparison of two arms) or of spread reports."""
+"""``whileai report``: a compact summary of each training run (and of two arms compared) or spread report.
+
+By default each run gets a few lines that fit an 80-column terminal: its steps, the pass rate and mean completion
+length over the first and the last ``--window`` logged steps, and the grader's figures; two runs add the paired
+difference of their final pass rates. ``--steps`` adds the per-step table, which drops its least needed columns
+(and says which) when the terminal is too narrow for all of them. Every pass-rate interval treats each group of
+completions as a cluster (``whileai.reports.clustered_interval``).
+"""
 
 from __future__ import annotations
 
@@ -6,32 +13,61 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from whileai.cli.console import guarded, out, print_json, say
+
+# Per-step columns in the order they are dropped when the terminal is too narrow (first dropped first); the step,
+# its pass rate and interval are never dropped.
+_DROPPED_FIRST = (
+    "reward_std",
+    "groupwise/score_std",
+    "reward",
+    "n",
+    "groupwise/score_mean",
+    "groupwise/hacks_zeroed",
+    "groupwise/fallbacks",
+    "groupwise/mixed",
+    "frac_reward_zero_std",
+    "tools/call_frequency",
+    "completions/mean_length",
+)
+_COUNTS = ("groupwise/mixed", "groupwise/fallbacks", "groupwise/hacks_zeroed")
+_FACTORS = ("groupwise/score_mean", "groupwise/score_std")
 
 
 @guarded
 def report(
     paths: Annotated[list[Path], typer.Argument(help="Run folders (whileai train, TRL output_dir) or spread reports.")],
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw pass rate and length against step (PNG).")] = None,
-    window: Annotated[int, typer.Option(help="Logged steps that make a run's final pass rate.")] = 3,
+    window: Annotated[
+        int,
+        typer.Option(min=1, help="Logged steps in the first and the last window (the last is the final pass rate)."),
+    ] = 3,
+    steps: Annotated[bool, typer.Option("--steps", help="Also print each run's per-step table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the data as one JSON object.")] = False,
 ) -> None:
-    """Print the grader's figures and per-step curves of runs; with two runs, the difference in final pass rate.
+    """Summarize runs (pass rate and length over the first and last window, the grader's figures) and spread reports;
+    with two runs, the difference in final pass rate, paired over tasks.
 
-    Example: whileai report runs/tiny_cpu_gar runs/tiny_cpu_binary --plot arms.png
+    Pass-rate intervals are 95% Wilson intervals on the design-effect-adjusted n: each group of completions (one
+    prompt's num_generations) is a cluster, so n reads "n=320 in 40 groups".
+
+    Example: whileai report runs/tiny_cpu_binary runs/tiny_cpu_gar --window 10 --steps
 
     Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing.
     """
     from whileai.reports import (
-        STEP_COLUMNS,
+        INTERVAL_METHOD,
         RunHistory,
         compare_arms,
         grading_summary,
         load_report,
         plot_runs,
         step_pass_rates,
+        window_summary,
     )
 
     loaded = [load_report(p) for p in paths]
@@ -45,9 +81,20 @@ def report(
                 "kind": "run",
                 "steps": item.steps,
                 "pass_rates": [
-                    {"step": r.step, "passes": r.passes, "n": r.n, "rate": r.rate, "low": r.low, "high": r.high}
+                    {
+                        "step": r.step,
+                        "passes": r.passes,
+                        "n": r.n,
+                        "groups": r.groups,
+                        "rate": r.rate,
+                        "low": r.low,
+                        "high": r.high,
+                        "design_effect": r.design_effect,
+                    }
                     for r in rates
                 ],
+                "interval": INTERVAL_METHOD,
+                "summary": window_summary(item, window),
                 "grader": grading_summary(item.path),
                 "run": item.extra,
             }
@@ -59,11 +106,14 @@ def report(
         data["comparison"] = {
             "a": str(runs[0].path),
             "b": str(runs[1].path),
+            "window": window,
             "difference": comparison.difference,
             "low": comparison.low,
             "high": comparison.high,
             "paired": comparison.paired,
             "tasks": comparison.tasks,
+            "n_a": comparison.n_a,
+            "n_b": comparison.n_b,
             "text": str(comparison),
         }
     if plot is not None:
@@ -75,9 +125,14 @@ def report(
         print_json(data)
         return
 
-    for item, entry in zip(loaded, data["reports"], strict=True):
+    for number, (item, entry) in enumerate(zip(loaded, data["reports"], strict=True)):
+        if number:
+            out.print()
         if isinstance(item, RunHistory):
-            _print_run(item, entry, STEP_COLUMNS)
+            _print_summary(item, entry)
+            if steps:
+                out.print()
+                _print_steps(item, entry)
         else:
             _print_spread(item.path, item.data)
     if len(runs) == 2:
@@ -85,71 +140,216 @@ def report(
         if None not in scales and scales[0] != scales[1]:
             say(f"whileai: the arms used different trainer.scale_rewards ({scales[0]} and {scales[1]}): not comparable")
     if comparison is not None:
-        out.print(
-            f"final pass rate, {runs[1].path.name} minus {runs[0].path.name} (last {window} logged steps): "
-            f"{comparison}",
-            markup=False,
-        )
+        out.print()
+        _print_comparison(runs[0].path, runs[1].path, window, comparison)
     if "plot" in data:
         say(f"whileai: wrote {data['plot']}")
 
 
-def _print_run(item: Any, entry: dict[str, Any], columns: dict[str, str]) -> None:
-    grader = entry["grader"]
-    if grader is not None:
-        table = Table(title=f"grader of {item.path}", title_justify="left", show_edge=False, show_header=False)
-        table.add_column("figure")
-        table.add_column("value", justify="right")
-        for name in ("groups", "mixed", "graded", "hacks_zeroed", "factor_mean", "factor_std"):
-            table.add_row(name.replace("_", " "), _cell(grader[name]))
-        for reason, count in grader["fallbacks"].items():
-            table.add_row(f"fell back: {reason}", str(count))
+# ---------------------------------------------------------------- the default summary
+
+
+def _heading(text: str, detail: str = "", joiner: str = ": ") -> None:
+    """``text`` and ``detail`` on one line when they fit the terminal, else on two (a long path stays whole)."""
+    lines = [f"{text}{joiner}{detail}"] if detail else [text]
+    if detail and len(lines[0]) > out.width:
+        lines = [text, detail]
+    for line in lines:
+        out.print(Text(line), soft_wrap=False, overflow="fold")
+
+
+_LABEL_WIDTH = 18  # the label column of the summary's tables, wider when a label needs it (up to 30)
+
+
+def _figures(rows: list[tuple[str, str]], label_width: int = _LABEL_WIDTH) -> Table:
+    """A two-column table of labelled figures: no header, no outer edge, long values wrapped (never cut). Labels and
+    values are printed as written (no Rich markup: failure kinds and messages are text whileai did not write)."""
+    table = Table(show_header=False, show_edge=False, box=None, pad_edge=False, padding=(0, 2, 0, 1))
+    table.add_column("figure", width=label_width, overflow="fold")
+    table.add_column("value", overflow="fold")
+    for label, value in rows:
+        table.add_row(Text(label), Text(value))
+    return table
+
+
+def _rate(rate: dict[str, Any]) -> str:
+    return f"{rate['rate']:.2f} ({rate['low']:.2f} to {rate['high']:.2f})"
+
+
+def _grader_rows(grader: dict[str, Any] | None, figures: dict[str, Any]) -> list[tuple[str, str]]:
+    """The grader's figures (from grading.jsonl) and, from whileai_run.json, the first failure of each kind and the
+    judge's figures."""
+    rows: list[tuple[str, str]] = []
+    if grader is None:
+        rows.append(("grader", "none (no grading.jsonl)"))
+    else:
+        rows.append(("grader", f"{grader['groups']} groups, {grader['mixed']} mixed, {grader['graded']} graded"))
+        rows.append(("hacks zeroed", str(grader["hacks_zeroed"])))
+        if grader["factor_mean"] is None:
+            rows.append(("factors", "none (nothing was ranked)"))
+        else:
+            mean, std = grader["factor_mean"], grader["factor_std"]
+            rows.append(("factors", f"{grader['factors']}: mean {mean:.3f}, std {std:.3f}"))
         if grader["latency_p50_s"] is not None:
-            table.add_row("latency p50 / p95", f"{grader['latency_p50_s']:.3f} s / {grader['latency_p95_s']:.3f} s")
-        figures = (item.extra.get("grader") or {}) if isinstance(item.extra, dict) else {}
-        for kind, reason in (figures.get("first_failures") or {}).items():
-            table.add_row(f"first {kind}", reason[:60])
-        judge = figures.get("judge")
-        if judge:
-            table.add_row("judge calls (retries)", f"{judge.get('calls', 0)} ({judge.get('retries', 0)})")
-            table.add_row("judge cache hits", str(judge.get("cache_hits", 0)))
-            table.add_row("judge tokens in / out", f"{judge.get('tokens_in', 0)} / {judge.get('tokens_out', 0)}")
-            if judge.get("latency_p50_s") is not None:
-                table.add_row(
-                    "judge call p50 / p95", f"{judge['latency_p50_s']:.3f} s / {judge['latency_p95_s']:.3f} s"
-                )
-            for kind, count in (judge.get("failures") or {}).items():
-                table.add_row(f"judge failed: {kind}", str(count))
+            rows.append(("latency p50 / p95", f"{grader['latency_p50_s']:.3f} s / {grader['latency_p95_s']:.3f} s"))
+    fallbacks = (grader or {}).get("fallbacks") or figures.get("fallbacks") or {}
+    if grader is not None or figures:
+        if not fallbacks:
+            rows.append(("fallbacks", "none"))
+        rows.extend((f"fell back: {kind}", str(count)) for kind, count in fallbacks.items())
+        rows.extend((f"first {kind}", str(reason)) for kind, reason in (figures.get("first_failures") or {}).items())
+    judge = figures.get("judge")
+    if judge:
+        rows.append(("judge calls (retries)", f"{judge.get('calls', 0)} ({judge.get('retries', 0)})"))
+        rows.append(("judge cache hits", str(judge.get("cache_hits", 0))))
+        rows.append(("judge tokens in / out", f"{judge.get('tokens_in', 0)} / {judge.get('tokens_out', 0)}"))
+        if judge.get("latency_p50_s") is not None:
+            rows.append(("judge call p50 / p95", f"{judge['latency_p50_s']:.3f} s / {judge['latency_p95_s']:.3f} s"))
+        rows.extend((f"judge failed: {kind}", str(count)) for kind, count in (judge.get("failures") or {}).items())
+    return rows
+
+
+def _print_summary(item: Any, entry: dict[str, Any]) -> None:
+    summary = entry["summary"]
+    shapes = {(r["n"], r["groups"]) for r in entry["pass_rates"]}
+    shape = ""
+    if len(shapes) == 1:
+        n, groups = shapes.pop()
+        shape = f", {n} completions in {groups} groups a step"
+    _heading(f"run {item.path}", f"{summary['steps']} logged steps{shape}")
+
+    figures = (item.extra.get("grader") or {}) if isinstance(item.extra, dict) else {}
+    grader_rows = _grader_rows(entry["grader"], figures)
+    label_width = min(30, max([_LABEL_WIDTH] + [len(label) for label, _ in grader_rows]))
+    first, last = summary["first"], summary["last"]
+    if first is not None:
+        windows = [first] if last is first else [first, last]
+        rows: list[list[str]] = []
+        rates = [w["pass_rate"] for w in windows]
+        if all(r is not None for r in rates):
+            rows.append(["pass rate (95% CI)", *(_rate(r) for r in rates)])
+            rows.append(["", *(f"n={r['n']} in {r['groups']} groups" for r in rates)])
+        elif any(w["logged_pass_rate"] is not None for w in windows):
+            logged = [w["logged_pass_rate"] for w in windows]
+            rows.append(["pass rate", *("" if p is None else f"{p:.2f} as logged" for p in logged)])
+            rows.append(["", *("no completion logs, no interval" for _ in windows)])
+        else:
+            rows.append(["pass rate", *("no completion logs" for _ in windows)])
+        lengths = [w["mean_length"] for w in windows]
+        if any(length is not None for length in lengths):
+            rows.append(["mean length", *("" if x is None else f"{x:.1f} tokens" for x in lengths)])
+        table = Table(show_edge=False, box=None, pad_edge=False, padding=(0, 2, 0, 1), header_style="bold")
+        table.add_column("", width=label_width, overflow="fold")
+        for chosen in windows:
+            low, high = chosen["steps"]
+            table.add_column(f"step {low}" if low == high else f"steps {low}-{high}", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
         out.print(table)
+    out.print(_figures(grader_rows, label_width))
+
+
+def _print_comparison(a: Path, b: Path, window: int, comparison: Any) -> None:
+    def signed(value: float) -> str:
+        return f"{value * 100:+.1f}".replace("-", "\u2212")
+
+    _heading(f"final pass rate, {b.name} minus {a.name}", f"last {window} logged steps", ", ")
+    how = "bootstrap over tasks" if comparison.paired else "Newcombe, groups as clusters"
+    completions = f"{comparison.n_a} and {comparison.n_b} completions"
+    rows = [
+        ("difference", f"{signed(comparison.difference)} points"),
+        ("95% CI", f"{signed(comparison.low)} to {signed(comparison.high)} ({how})"),
+        ("n", f"paired over {comparison.tasks} tasks ({completions})" if comparison.paired else completions),
+    ]
+    out.print(_figures(rows))
+
+
+# ---------------------------------------------------------------- --steps: the per-step table
+
+
+def _step_cell(key: str, row: dict[str, Any]) -> str:
+    value = row.get(key)
+    if value is None:
+        return ""
+    if key in _FACTORS and row.get("groupwise/grader_calls") == 0:
+        return "\u2013"  # nothing was ranked at this step: no factor mean of nothing
+    if key in _COUNTS and float(value).is_integer():
+        return str(int(value))
+    if key == "completions/mean_length":
+        return f"{value:.1f}"
+    return _cell(value)
+
+
+def _print_steps(item: Any, entry: dict[str, Any]) -> None:
+    """The per-step table; columns the terminal has no room for are left out, least needed first, and named."""
+    from whileai.reports import STEP_COLUMNS
+
     rates = {r["step"]: r for r in entry["pass_rates"]}
-    table = Table(title=f"run {item.path}", title_justify="left", show_edge=False)
-    table.add_column("step", justify="right")
-    shown = [k for k in item.columns if k != "whileai/pass_rate"]
-    for key in shown[:1]:
-        table.add_column(columns[key], justify="right")
-    table.add_column("pass rate (95% CI, n)", justify="right")
-    for key in shown[1:]:
-        table.add_column(columns[key], justify="right")
-    for row in item.steps:
-        step = int(row["step"])
-        rate = rates.get(step)
-        cell = f"{rate['rate']:.2f} ({rate['low']:.2f} to {rate['high']:.2f}, n={rate['n']})" if rate else ""
-        values = [_cell(row.get(k)) for k in shown]
-        table.add_row(str(step), *values[:1], cell, *values[1:])
+    shapes = {(r["n"], r["groups"]) for r in rates.values()}
+    rows = [(int(row["step"]), row) for row in item.steps]
+    for step in sorted(set(rates) - {s for s, _ in rows}):
+        rows.append((step, {"step": step}))
+    rows.sort(key=lambda pair: pair[0])
+
+    columns: list[tuple[str, str, list[str]]] = [("step", "step", [str(step) for step, _ in rows])]
+    rate_cells = [rates.get(step) for step, _ in rows]
+    if rates:
+        columns.append(("rate", "pass rate", [f"{r['rate']:.2f}" if r else "" for r in rate_cells]))
+        columns.append(("ci", "95% CI", [f"{r['low']:.2f}\u2013{r['high']:.2f}" if r else "" for r in rate_cells]))
+        if len(shapes) > 1:
+            columns.append(("n", "n/groups", [f"{r['n']}/{r['groups']}" if r else "" for r in rate_cells]))
+    shown = [k for k in item.columns if not (rates and k == "whileai/pass_rate")]
+    for key in shown:
+        columns.append((key, STEP_COLUMNS[key], [_step_cell(key, row) for _, row in rows]))
+
+    detail = "per step"
+    if rates and len(shapes) == 1:
+        n, groups = next(iter(shapes))
+        detail = f"per step, the pass rate's 95% CI over the step's groups (n={n} in {groups} groups)"
+    left_out: list[str] = []
+    while True:
+        table = _steps_table(columns, tight=False)
+        if _width(table) <= out.width:
+            break
+        table = _steps_table(columns, tight=True)
+        droppable = [k for k in _DROPPED_FIRST if any(key == k for key, _, _ in columns)]
+        if _width(table) <= out.width or not droppable:
+            break
+        left_out.append(next(name for key, name, _ in columns if key == droppable[0]))
+        columns = [c for c in columns if c[0] != droppable[0]]
+    _heading(f"run {item.path}", detail, ", ")
     out.print(table)
+    if left_out:
+        _heading(f"left out at {out.width} columns: {', '.join(left_out)} (a wider terminal or --json shows them)")
+
+
+def _width(table: Table) -> int:
+    """The width ``table`` takes when nothing limits it (Rich clamps a measurement to the terminal's width)."""
+    return Measurement.get(out, out.options.update_width(10_000), table).maximum
+
+
+def _steps_table(columns: list[tuple[str, str, list[str]]], tight: bool) -> Table:
+    """The per-step table; ``tight`` sets each column to its narrowest width that cuts no number and no word."""
+    table = Table(show_edge=False)
+    for _, title, cells in columns:
+        width = max([len(word) for word in title.split()] + [len(c) for c in cells]) if tight else None
+        table.add_column(title, justify="right", width=width, overflow="fold")
+    for cells in zip(*(c for _, _, c in columns), strict=True):
+        table.add_row(*cells)
+    return table
+
+
+# ---------------------------------------------------------------- spread reports
 
 
 def _print_spread(path: Path, data: dict[str, Any]) -> None:
-    table = Table(title=f"spread {path}", title_justify="left", show_edge=False, show_header=False)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name in ("verdict", "scores", "groups", "std", "median", "near_median", "skipped_groups"):
-        table.add_row(name, _cell(data.get(name)))
-    for reason, count in (data.get("failed_groups") or {}).items():
-        table.add_row(f"fell back: {reason}", str(count))
-    out.print(table)
-    out.print(data.get("summary", ""), markup=False)
-    out.print(data.get("conclusion", ""), markup=False)
+    _heading(f"spread {path}")
+    rows = [(name, _cell(data.get(name))) for name in ("verdict", "scores", "groups", "std", "median")]
+    rows += [(name, _cell(data.get(name))) for name in ("near_median", "skipped_groups")]
+    rows += [(f"fell back: {reason}", str(count)) for reason, count in (data.get("failed_groups") or {}).items()]
+    out.print(_figures(rows))
+    for line in (data.get("summary", ""), data.get("conclusion", "")):
+        out.print(Text(str(line)), soft_wrap=False, overflow="fold")
 
 
 def _cell(value: object) -> str:

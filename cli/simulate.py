@@ -23,6 +23,13 @@ DEFAULT_REMOTE_WORKERS = 8
 
 @guarded
 def simulate(
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[KEY=VALUE]...",
+            help="Overrides of the recipe's simulate section, e.g. simulate.n=4 (the options below win over them).",
+        ),
+    ] = None,
     out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the rows (.jsonl).")] = None,
     scenarios: Annotated[
         str | None, typer.Option(help="Scenario family: builtin:refunds, builtin:all, ... [builtin:all]")
@@ -67,28 +74,36 @@ def simulate(
 
     Example: whileai simulate --scenarios builtin:refunds --n 8 --out rows.jsonl && whileai spread rows.jsonl
 
+    From a recipe, with overrides: whileai simulate --recipe recipes/refund_agent_gar.yaml simulate.n=4 -o rows.jsonl
+
     Served model: whileai simulate --agent model --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B -o r.jsonl
 
     Exit codes: 0 ok; 2 bad input; 4 the model's endpoint is unavailable.
     """
+    from pydantic import ValidationError
+
+    from whileai.config import load_recipe
+    from whileai.config.load import default_recipe, is_override
     from whileai.config.schema import SimulateSection
     from whileai.simulations.agents import seeded_agent
     from whileai.simulations.passrate import score
     from whileai.simulations.scenarios import load_scenarios
     from whileai.simulations.simulate import simulate as run
 
-    section = SimulateSection()
-    if recipe is not None:
-        from whileai.config import load_recipe
-
-        section = load_recipe(recipe).recipe.simulate or section
+    wrong = [o for o in overrides or [] if not is_override(o)]
+    if wrong:
+        raise BadInput(f"unexpected argument {wrong[0]!r}: simulate takes options and key=value overrides")
+    loaded = load_recipe(recipe, overrides or []) if recipe is not None else default_recipe(overrides or [])
+    section = loaded.recipe.simulate or SimulateSection()
     updates = {"scenarios": scenarios, "agent": agent, "n": n, "num_scenarios": num_scenarios, "seed": seed}
     try:
         section = SimulateSection.model_validate(
             {**section.model_dump(), **{k: v for k, v in updates.items() if v is not None}}
         )
-    except Exception as error:
-        raise BadInput(f"simulate: {error}") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "simulate"
+        raise BadInput(f"{option}: {first['msg']} (got {first.get('input')!r})") from None
     if section.agent not in ("seeded", "model"):
         raise BadInput(f"--agent {section.agent!r}: the agents are 'seeded' (offline) and 'model' (a served model)")
     if out_path is None:

@@ -17,11 +17,13 @@ DEFAULT_RULE = "grader/tool_calls.yaml"
 
 @guarded
 def spread(
-    rows: Annotated[
-        Path | None,
+    arguments: Annotated[
+        list[str] | None,
         typer.Argument(
-            help="A .jsonl, .json or .parquet rows file (TRL completion logs too) or a folder of them. "
-            "Defaults to the recipe's spread.rows."
+            metavar="[ROWS] [KEY=VALUE]...",
+            help="A .jsonl, .json or .parquet rows file (TRL completion logs too) or a folder of them (default: the "
+            "recipe's spread.rows), and key=value overrides of the recipe, e.g. grader.judge.base_url=URL "
+            "spread.controls=8.",
         ),
     ] = None,
     recipe: Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")] = None,
@@ -45,6 +47,9 @@ def spread(
 
     Example: whileai spread recipes/refund_rows.jsonl --recipe recipes/refund_scripted.yaml
 
+    Overrides: whileai spread --recipe recipes/refund_judge.yaml grader.judge.base_url=https://api.openai.com/v1
+    grader.judge.model=gpt-4o-mini grader.judge.api_key_env=OPENAI_API_KEY
+
     Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
     copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
 
@@ -53,19 +58,26 @@ def spread(
     prints the first traceback).
     """
     from whileai.config import load_recipe
-    from whileai.config.load import LoadedRecipe, validate_recipe
+    from whileai.config.load import default_recipe, is_override
     from whileai.graders import build_grading, grader_from_spec
     from whileai.preflight import check_spread_file
     from whileai.rows import RowFields
 
+    overrides = [a for a in arguments or [] if is_override(a)]
+    paths = [a for a in arguments or [] if not is_override(a)]
+    if len(paths) > 1:
+        raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
+    rows = Path(paths[0]) if paths else None
     if recipe is not None:
-        loaded = load_recipe(recipe)
+        loaded = load_recipe(recipe, overrides)
         if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-            loaded = load_recipe(recipe, ["grader.judge.no_cache=true"])
+            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
     else:
-        loaded = LoadedRecipe(validate_recipe({}, "defaults"), None, Path.cwd(), {})
+        loaded = default_recipe(overrides)
     settings = loaded.recipe.spread
     if grader is not None:
+        if loaded.recipe.grader is not None:
+            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
         grading = build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
     elif loaded.recipe.grader is not None:
         grading = build_grading(loaded)
@@ -116,6 +128,15 @@ def spread(
             seed=settings.seed,
         )
 
+    if run.rows.left_out:
+        shown = ", ".join(run.rows.left_out[:4])
+        more = f", and {len(run.rows.left_out) - 4} more" if len(run.rows.left_out) > 4 else ""
+        say(f"whileai: read {run.rows.files} rows file(s) of {rows}; left out {len(run.rows.left_out)}: {shown}{more}")
+    if run.rows.duplicates:
+        say(
+            f"whileai: dropped {run.rows.duplicates} group(s) read twice: TRL writes one generation into every log "
+            "file until the next one (steps_per_generation > 1)"
+        )
     if run.rows.skipped:
         first = run.rows.examples[0] if run.rows.examples else ""
         say(f"whileai: skipped {run.rows.skipped} bad row(s) of {run.rows.rows + run.rows.skipped}; first: {first}")

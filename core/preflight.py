@@ -26,7 +26,13 @@ class SpreadRun:
 
     def as_dict(self) -> dict[str, object]:
         data = self.report.as_dict()
-        data["rows"] = {"read": self.rows.rows, "skipped": self.rows.skipped, "files": self.rows.files}
+        data["rows"] = {
+            "read": self.rows.rows,
+            "skipped": self.rows.skipped,
+            "files": self.rows.files,
+            "left_out_files": list(self.rows.left_out),
+            "duplicate_groups": self.rows.duplicates,
+        }
         if self.rows.examples:
             data["rows"]["skipped_examples"] = list(self.rows.examples)  # type: ignore[index]
         return data

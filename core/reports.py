@@ -3,6 +3,15 @@
 A TRL ``output_dir`` holds ``trainer_state.json`` (its ``log_history``: reward, reward_std, frac_reward_zero_std,
 completion lengths and whileai's ``groupwise/*`` figures by step), possibly only inside ``checkpoint-*`` folders.
 ``load_report`` tells the two apart and returns plain data; it formats nothing (the command line draws the tables).
+
+Pass rates come from TRL's completion logs (``completions/*.parquet``: ``whileai_reward`` > 0 passes). The
+completions of a training step are drawn in groups of ``num_generations`` for one prompt each, so they are not
+independent draws: a group shares its prompt's difficulty, and a pooled Wilson interval that counts every completion
+as its own trial is too narrow. Every pass-rate interval here treats each group as a cluster
+(:func:`clustered_interval`: Wilson's interval on the design-effect-adjusted effective sample size, with the
+small-sample correction of Korn and Graubard 1998) and reports n as completions and groups.
+
+What this module does not do: draw tables or judge whether two runs differ by enough to matter.
 """
 
 from __future__ import annotations
@@ -16,16 +25,27 @@ from typing import Any
 from whileai.errors import BadInput, MissingExtra
 
 __all__ = [
+    "INTERVAL_METHOD",
     "ArmComparison",
+    "ClusteredRate",
     "RunHistory",
     "SpreadFile",
     "StepPassRate",
+    "clustered_interval",
     "compare_arms",
     "grading_summary",
     "load_report",
     "plot_runs",
+    "step_groups",
     "step_pass_rates",
+    "window_summary",
 ]
+
+# Said wherever a pass-rate interval is printed or written, so a reader knows what the interval assumes.
+INTERVAL_METHOD = "95% Wilson interval on the design-effect-adjusted n, each group of completions a cluster"
+
+# What ``whileai report`` reads, named in every "this is not one of them" message.
+ACCEPTED = "a report written by `whileai spread --json` or a TRL run folder (with trainer_state.json)"
 
 # The log_history keys shown per step, in order, with their column titles.
 STEP_COLUMNS: dict[str, str] = {
@@ -36,7 +56,7 @@ STEP_COLUMNS: dict[str, str] = {
     "completions/mean_length": "length",
     "tools/call_frequency": "tool calls",
     "groupwise/mixed": "mixed",
-    "groupwise/fallbacks": "fallbacks",
+    "groupwise/fallbacks": "fell back",
     "groupwise/hacks_zeroed": "hacks",
     "groupwise/score_mean": "factor mean",
     "groupwise/score_std": "factor std",
@@ -79,9 +99,12 @@ def _state_file(folder: Path) -> Path | None:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        if path.name != "trainer_state.json":
+            raise BadInput(f"{path}: not a JSON file; whileai report reads {ACCEPTED}") from None
+        where = f" line {err.lineno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise BadInput(f"{path}{where}: not valid JSON; a run cut short?") from None
     except OSError as err:
         raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
 
@@ -90,7 +113,7 @@ def load_report(path: str | Path) -> SpreadFile | RunHistory:
     """A spread report file or a TRL run folder.
 
     Raises:
-        BadInput: a path that is neither (the message says what was expected).
+        BadInput: a path that is neither; the one-line message names the path and what ``whileai report`` reads.
     """
     target = Path(path)
     if target.is_file():
@@ -99,13 +122,15 @@ def load_report(path: str | Path) -> SpreadFile | RunHistory:
             return SpreadFile(target, data)
         if isinstance(data, dict) and "log_history" in data:
             return _history(target.parent, target, data)
-        raise BadInput(f"{target}: neither a spread report (whileai spread --json) nor a trainer_state.json")
+        raise BadInput(f"{target}: neither a spread report nor a trainer_state.json; whileai report reads {ACCEPTED}")
     if target.is_dir():
         state = _state_file(target)
         if state is None:
-            raise BadInput(f"{target}: no trainer_state.json here or in a checkpoint-* folder")
+            raise BadInput(
+                f"{target}: no trainer_state.json here or in a checkpoint-* folder; whileai report reads {ACCEPTED}"
+            )
         return _history(target, state, _read_json(state))
-    raise BadInput(f"{target}: no such file or folder")
+    raise BadInput(f"{target}: no such file or folder; whileai report reads {ACCEPTED}")
 
 
 def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory:
@@ -123,18 +148,126 @@ def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory
     return RunHistory(folder, state_file, steps, extra)
 
 
-# ---------------------------------------------------------------- training runs: pass rates, grader, comparisons
+# ---------------------------------------------------------------- pass rates of completions drawn in groups
+
+
+def _t_quantile(q: float, df: int) -> float:
+    """Student's t quantile: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher expansion of Abramowitz
+    and Stegun (1964, 26.7.5), within 0.005 of the exact value from 3 degrees of freedom on at q = 0.975."""
+    if df == 1:
+        return math.tan(math.pi * (q - 0.5))
+    if df == 2:
+        return (2 * q - 1) / math.sqrt(2 * q * (1 - q))
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(q)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+@dataclass(frozen=True)
+class ClusteredRate:
+    """Passes among ``n`` completions drawn in ``groups`` groups, with a 95% interval that treats each group as a
+    cluster (:func:`clustered_interval`)."""
+
+    passes: int
+    n: int
+    groups: int
+    low: float
+    high: float
+    design_effect: float
+
+    @property
+    def rate(self) -> float:
+        return self.passes / self.n if self.n else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "passes": self.passes,
+            "n": self.n,
+            "groups": self.groups,
+            "rate": self.rate,
+            "low": self.low,
+            "high": self.high,
+            "design_effect": self.design_effect,
+        }
+
+
+def clustered_interval(groups: list[tuple[int, int]], confidence: float = 0.95) -> ClusteredRate:
+    """The pass rate of completions drawn in groups, with an interval that counts each group as a cluster.
+
+    The completions of one group answer one prompt, so they pass or fail together more often than independent draws
+    would. With ``k`` groups, ``y_i`` passes among ``m_i`` completions in group ``i``, ``n = sum m_i`` and
+    ``p = sum y_i / n``:
+
+    - the variance of ``p`` over clusters (the linearized variance of a ratio estimator, Cochran 1977, Sampling
+      Techniques, chapter 6, with the k/(k-1) small-sample factor): ``V = k/(k-1) * sum (y_i - p m_i)^2 / n^2``;
+    - the design effect ``deff = V / (p (1 - p) / n)``, at least 1 (an estimate below 1 from a few groups is noise);
+      1 when ``p`` is 0 or 1, where V says nothing (Korn and Graubard 1998);
+    - the effective sample size ``n / deff``, shrunk by ``(z / t_{k-1})^2`` so that few groups widen the interval as
+      a t interval would (Korn and Graubard 1998, "Confidence intervals for proportions with small expected number
+      of positive counts estimated from survey data", Survey Methodology 24(2));
+    - Wilson's interval at ``p`` on that effective n (Wilson's formula holds for a non-integer n; Korn and Graubard
+      use Clopper-Pearson's, Dean and Pagano 2015 compare both on clustered surveys).
+
+    With one group there is no between-group variance to estimate: the group counts as one draw (n_eff = 1), the
+    widest the design allows. With independent draws (groups of one) the design effect is about 1 and the interval
+    is close to Wilson's on all n.
+
+    Args:
+        groups: ``(passes, completions)`` per group, e.g. ``[(3, 8), (0, 8), (8, 8)]``.
+        confidence: the interval's nominal coverage.
+
+    Returns:
+        a :class:`ClusteredRate`; with no completions the rate is NaN and the interval ``(0, 1)``.
+
+    Example:
+        >>> r = clustered_interval([(8, 8), (0, 8), (8, 8), (0, 8)])
+        >>> r.rate, r.n, r.groups, round(r.design_effect, 2)
+        (0.5, 32, 4, 10.67)
+        >>> from whileai.simulations.passrate import wilson_interval
+        >>> r.high - r.low > (lambda lo, hi: hi - lo)(*wilson_interval(16, 32))
+        True
+    """
+    from statistics import NormalDist
+
+    from whileai.simulations.passrate import wilson_interval
+
+    groups = [(int(y), int(m)) for y, m in groups if m > 0]
+    k = len(groups)
+    n = sum(m for _, m in groups)
+    passes = sum(y for y, _ in groups)
+    if n == 0:
+        return ClusteredRate(0, 0, 0, 0.0, 1.0, 1.0)
+    p = passes / n
+    if k == 1:
+        effective, deff = 1.0, float(n)
+    else:
+        deff = 1.0
+        if 0 < p < 1:
+            variance = k / (k - 1) * sum((y - p * m) ** 2 for y, m in groups) / n**2
+            deff = max(1.0, variance / (p * (1 - p) / n))
+        quantile = 0.5 + confidence / 2
+        effective = n / deff * (NormalDist().inv_cdf(quantile) / _t_quantile(quantile, k - 1)) ** 2
+    low, high = wilson_interval(p * effective, effective, confidence)  # type: ignore[arg-type]
+    return ClusteredRate(passes, n, k, low, high, deff)
 
 
 @dataclass(frozen=True)
 class StepPassRate:
-    """The verifier's pass rate at one step, from TRL's completion logs, with its Wilson interval."""
+    """The verifier's pass rate at one step, from TRL's completion logs, with its 95% interval over the step's
+    groups (:func:`clustered_interval`)."""
 
     step: int
     passes: int
     n: int
     low: float
     high: float
+    groups: int = 0
+    design_effect: float = 1.0
 
     @property
     def rate(self) -> float:
@@ -160,20 +293,73 @@ def _task_of(row: dict[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 
 
-def step_pass_rates(folder: Path) -> list[StepPassRate]:
-    """Per logged step: passes and n of the verifier's reward (``whileai_reward`` > 0) with a 95% Wilson interval."""
-    from whileai.simulations.passrate import wilson_interval
+def step_groups(folder: Path) -> dict[int, list[tuple[int, int]]]:
+    """Per logged step, ``(passes, completions)`` of each group, in the order the groups were logged.
 
-    rates = []
+    A group is what whileai logged as ``whileai_group`` (``"step:index"``, so two groups of one prompt stay two);
+    logs without it are grouped by prompt, which merges such groups into one (a wider interval, never a narrower).
+    """
+    steps: dict[int, list[tuple[int, int]]] = {}
     for path in _completion_logs(folder):
-        rows = _read_completions(path, ["step", "whileai_reward"])
-        rewards = [r["whileai_reward"] for r in rows if r.get("whileai_reward") is not None]
-        if not rewards:
-            continue
-        passes = sum(1 for r in rewards if r > 0)
-        low, high = wilson_interval(passes, len(rewards))
-        rates.append(StepPassRate(int(rows[0].get("step") or 0), passes, len(rewards), low, high))
+        rows = _read_completions(path, ["step", "prompt", "whileai_group", "whileai_reward"])
+        counts: dict[str, list[int]] = {}
+        for row in rows:
+            if row.get("whileai_reward") is None:
+                continue
+            key = row.get("whileai_group") or _task_of(row)
+            count = counts.setdefault(str(key), [0, 0])
+            count[0] += row["whileai_reward"] > 0
+            count[1] += 1
+        if counts:
+            step = int(rows[0].get("step") or 0)
+            steps.setdefault(step, []).extend((y, m) for y, m in counts.values())
+    return steps
+
+
+def step_pass_rates(folder: Path) -> list[StepPassRate]:
+    """Per logged step: passes and n of the verifier's reward (``whileai_reward`` > 0), with a 95% interval that
+    treats each of the step's groups as a cluster (:func:`clustered_interval`)."""
+    rates = []
+    for step, groups in sorted(step_groups(folder).items()):
+        rate = clustered_interval(groups)
+        rates.append(StepPassRate(step, rate.passes, rate.n, rate.low, rate.high, rate.groups, rate.design_effect))
     return rates
+
+
+def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
+    """The pass rate and mean completion length over a run's first and last ``window`` logged steps.
+
+    The steps are those of the completion logs (the same ones :func:`compare_arms` reads), else those of the log
+    history. The pass rate pools the window's completions with :func:`clustered_interval` over all its groups; the
+    length is the mean of TRL's ``completions/mean_length`` (tokens) over the window's logged steps. A run with no
+    more than ``window`` steps has one window (``last`` is ``first``).
+
+    Returns:
+        ``{"window", "steps", "interval", "first", "last"}``; each window is ``{"steps": [from, to], "pass_rate":
+        ClusteredRate.as_dict() or None, "logged_pass_rate": mean of whileai/pass_rate or None, "mean_length":
+        tokens or None}``; ``first`` and ``last`` are None for a run with no logged step.
+    """
+    if window < 1:
+        raise BadInput(f"--window must be at least 1, got {window}")
+    groups = step_groups(run.path)
+    steps = sorted(groups) or sorted({int(row["step"]) for row in run.steps})
+
+    def summarize(chosen: list[int]) -> dict[str, Any]:
+        span = (chosen[0], chosen[-1])
+        rows = [row for row in run.steps if span[0] <= row["step"] <= span[1]]
+        pooled = [g for step in chosen for g in groups.get(step, [])]
+        lengths = [row["completions/mean_length"] for row in rows if "completions/mean_length" in row]
+        logged = [row["whileai/pass_rate"] for row in rows if "whileai/pass_rate" in row]
+        return {
+            "steps": list(span),
+            "pass_rate": clustered_interval(pooled).as_dict() if pooled else None,
+            "logged_pass_rate": sum(logged) / len(logged) if logged else None,
+            "mean_length": sum(lengths) / len(lengths) if lengths else None,
+        }
+
+    first = summarize(steps[:window]) if steps else None
+    last = summarize(steps[-window:]) if len(steps) > window else first
+    return {"window": window, "steps": len(steps), "interval": INTERVAL_METHOD, "first": first, "last": last}
 
 
 def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
@@ -188,9 +374,13 @@ def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
     return per_task
 
 
+# ---------------------------------------------------------------- the grader's figures and two arms compared
+
+
 def grading_summary(folder: Path) -> dict[str, Any] | None:
-    """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by kind, hacks, factors,
-    latency. None when the run had no grader."""
+    """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by kind, hacks, factors (how many,
+    their mean and std; the mean and std are None when nothing was ranked), latency. None when the run had no
+    grader."""
     path = folder / "grading.jsonl"
     if not path.is_file():
         return None
@@ -232,6 +422,7 @@ def grading_summary(folder: Path) -> dict[str, Any] | None:
         "graded": graded,
         "fallbacks": fallbacks,
         "hacks_zeroed": hacks,
+        "factors": len(scores),
         "factor_mean": mean,
         "factor_std": std,
         "latency_p50_s": pct(0.5),
@@ -262,9 +453,10 @@ def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
     """Final pass rate of ``b`` minus ``a`` over the last ``window`` logged steps.
 
     Paired by task when the runs share tasks (mean of per-task differences, bootstrap over tasks); otherwise the
-    difference of two proportions with a Newcombe (Wilson-based) interval.
+    difference of two proportions with a Newcombe interval built from each arm's :func:`clustered_interval` (groups
+    as clusters).
     """
-    from whileai.simulations.passrate import bootstrap_interval, wilson_interval
+    from whileai.simulations.passrate import bootstrap_interval
 
     tasks_a, tasks_b = final_tasks(a, window), final_tasks(b, window)
     if not tasks_a or not tasks_b:
@@ -275,14 +467,17 @@ def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
         diffs = [tasks_b[t][0] / tasks_b[t][1] - tasks_a[t][0] / tasks_a[t][1] for t in shared]
         low, high = bootstrap_interval(diffs)
         return ArmComparison(sum(diffs) / len(diffs), low, high, True, len(shared), n_a, n_b)
-    p_a = sum(p for p, _ in tasks_a.values()) / n_a
-    p_b = sum(p for p, _ in tasks_b.values()) / n_b
-    low_a, high_a = wilson_interval(round(p_a * n_a), n_a)
-    low_b, high_b = wilson_interval(round(p_b * n_b), n_b)
+    rate_a, rate_b = (clustered_interval(_last_groups(folder, window)) for folder in (a, b))
+    p_a, p_b = rate_a.rate, rate_b.rate
     difference = p_b - p_a
-    low = difference - math.sqrt((p_b - low_b) ** 2 + (high_a - p_a) ** 2)
-    high = difference + math.sqrt((high_b - p_b) ** 2 + (p_a - low_a) ** 2)
+    low = difference - math.sqrt((p_b - rate_b.low) ** 2 + (rate_a.high - p_a) ** 2)
+    high = difference + math.sqrt((rate_b.high - p_b) ** 2 + (p_a - rate_a.low) ** 2)
     return ArmComparison(difference, low, high, False, 0, n_a, n_b)
+
+
+def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
+    groups = step_groups(folder)
+    return [g for step in sorted(groups)[-window:] for g in groups[step]]
 
 
 def plot_runs(runs: list[RunHistory], path: Path) -> Path:

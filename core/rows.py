@@ -10,7 +10,8 @@ for large inputs.
 TRL's ``log_completions`` files (``completions/completions_00010.parquet``) are read with ``completion`` as the text,
 ``whileai_reward`` (the verifier's reward that whileai's reward functions log) as the reward, and ``whileai_group``
 (the group each completion was generated in, also logged by whileai) as the group; a log without that column is
-grouped by ``prompt``.
+grouped by ``prompt``, and a log without ``whileai_reward`` needs ``reward_key`` (the error names its reward columns).
+With ``steps_per_generation > 1`` TRL writes one generation into several files: a group read twice is dropped.
 
 Every bad row is a ``BadInput`` naming the file, the line (or Parquet row) and the field, unless ``skip_bad`` is set:
 then it is skipped and counted in ``RowStats``. Nothing here grades.
@@ -18,9 +19,11 @@ then it is skipped and counted in ``RowStats``. Nothing here grades.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
+import os
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,25 +45,47 @@ SUFFIXES = (".jsonl", ".json", ".parquet")
 Member = tuple[float, str, str]  # (reward, prompt, completion text)
 
 
+# Columns of a TRL completion log that are not a reward function's.
+_TRL_LOG_COLUMNS = frozenset({"step", "prompt", "completion", "advantage", "images", "image"})
+
+
 @dataclass(frozen=True)
 class RowFields:
-    """The field names a row is read by; None picks the default for the file's format."""
+    """The field names a row is read by; None picks the default for the file's format.
+
+    ``trl_log`` marks a TRL completion log (set by ``for_columns``): its groups are deduplicated across files.
+    """
 
     group_key: str | None = None
     reward_key: str | None = None
     text_key: str | None = None
     prompt_key: str = "prompt"
+    trl_log: bool = False
 
-    def for_columns(self, columns: Sequence[str]) -> RowFields:
-        """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows."""
+    def for_columns(self, columns: Sequence[str], path: Path | None = None) -> RowFields:
+        """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows.
+
+        Raises:
+            BadInput: a TRL log without whileai's ``whileai_reward`` column and no ``reward_key`` given, naming the
+                reward columns the log has.
+        """
         trl_log = "completion" in columns and "advantage" in columns and "final_text" not in columns
         if trl_log:
+            if self.reward_key is None and "whileai_reward" not in columns:
+                rewards = [c for c in columns if c not in _TRL_LOG_COLUMNS and not c.startswith("whileai_")]
+                found = ", ".join(repr(c) for c in rewards) or "none"
+                raise BadInput(
+                    f"{path or 'the rows'}: a TRL completion log without whileai's 'whileai_reward' column (the run "
+                    f"did not train with whileai's reward function); its reward columns: {found}. Name the one that "
+                    "says pass or fail with --reward-key (spread.reward_key in a recipe)"
+                )
             # whileai's reward functions log each completion's group; without it, a group is a prompt.
             return RowFields(
                 self.group_key or ("whileai_group" if "whileai_group" in columns else "prompt"),
                 self.reward_key or "whileai_reward",
                 self.text_key or "completion",
                 self.prompt_key,
+                trl_log=True,
             )
         return RowFields(
             self.group_key or "scenario_id",
@@ -72,12 +97,16 @@ class RowFields:
 
 @dataclass
 class RowStats:
-    """What the reader saw: rows read, rows skipped as bad (with the first few reasons), files."""
+    """What the reader saw: rows read, rows skipped as bad (with the first few reasons), files read, files of a
+    folder left out (each with why), and groups dropped as repeats of a group already read (a TRL log that wrote one
+    generation into two files)."""
 
     rows: int = 0
     skipped: int = 0
     files: int = 0
     examples: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    duplicates: int = 0
 
     def skip(self, reason: str) -> None:
         self.skipped += 1
@@ -85,17 +114,36 @@ class RowStats:
             self.examples.append(reason)
 
 
-def list_row_files(path: str | Path) -> list[Path]:
-    """The row files at ``path``: the file itself, or every row file under a folder, sorted."""
+def list_row_files(path: str | Path, left_out: list[str] | None = None) -> list[Path]:
+    """The row files at ``path``: the file itself, or every row file under a folder, sorted.
+
+    In a folder, a ``.json`` file counts only if it holds rows (a run folder also has ``config.json``,
+    ``trainer_state.json`` and the like), and other suffixes are not rows; each file left out is appended to
+    ``left_out`` as ``"name (why)"``.
+    """
     root = Path(path)
+    run_markers = ("trainer_state.json", "whileai_run.json")
+    if (root / "completions").is_dir() and any((root / name).is_file() for name in run_markers):
+        # A training run's folder: its rows are TRL's completion logs (grading.jsonl and the checkpoints are not).
+        if left_out is not None:
+            left_out.append("everything but completions/ (a training run's folder: its rows are its completion logs)")
+        root = root / "completions"
     if root.is_dir():
-        # In a folder, a .json file counts only if it holds rows: a run folder also has config.json,
-        # trainer_state.json and the like.
-        files = sorted(
-            p
-            for p in root.rglob("*")
-            if p.is_file() and p.suffix in SUFFIXES and (p.suffix != ".json" or _holds_rows(p))
-        )
+        files = []
+        for p in sorted(root.rglob("*")):
+            if not p.is_file():
+                continue
+            if p.suffix not in SUFFIXES:
+                why = "not .jsonl, .json or .parquet"
+            elif p.suffix == ".json" and not _holds_rows(p):
+                why = "unreadable" if not os.access(p, os.R_OK) else "a .json file that holds no rows"
+            elif not os.access(p, os.R_OK):
+                why = "unreadable"
+            else:
+                files.append(p)
+                continue
+            if left_out is not None:
+                left_out.append(f"{p.relative_to(root).as_posix()} ({why})")
         if not files:
             raise BadInput(f"{root}: no .jsonl, .json or .parquet rows files in this folder")
         return files
@@ -383,18 +431,40 @@ def iter_groups(
     """
     fields = fields or RowFields()
     stats = stats if stats is not None else RowStats()
-    files = list_row_files(path)
+    files = list_row_files(path, stats.left_out)
+    seen: set[bytes] = set()  # digests of the TRL-log groups read so far
     for file in files:
         stats.files += 1
-        chosen = fields.for_columns(_first_columns(file))
-        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 else ""
+        chosen = fields.for_columns(_first_columns(file), file)
+        # whileai's group labels ("step:group") are unique across a run's files; other groups are per file.
+        by_label = chosen.trl_log and chosen.group_key == "whileai_group"
+        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
         if contiguous:
-            for group, members in _one_pass(file, chosen, stats, skip_bad):
-                yield prefix + group, members
-            continue
-        index, in_order = _index(file, chosen, stats, skip_bad)
-        for group, members in _read_indexed(file, chosen, index, in_order):
+            groups = _one_pass(file, chosen, stats, skip_bad)
+        else:
+            index, in_order = _index(file, chosen, stats, skip_bad)
+            groups = _read_indexed(file, chosen, index, in_order)
+        for group, members in groups:
+            if chosen.trl_log:
+                # TRL writes one generation into every log file until the next generation (steps_per_generation
+                # > 1): a repeat has the same label, or for a plain log the same prompt and completions.
+                digest = _group_digest(group if by_label else None, members)
+                if digest in seen:
+                    stats.duplicates += 1
+                    continue
+                seen.add(digest)
             yield prefix + group, members
+    if stats.rows == 0:
+        what = f"all {stats.skipped} rows were bad" if stats.skipped else "it holds no rows"
+        raise BadInput(f"{path}: nothing to grade: {what}")
+
+
+def _group_digest(label: str | None, members: list[Member]) -> bytes:
+    """A group's identity for deduplication: its label, or its prompt and sorted completions."""
+    if label is not None:
+        return label.encode()
+    content = json.dumps(sorted(members), ensure_ascii=False).encode()
+    return hashlib.blake2b(content, digest_size=16).digest()
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

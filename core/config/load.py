@@ -26,7 +26,15 @@ from whileai.errors import BadInput
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
 
-__all__ = ["LoadedRecipe", "config_dirs", "load_recipe", "parse_overrides", "validate_recipe"]
+__all__ = [
+    "LoadedRecipe",
+    "config_dirs",
+    "default_recipe",
+    "is_override",
+    "load_recipe",
+    "parse_overrides",
+    "validate_recipe",
+]
 
 
 class LoadedRecipe:
@@ -193,6 +201,27 @@ def validate_recipe(data: Mapping[str, Any], source: str) -> Recipe:
     except ValidationError as err:
         lines = [_format_error(e) for e in err.errors()]
         raise BadInput(f"{source}: " + "; ".join(lines)) from None
+
+
+# A ``key=value`` override: a dotted YAML path, then '='. A rows path such as ``runs/a=b.jsonl`` is not one (a slash
+# before the '=').
+_OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*=")
+
+
+def is_override(argument: str) -> bool:
+    """Whether a command-line argument is a ``key=value`` override rather than a path.
+
+    Example:
+        >>> is_override("grader.judge.base_url=https://api.example.com/v1"), is_override("runs/a=b.jsonl")
+        (True, False)
+    """
+    return _OVERRIDE.match(argument) is not None
+
+
+def default_recipe(overrides: Iterable[str] = (), base_dir: Path | None = None) -> LoadedRecipe:
+    """The built-in defaults as a recipe (a command given no ``--recipe``), with ``key=value`` overrides applied."""
+    merged = parse_overrides(overrides)
+    return LoadedRecipe(validate_recipe(merged, "defaults"), None, base_dir or Path.cwd(), merged)
 
 
 def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe:

@@ -13,13 +13,14 @@ training integration turns the trainer section into TRL's ``GRPOConfig``.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from whileai.config.signal import signal_problems
-from whileai.config.trl_fields import GRPO_CONFIG_FIELDS
+from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.errors import BadInput
 from whileai.grading.calls import GRADER_TIMEOUT_S
 from whileai.judge.config import JudgeConfig
@@ -50,6 +51,7 @@ __all__ = [
     "SimulateSection",
     "SpreadSampleSection",
     "SpreadSection",
+    "TinySection",
     "TrainerSection",
     "VerifierSection",
     "WarmStartSection",
@@ -264,13 +266,20 @@ class VerifierSection(Section):
         "function(prompts, completions, **columns) -> list[float].",
     )
     builtin: str | None = Field(
-        None, description="A built-in verifier by name (see `whileai validate --help`), instead of a function."
+        None, description="A built-in verifier by name (echoes_digits, support), instead of a function."
     )
 
     @field_validator("function")
     @classmethod
     def _reference(cls, value: str | None) -> str | None:
         return _check_reference(value)
+
+    @field_validator("builtin")
+    @classmethod
+    def _known_builtin(cls, value: str | None) -> str | None:
+        if value is not None and value not in BUILTIN_VERIFIERS:
+            raise ValueError(f"unknown built-in verifier {value!r} (allowed: {', '.join(BUILTIN_VERIFIERS)})")
+        return value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> VerifierSection:
@@ -289,13 +298,41 @@ class WarmStartSection(Section):
     learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate.")
 
 
+class TinySection(Section):
+    """A tiny Llama built from a config with random weights (``whileai.training.tiny``); unset fields keep its
+    defaults (64 wide, 2 layers, 4 heads)."""
+
+    hidden_size: int | None = Field(None, ge=1, description="Width of the model.")
+    intermediate_size: int | None = Field(None, ge=1, description="Width of the MLP.")
+    num_hidden_layers: int | None = Field(None, ge=1, description="Transformer layers.")
+    num_attention_heads: int | None = Field(None, ge=1, description="Attention heads (they divide hidden_size).")
+    num_key_value_heads: int | None = Field(None, ge=1, description="Key/value heads (they divide the heads).")
+    max_position_embeddings: int | None = Field(None, ge=1, description="The longest sequence, prompt included.")
+    tie_word_embeddings: bool | None = Field(None, description="Share the input and output embeddings.")
+    rope_theta: float | None = Field(None, gt=0, description="RoPE base.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinySection:
+        hidden = self.hidden_size or 64
+        heads = self.num_attention_heads or 4
+        if hidden % heads:
+            raise ValueError(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}")
+        if heads % (self.num_key_value_heads or heads):
+            raise ValueError(f"num_attention_heads {heads} is not divisible by num_key_value_heads")
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """The values given, as ``LlamaConfig`` keyword arguments."""
+        return self.model_dump(exclude_none=True)
+
+
 class ModelSection(Section):
     """The policy model."""
 
     name_or_path: str | None = Field(
         None, description="A model id or a local folder, loaded with transformers' from_pretrained."
     )
-    tiny: dict[str, Any] | None = Field(
+    tiny: TinySection | None = Field(
         None,
         description="Build a tiny causal LM with random weights from these config values instead (no download); "
         "the tokenizer is trained locally on the task's text.",
@@ -323,15 +360,63 @@ class ModelSection(Section):
         return self
 
 
+# The built-in tasks and verifiers (``whileai.training.tasks``; a test keeps the two lists equal).
+BUILTIN_DATASETS = ("builtin:echo_digits", "builtin:support")
+BUILTIN_VERIFIERS = ("echoes_digits", "support")
+
+
 class DataSection(Section):
     """The training prompts."""
 
     dataset: str = Field(
-        description="A built-in task ('builtin:NAME') or a .jsonl/.json/.parquet file of prompts (relative to recipe)."
+        description="A built-in task (builtin:echo_digits, builtin:support) or a .jsonl/.json/.parquet file of "
+        "prompts (relative to recipe)."
     )
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_builtin(cls, value: str) -> str:
+        if value.startswith("builtin:") and value not in BUILTIN_DATASETS:
+            raise ValueError(f"unknown built-in task {value!r} (allowed: {', '.join(BUILTIN_DATASETS)})")
+        return value
+
     prompt_key: str = Field("prompt", description="Column holding the prompt.")
     num_prompts: int | None = Field(None, gt=0, description="Use only the first N prompts.")
     seed: int = Field(0, description="Seed for generating built-in tasks.")
+
+
+_KINDS: dict[str, Any] = {
+    "bool": bool,
+    "int": int,
+    "float": float,
+    "str": str,
+    "list[float]": list[float],
+    "list[str]": list[str],
+}
+_KIND_WORDS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "str": "text",
+    "list[float]": "a list of numbers",
+    "list[str]": "a list of text",
+}
+
+
+def _of_kind(name: str, kind: str, value: Any) -> Any:
+    """``value`` checked (and converted: '1e-5' is a float) as the kind TRL's ``GRPOConfig`` field takes."""
+    base = kind.rstrip("?")
+    if value is None:
+        if kind.endswith("?") or base == "any":
+            return None
+        raise ValueError(f"{name}: {_KIND_WORDS.get(base, 'a value')} is needed, not null")
+    if base == "any":
+        return value
+    try:
+        return TypeAdapter(_KINDS[base]).validate_python(value)
+    except ValidationError:
+        nullable = " or null" if kind.endswith("?") else ""
+        raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
 
 
 class TrainerSection(BaseModel):
@@ -364,11 +449,49 @@ class TrainerSection(BaseModel):
 
     @model_validator(mode="after")
     def _known_fields(self) -> TrainerSection:
-        for name in self.model_extra or {}:
-            if name not in GRPO_CONFIG_FIELDS:
-                close = difflib.get_close_matches(name, sorted(GRPO_CONFIG_FIELDS), n=1)
+        extra = self.model_extra or {}
+        for name, value in list(extra.items()):
+            if name not in GRPO_CONFIG_KINDS:
+                close = difflib.get_close_matches(name, sorted(GRPO_CONFIG_KINDS), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ValueError(f"{name!r} is not a field of TRL's GRPOConfig{hint}")
+            extra[name] = _of_kind(name, GRPO_CONFIG_KINDS[name], value)
+        return self
+
+    @model_validator(mode="after")
+    def _whole_groups_per_batch(self) -> TrainerSection:
+        # TRL's GRPOConfig checks these only once torch is imported; the arithmetic needs none of it. Processes: the
+        # launcher's WORLD_SIZE (1 for `whileai validate` on its own).
+        extra = self.model_extra or {}
+        processes = int(os.environ.get("WORLD_SIZE") or 1)
+        per_device = self.per_device_train_batch_size
+        steps, size = extra.get("steps_per_generation"), extra.get("generation_batch_size")
+        if steps is not None and size is not None:
+            raise ValueError("give steps_per_generation or generation_batch_size, not both")
+        if size is None:
+            steps = steps or extra.get("gradient_accumulation_steps") or 1
+            size = per_device * processes * steps
+            how = f"per_device_train_batch_size {per_device} x {processes} process(es) x steps_per_generation {steps}"
+        else:
+            how = "generation_batch_size"
+            if size % (per_device * processes):
+                raise ValueError(
+                    f"generation_batch_size {size} must be divisible by the global batch size {per_device * processes}"
+                )
+        if size % self.num_generations:
+            raise ValueError(
+                f"the generation batch, {how} = {size}, must be divisible by num_generations {self.num_generations}: "
+                "each prompt's completions are graded as one group in one batch"
+            )
+        evaluation = extra.get("eval_strategy")
+        if evaluation not in (None, "no"):
+            group = extra.get("num_generations_eval") or self.num_generations
+            batch = (extra.get("per_device_eval_batch_size") or 8) * processes
+            if batch % group:
+                raise ValueError(
+                    f"the evaluation batch, per_device_eval_batch_size x {processes} process(es) = {batch}, must be "
+                    f"divisible by num_generations_eval {group}"
+                )
         return self
 
     def grpo_kwargs(self) -> dict[str, Any]:

@@ -18,14 +18,16 @@ __all__ = ["TrainingPlan", "cpu_threads", "grpo_arguments", "training_plan"]
 def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments of a recipe, with the run directory and completion logging set.
 
-    Completion logs are on so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``.
+    Completion logs are on so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``;
+    they go to the run folder only: TRL's completion panels on the terminal (``num_completions_to_print``) are off
+    unless the recipe asks for them, so the terminal shows whileai's progress and table.
     """
     recipe = loaded.recipe
     kwargs = recipe.trainer.grpo_kwargs()
     kwargs.setdefault("output_dir", recipe.output_dir)
     kwargs.setdefault("log_completions", True)
     kwargs.setdefault("report_to", "none")
-    kwargs.setdefault("num_completions_to_print", 2)
+    kwargs.setdefault("num_completions_to_print", 0)
     return kwargs
 
 
@@ -98,7 +100,8 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
     if verifier is not None:
         plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
     if recipe.model is not None:
-        model = recipe.model.name_or_path or f"tiny random-weight model {recipe.model.tiny}"
+        tiny = recipe.model.tiny
+        model = recipe.model.name_or_path or f"tiny random-weight model {tiny.config() if tiny else {}}"
         if recipe.model.warm_start is not None:
             warm = recipe.model.warm_start
             model += (

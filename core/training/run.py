@@ -36,7 +36,7 @@ from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels, trl_phase
 
-__all__ = ["Gate", "GradingLog", "TrainingResult", "binary_reward", "gate_source", "run_training"]
+__all__ = ["Gate", "GradingLog", "TrainingResult", "binary_reward", "gate_source", "last_checkpoint", "run_training"]
 
 
 @dataclass
@@ -207,7 +207,7 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
     from whileai.training.tiny import WarmStart, build_tiny_agent_model, build_tiny_model
 
     if task.environment_factory is None:
-        build_tiny_model(path, task.corpus, model.tiny, seed=seed)
+        build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed)
         return
     from whileai.simulations.environment import environment_tools
 
@@ -217,7 +217,7 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
     conversations = task.demonstrations(warm.rollouts if warm is not None else 2, seed)
     tools = environment_tools(task.environment_factory())
     plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
-    build_tiny_agent_model(path, conversations, tools, model.tiny, plan, seed=seed)
+    build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
     if plan is not None and plan.steps > 0:
         record = json.loads((Path(path) / "warm_start.json").read_text())
         say(
@@ -230,6 +230,46 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def last_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest ``checkpoint-N`` folder of a run and its step N (what TRL's ``resume_from_checkpoint`` takes)."""
+    found = [(int(p.name.split("-", 1)[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def _forget_replayed_groups(log: Path, step: int) -> int:
+    """Drop the groups ``grading.jsonl`` holds from step ``step`` on: a resume from ``checkpoint-step`` grades them
+    again (a group is logged with the step its generation ran at, 0-based: checkpoint-N has graded steps 0..N-1).
+
+    Returns:
+        How many groups were dropped.
+    """
+    if not log.is_file():
+        return 0
+    lines = log.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.strip() or (json.loads(line).get("step") or 0) < step]
+    if len(kept) != len(lines):
+        partial = log.with_suffix(".jsonl.partial")
+        partial.write_text("".join(kept))
+        partial.replace(log)
+    return len(lines) - len(kept)
+
+
+def _mark_run(out: Path, status: str, **fields: Any) -> None:
+    """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted)."""
+    path = out / "whileai_run.json"
+    if not out.is_dir() or int(os.environ.get("RANK", "0")) != 0:
+        return
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        summary = {}
+    summary.update(status=status, **fields)
+    _write_json(path, summary)
+
+
 def run_training(
     loaded: LoadedRecipe,
     *,
@@ -239,6 +279,9 @@ def run_training(
     callbacks: Sequence[Any] = (),
 ) -> TrainingResult:
     """Run the recipe: the spread gate, then GRPO with the groupwise grader.
+
+    A run that stops on an error or on Ctrl-C is marked in ``whileai_run.json`` (``status``: ``failed`` with the
+    error, or ``interrupted`` with the newest checkpoint), so a half-made folder never reads as a finished run.
 
     Args:
         loaded: a validated recipe with model, data and verifier sections.
@@ -250,14 +293,39 @@ def run_training(
     Raises:
         BadInput: a recipe that cannot run (missing sections, unknown built-ins, missing files).
         MissingExtra: torch, transformers, trl or datasets not installed.
+        KeyboardInterrupt: Ctrl-C, after the run folder was marked.
     """
+    out = Path(loaded.recipe.output_dir)
+    try:
+        return _train(loaded, skip_spread_gate, resume, say, callbacks)
+    except KeyboardInterrupt:
+        checkpoint = last_checkpoint(out)
+        _mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
+        raise
+    except Exception as error:
+        _mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
+        raise
+
+
+def _train(
+    loaded: LoadedRecipe,
+    skip_spread_gate: bool,
+    resume: bool,
+    say: Callable[[str], None],
+    callbacks: Sequence[Any],
+) -> TrainingResult:
     recipe = loaded.recipe
     recipe.require("model", "data", "verifier", command="train")
     out = Path(recipe.output_dir)
-    if resume and not any(out.glob("checkpoint-*")):
+    checkpoint = last_checkpoint(out)
+    if resume and checkpoint is None:
         raise BadInput(f"--resume: {out} has no checkpoint-* folder to continue from")
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     main = int(os.environ.get("RANK", "0")) == 0
+    if resume and main and checkpoint is not None:
+        dropped = _forget_replayed_groups(out / "grading.jsonl", checkpoint[1])
+        if dropped:
+            say(f"whileai: resuming from {checkpoint[0].name}: {dropped} graded group(s) after it will be graded again")
     summary: dict[str, Any] = {"recipe": str(loaded.path), "skip_spread_gate": skip_spread_gate, "resumed": resume}
     # The spread gate comes before any GPU is spent and before anything heavy is imported; on the initial model's
     # own completions (spread.sample) it comes once that model exists, still before the first step.
@@ -280,6 +348,9 @@ def run_training(
         raise MissingExtra(err.name or "trl", "train", "whileai train") from None
 
     transformers_logging.disable_progress_bar()
+    # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
+    # give to TRL's users, and a recipe user cannot act on it.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
     from whileai.graders import build_grading
@@ -346,6 +417,7 @@ def run_training(
     summary["spread"] = gate
     if gate["verdict"] not in ("yes", "skipped") and not skip_spread_gate:
         summary["started"] = False
+        summary["status"] = "refused by the spread gate"
         if main:
             _write_json(out / "whileai_run.json", summary)
         return TrainingResult(out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
@@ -391,6 +463,7 @@ def run_training(
     trainer.state.save_to_json(str(out / "trainer_state.json"))
 
     summary.update(
+        status="finished",
         started=True,
         steps=trainer.state.global_step,
         seconds=round(time.perf_counter() - started, 1),
@@ -398,6 +471,7 @@ def run_training(
         grader_line=str(grading.stats) if grading is not None else None,
         scale_rewards=args.scale_rewards,
         use_vllm=args.use_vllm,
+        world_size=state.num_processes,  # the processes that trained; rank 0 graded every group for all of them
     )
     if trainer.is_world_process_zero():
         _write_json(out / "whileai_run.json", summary)

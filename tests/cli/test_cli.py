@@ -109,7 +109,8 @@ def test_too_few_scores_exits_1(tmp_path: Path) -> None:
 def test_spread_json_parses_back() -> None:
     result = invoke("spread", ROWS, "--recipe", RECIPE, "--json")
     data = json.loads(result.stdout)
-    assert data["verdict"] == "yes" and data["scores"] == 4 and data["rows"] == {"read": 6, "skipped": 0, "files": 1}
+    assert data["verdict"] == "yes" and data["scores"] == 4
+    assert data["rows"] == {"read": 6, "skipped": 0, "files": 1, "left_out_files": [], "duplicate_groups": 0}
     assert data["grader"]["groups"] == 2 and data["hacks"] == {"refund-22": [2]}
 
 
@@ -376,8 +377,10 @@ def test_report_reads_a_spread_report_and_a_trl_run(tmp_path: Path) -> None:
         {"step": 2, "train_runtime": 10.0},
     ]
     (run / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    result = runner.invoke(app, ["report", str(report), str(tmp_path / "run")], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["report", str(report), str(tmp_path / "run"), "--steps"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "verdict" in result.stdout and "zero-std groups" in result.stdout
+    # no completion logs: no pass rate to give, and the summary says so instead of inventing one
+    assert "pass rate            no completion logs" in result.stdout
     data = json.loads(invoke("report", report, tmp_path / "run", "--json").stdout)
     assert [r["kind"] for r in data["reports"]] == ["spread", "run"] and len(data["reports"][1]["steps"]) == 2
     assert invoke("report", tmp_path).exit_code == 2

@@ -53,3 +53,26 @@ def test_an_unreachable_judge_exits_4_naming_the_url(judge_tools, tmp_path: Path
     recipe = judge_recipe(tmp_path, url)
     result = runner.invoke(app, ["spread", "--recipe", str(recipe)])
     assert result.exit_code == 4 and url.split("/v1")[0] in result.stderr
+
+
+def test_the_recipes_hosted_judge_command_works_with_overrides(judge_server, tmp_path: Path, monkeypatch) -> None:
+    """The command recipes/refund_judge.yaml shows for a hosted judge, pointed at the scripted server: every override
+    reaches the judge (URL, model, the key's variable), and the key itself is sent but never printed."""
+    monkeypatch.setenv("WHILEAI_TEST_KEY", "sk-test-secret-1234")
+    monkeypatch.chdir(REPO)
+    args = [
+        "spread",
+        "--recipe",
+        "recipes/refund_judge.yaml",
+        f"grader.judge.base_url={judge_server.url}",
+        "grader.judge.model=gpt-4.1-mini",
+        "grader.judge.api_key_env=WHILEAI_TEST_KEY",
+        f"grader.judge.cache_dir={tmp_path / 'cache'}",
+    ]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0 and result.stdout.startswith(PAGE), result.stderr
+    request = judge_server.requests[0]
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    assert request["body"]["model"] == "gpt-4.1-mini"
+    assert headers.get("authorization") == "Bearer sk-test-secret-1234"
+    assert "sk-test-secret" not in result.stdout + result.stderr

@@ -58,6 +58,16 @@ def test_run_directory_and_report(run_dir: Path) -> None:
     data = json.loads(runner.invoke(app, ["report", str(run_dir), "--json"]).stdout)
     run = data["reports"][0]
     assert [r["step"] for r in run["pass_rates"]] == [1, 2] and run["grader"]["groups"] == summary["grader"]["groups"]
+    # each step's 32 completions are 4 groups of 8, and the intervals count groups, not completions
+    assert [(r["n"], r["groups"]) for r in run["pass_rates"]] == [(32, 4), (32, 4)]
+    window = run["summary"]["last"]
+    assert window["steps"] == [1, 2] and (window["pass_rate"]["n"], window["pass_rate"]["groups"]) == (64, 8)
+    # the default summary of a real run fits 80 columns and cuts nothing; --steps too
+    for extra in ([], ["--steps"]):
+        shown = runner.invoke(app, ["report", str(run_dir), *extra], env={"COLUMNS": "80"})
+        assert shown.exit_code == 0 and "\u2026" not in shown.stdout, shown.stdout
+        assert max(len(line) for line in shown.stdout.splitlines()) <= 80, shown.stdout
+    assert "n=64 in 8 groups" in shown.stdout and "steps 1-2" in shown.stdout and "zero-std" in shown.stdout
     # the run's own completion logs feed the next spread check
     spread = runner.invoke(app, ["spread", str(run_dir / "completions"), "--recipe", str(RECIPE), "--json"])
     logged = sum(len(pd.read_parquet(p)) for p in (run_dir / "completions").glob("*.parquet"))
@@ -97,6 +107,13 @@ def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path, trl_s
     comparison = data["comparison"]
     assert comparison["paired"] and comparison["low"] <= comparison["difference"] <= comparison["high"]
     assert "points, 95%" in comparison["text"]
+    assert comparison["n_a"] == comparison["n_b"] == 64 and comparison["window"] == 3
+    # on the terminal, the difference is a block of three short lines under its heading
+    shown = runner.invoke(app, ["report", str(binary), str(run_dir)], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0 and max(len(line) for line in shown.stdout.splitlines()) <= 80, shown.stdout
+    block = shown.stdout.split(f"final pass rate, {run_dir.name} minus {binary.name}, last 3 logged steps\n")[1]
+    assert [line.split("  ")[0] for line in block.splitlines()] == ["difference", "95% CI", "n"]
+    assert f"paired over {comparison['tasks']} tasks (64 and 64 completions)" in block
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
 
 
@@ -113,6 +130,53 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
     assert summary["resumed"] is True and summary["steps"] == 3
     lines = (out / "grading.jsonl").read_text().splitlines()
     assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {2}
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_how_to_resume_and_resume_grades_each_step_once(tmp_path: Path, monkeypatch) -> None:
+    from whileai.training import progress
+
+    out = tmp_path / "interrupted"
+    args = ["train", str(RECIPE), *SMOKE, "trainer.max_steps=4", "trainer.save_steps=2", f"output_dir={out}"]
+    original = progress.RichProgress.on_step_end
+
+    def interrupt(self, args, state, control, **kwargs):
+        original(self, args, state, control, **kwargs)
+        if state.global_step == 3:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(progress.RichProgress, "on_step_end", interrupt)
+        stopped = runner.invoke(app, args)
+    assert stopped.exit_code == 130
+    assert f"checkpoint-2 is the newest checkpoint. Continue with: whileai train {RECIPE}" in stopped.stderr
+    assert stopped.stderr.rstrip().endswith("--resume")
+    summary = json.loads((out / "whileai_run.json").read_text())
+    assert summary["status"] == "interrupted" and summary["last_checkpoint"] == "checkpoint-2"
+    logged = [json.loads(line)["step"] for line in (out / "grading.jsonl").read_text().splitlines()]
+    assert sorted(set(logged)) == [0, 1, 2]  # step 2 was graded, then interrupted before its checkpoint
+
+    resumed = runner.invoke(app, [*args, "--resume"], catch_exceptions=False)
+    assert resumed.exit_code == 0, resumed.stderr
+    assert "resuming from checkpoint-2" in resumed.stderr
+    steps = [json.loads(line)["step"] for line in (out / "grading.jsonl").read_text().splitlines()]
+    per_step = {step: steps.count(step) for step in set(steps)}
+    assert sorted(per_step) == [0, 1, 2, 3] and len(set(per_step.values())) == 1  # every step once, none twice
+    assert json.loads((out / "whileai_run.json").read_text())["status"] == "finished"
+    report = json.loads(runner.invoke(app, ["report", str(out), "--json"]).stdout)["reports"][0]
+    assert report["grader"]["groups"] == len(steps) == 4 * per_step[0]
+
+
+@pytest.mark.slow
+def test_spread_on_a_run_with_steps_per_generation_2_counts_each_group_once(tmp_path: Path) -> None:
+    out = tmp_path / "spg2"
+    args = ["train", str(RECIPE), *SMOKE, "trainer.max_steps=4", "trainer.steps_per_generation=2", f"output_dir={out}"]
+    assert runner.invoke(app, args, catch_exceptions=False).exit_code == 0
+    graded = len((out / "grading.jsonl").read_text().splitlines())  # the groups whileai really graded
+    result = runner.invoke(app, ["spread", str(out), "--recipe", str(RECIPE), "--json"])
+    data = json.loads(result.stdout)
+    assert data["groups"] + data["skipped_groups"] == graded  # not twice as many
+    assert data["rows"]["duplicate_groups"] == graded and "read twice" in result.stderr
 
 
 @pytest.mark.slow
@@ -140,7 +204,11 @@ def test_a_bad_trainer_section_fails_before_a_model_is_built(tmp_path: Path) -> 
     args = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", "trainer.per_device_train_batch_size=12"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "trainer:" in result.stderr and "divisible" in result.stderr
-    assert not (out / "base_model").exists()
+    assert not (out / "base_model").exists()  # refused by validation, before a run folder exists
+    failing = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={out}", "trainer.optim=no_such_optimizer"])
+    assert failing.exit_code == 2 and "no_such_optimizer" in failing.stderr
+    marked = json.loads((out / "whileai_run.json").read_text())
+    assert marked["status"] == "failed" and "no_such_optimizer" in marked["error"]
     resumed = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={tmp_path / 'new'}", "--resume"])
     assert resumed.exit_code == 2 and "no checkpoint-* folder" in resumed.stderr
 
@@ -153,6 +221,9 @@ def test_the_readme_main_job_runs_as_shipped(tmp_path: Path, monkeypatch: pytest
     assert result.exit_code == 0, result.stderr
     summary = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "whileai_run.json").read_text())
     assert summary["steps"] == 60 and summary["grader"]["failed"] == 0 and summary["grader"]["mixed"] > 0
+    # quiet: whileai's gate, table and summary, no TRL completion panels (before: 262 lines, 34 KB for 10 steps)
+    assert "╭" not in result.output and result.stdout == ""
+    assert len(result.stderr.splitlines()) <= 60 + 20
     # the gate's verdict on the initial model's own completions, printed before training and recorded
     assert "spread gate on completions of the initial model:" in result.stderr
     assert "spread: yes." in result.stderr and "controls: agreement under reordering tau 1.00" in result.stderr

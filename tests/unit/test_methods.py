@@ -70,7 +70,8 @@ def test_the_cap_holds_and_the_group_still_sums_to_zero(case, cap) -> None:
     assert sum(result.advantages) == pytest.approx(0.0, abs=1e-9)
     weighted = sum(factors.get(i, 1.0) * a for i, a in enumerate(_centered(rewards)) if rewards[i] > 0)
     uncapped = sum(a for i, a in enumerate(_centered(rewards)) if rewards[i] > 0) / weighted
-    assert result.capped == (uncapped > cap)
+    if abs(uncapped - cap) > 1e-9:  # away from the edge, where rounding decides
+        assert result.capped == (uncapped > cap)
 
 
 def test_a_binding_cap_pulls_the_factors_toward_one_and_conserves_the_mass() -> None:

@@ -59,3 +59,11 @@ def test_every_command_and_exit_code_is_in_the_readme() -> None:
         assert f"`whileai {command.name}" in README, command.name
     for code in range(5):
         assert f"| {code} |" in README
+
+
+def test_every_file_the_readme_names_is_in_the_checkout() -> None:
+    """A cloner has what the README points to (the reference page is vendored under tests/spec/)."""
+    named = set(re.findall(r"(?<![\w/.])((?:recipes|configs|tests|benchmarks|core|cli|\.ci)/[\w./-]+)", README))
+    assert "tests/spec/groupwise-grading.txt" in named and "../shared" not in README
+    missing = [p for p in sorted(named) if "*" not in p and not (REPO / p.rstrip(".")).exists()]
+    assert not missing, missing

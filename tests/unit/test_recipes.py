@@ -65,11 +65,22 @@ def test_a_grader_only_recipe_is_valid_for_spread(tmp_path: Path) -> None:
         loaded.recipe.require("model", "data", "verifier", command="train")
 
 
-def test_known_trl_field_names_match_the_installed_trl() -> None:
+def test_known_trl_field_names_and_kinds_match_the_installed_trl() -> None:
     pytest.importorskip("trl")
-    from whileai.config.trl_fields import installed_fields
+    from whileai.config.trl_fields import GRPO_CONFIG_KINDS, installed_kinds
 
-    assert installed_fields() == GRPO_CONFIG_FIELDS
+    assert installed_kinds() == GRPO_CONFIG_KINDS and set(GRPO_CONFIG_KINDS) == GRPO_CONFIG_FIELDS
+
+
+def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
+    from whileai.config.load import default_recipe
+    from whileai.config.schema import BUILTIN_DATASETS, BUILTIN_VERIFIERS
+    from whileai.training.tasks import BUILTIN_VERIFIERS as verifiers
+    from whileai.training.tasks import load_task
+
+    assert tuple(verifiers) == BUILTIN_VERIFIERS
+    for dataset in BUILTIN_DATASETS:  # every name the schema allows loads
+        assert load_task(default_recipe([f"data.dataset={dataset}", "data.num_prompts=2"])).rows
 
 
 def test_trainer_section_hands_over_to_grpo_config(tmp_path: Path) -> None:

@@ -1,0 +1,69 @@
+"""The README's main job on 2 CPU cores: torch threads 1 vs 2, with the machine quiet or with one other busy process.
+
+Runs ``whileai train recipes/tiny_cpu_gar.yaml`` (the README's first line) as a subprocess for ``--steps`` steps in
+each of four conditions, side by side in one run, and prints the training time (``whileai_run.json``'s ``seconds``)
+and the whole command's wall time, with each training time's ratio to one thread on a quiet machine. The "busy"
+condition keeps one other process spinning on a core, the way a shared CI box or a second job does. Finally the main
+job as shipped (60 steps, default threads) is timed once on the quiet machine.
+
+    python benchmarks/bench_threads.py            # about 3 minutes
+    python benchmarks/bench_threads.py --steps 5  # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
+SPIN = "while True:\n    pass\n"
+
+
+def train(steps: int | None, threads: int | None, folder: Path) -> tuple[float, float]:
+    """(training seconds, whole command seconds) of one run."""
+    args = [sys.executable, "-m", "whileai.cli.main", "train", str(RECIPE), f"output_dir={folder}"]
+    if steps is not None:
+        args.append(f"trainer.max_steps={steps}")
+    if threads is not None:
+        args.append(f"model.threads={threads}")
+    started = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True, cwd=folder.parent)
+    whole = time.perf_counter() - started
+    return json.loads((folder / "whileai_run.json").read_text())["seconds"], whole
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    options = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for busy in (False, True):
+            spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
+            try:
+                for threads in (1, 2):
+                    seconds, whole = train(options.steps, threads, Path(tmp) / f"run-{busy}-{threads}")
+                    rows.append((threads, busy, seconds, whole))
+            finally:
+                if spinner is not None:
+                    spinner.kill()
+                    spinner.wait()
+        shipped = train(None, None, Path(tmp) / "shipped")
+    base = rows[0][2]
+    print(f"whileai train {RECIPE.relative_to(REPO)}, {options.steps} steps, 2 CPU cores")
+    print("| torch threads | other busy process | training | whole command | training vs 1 thread, quiet |")
+    print("|---|---|---|---|---|")
+    for threads, busy, seconds, whole in rows:
+        print(f"| {threads} | {'yes' if busy else 'no'} | {seconds:.1f} s | {whole:.1f} s | {seconds / base:.2f}x |")
+    seconds, whole = shipped
+    print(f"\nas shipped (60 steps, default threads: 1), quiet: {seconds:.1f} s training, {whole:.1f} s whole")
+
+
+if __name__ == "__main__":
+    main()
