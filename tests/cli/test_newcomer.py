@@ -197,3 +197,14 @@ def test_a_generation_logged_twice_is_graded_once(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["rows"]["duplicate_groups"] == 2 and data["groups"] + data["skipped_groups"] == 2
     assert "dropped 2 group(s) read twice" in result.stderr
+
+
+def test_the_plan_says_how_many_cpu_threads_a_tiny_model_trains_on() -> None:
+    def threads(*overrides: str) -> str:
+        plan = runner.invoke(app, ["train", str(TINY), *overrides, "--dry-run"], env={"COLUMNS": "200"}).stdout
+        line = next(line for line in plan.splitlines() if "CPU threads" in line)
+        return line.split("│")[-1].strip()
+
+    assert threads() == "1"  # a tiny model: one thread, whatever else runs on the machine
+    assert threads("model.threads=2") == "2"
+    assert invoke("validate", TINY, "model.threads=0").exit_code == 2
