@@ -16,7 +16,7 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from whileai.simulations.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTOR
+from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTOR
 
 __all__ = [
     "POSITIVE_TOLERANCE",

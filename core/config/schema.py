@@ -21,10 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from whileai.config.signal import signal_problems
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
-from whileai.errors import BadInput
-from whileai.grading.calls import GRADER_TIMEOUT_S
-from whileai.judge.config import JudgeConfig
-from whileai.simulations.defaults import (
+from whileai.defaults import (
     GROUPWISE_CAP,
     GROUPWISE_FLOOR,
     GROUPWISE_HACK_ZERO,
@@ -38,6 +35,9 @@ from whileai.simulations.defaults import (
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
+from whileai.errors import BadInput
+from whileai.grading.calls import GRADER_TIMEOUT_S
+from whileai.judge.config import JudgeConfig
 
 __all__ = [
     "DataSection",

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.simulations.defaults import SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT
+from whileai.defaults import SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT
 
 __all__ = ["ControlGroup", "ControlsReport", "controls_report", "kendall_tau", "make_control"]
 

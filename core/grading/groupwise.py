@@ -6,7 +6,8 @@ The object holds a grader and the report's knobs and uses them three ways:
   vary (the spread gate).
 - ``shape(rewards, prompts, completions, group_size)``: the shaped rewards of a batch of consecutive groups.
 - ``trl_reward(verifier, num_generations)``: a reward function for TRL's ``GRPOTrainer`` that returns
-  ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields equation 3 exactly.
+  ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields equation 3 exactly (a door into
+  ``whileai.integrations.trl``, which holds TRL's calling convention).
 
 Advantage mode (GAR, section 4.3.2) calls the grader once per group with every rollout and moves the positive
 advantage among the passes; reward mode (GRS, section 4.3.1) calls it once per pass with the task's rubric and
@@ -24,17 +25,9 @@ import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from whileai.errors import GraderUnavailable, NoSpread
-from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
-from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
-from whileai.grading.controls import ControlGroup, controls_report, make_control
-from whileai.grading.spread import SpreadReport, spread_report
-from whileai.grading.stats import GradingStats
-from whileai.grading.text import completion_text, prompt_text
-from whileai.methods import positive_passes, redistribute_result, synthesize_reward
-from whileai.simulations.defaults import (
+from whileai.defaults import (
     GROUPWISE_CAP,
     GROUPWISE_FLOOR,
     GROUPWISE_HACK_ZERO,
@@ -47,8 +40,16 @@ from whileai.simulations.defaults import (
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
+from whileai.errors import GraderUnavailable, NoSpread
+from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
+from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
+from whileai.grading.controls import ControlGroup, controls_report, make_control
+from whileai.grading.spread import SpreadReport, spread_report
+from whileai.grading.stats import GradingStats
+from whileai.grading.text import completion_text, prompt_text
+from whileai.methods import positive_passes, redistribute_result, synthesize_reward
 
-__all__ = ["BatchGather", "GradedGroup", "GroupwiseGrading", "failure_kind", "group_labels", "trl_phase"]
+__all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind", "verifier_reward"]
 
 
 Mode = Literal["advantage", "reward"]
@@ -146,7 +147,7 @@ def _number(value: object, what: str) -> float:
     return number
 
 
-def _reward(value: object) -> float:
+def verifier_reward(value: object) -> float:
     """A verifier's reward as a float: None (TRL's "no reward") is NaN; anything not a number is a set-up error."""
     if value is None:
         return math.nan
@@ -363,7 +364,7 @@ class GroupwiseGrading:
         opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
         graded: list[GradedGroup] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
-            values = [_reward(r) for r in rewards]
+            values = [verifier_reward(r) for r in rewards]
             ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
             group = GradedGroup(task, values, ok, list(values), list(values))
@@ -586,7 +587,7 @@ class GroupwiseGrading:
         requests = []
         for start in self._groups_of(n, group_size):
             stop = start + group_size
-            chunk = [_reward(r) for r in rewards[start:stop]]
+            chunk = [verifier_reward(r) for r in rewards[start:stop]]
             # Advantage mode: only a group with a pass above its mean has advantage to move (a mixed group, with a
             # binary reward); reward mode: every group with a pass.
             send = bool(positive_passes(chunk)) if self.mode == "advantage" else any(r > 0 for r in chunk)
@@ -772,7 +773,7 @@ class GroupwiseGrading:
         verifier: Callable[..., Sequence[float]],
         num_generations: int,
         *,
-        gather: BatchGather | None = None,
+        gather: Any = None,
         on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
     ) -> Callable[..., list[float]]:
         """A reward function for TRL's ``GRPOTrainer`` that grades each group with this object.
@@ -799,154 +800,15 @@ class GroupwiseGrading:
             ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
                 wrong number of rewards. These are set-up errors, not grader misbehaviour.
         """
-        if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
-            raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
-        if num_generations < 1:
-            raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
-        default_size = int(num_generations)
+        from whileai.integrations.trl import groupwise_reward_function  # the door to TRL's room
 
-        def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-            distributed = gather is not None and gather.world_size > 1
-            offset = 0
-            phase, size = trl_phase(kwargs, default_size)  # num_generations_eval in an evaluation batch
-            if not distributed and not completions:
-                return []
-            if not distributed and len(completions) % size:
-                if phase == "train":
-                    fix = "per_device_train_batch_size * steps_per_generation is a multiple of num_generations"
-                else:
-                    fix = "per_device_eval_batch_size is a multiple of num_generations_eval"
-                name = "num_generations" if phase == "train" else "num_generations_eval"
-                raise ValueError(
-                    f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
-                )
-            rewards = [_reward(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
-            if len(rewards) != len(completions):
-                raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
-            task_ids = kwargs.get("task_id", kwargs.get("scenario_id"))
-            if task_ids is None:
-                task_ids = [prompt_text(p) for p in prompts]
-            batch = (
-                [prompt_text(p) for p in prompts],
-                [completion_text(c) for c in completions],
-                rewards,
-                [str(t) for t in task_ids],
-            )
-            if distributed:
-                assert gather is not None
-                slices = gather.all_gather(batch)
-                offset = sum(len(part[2]) for part in slices[: gather.rank])
-                batch = tuple([x for part in slices for x in part[field]] for field in range(4))  # type: ignore[assignment]
-                if len(batch[2]) % size:
-                    raise ValueError(
-                        f"the processes hold {len(batch[2])} completions in all, not a multiple of "
-                        f"num_generations={size}"
-                    )
-                outcome: Any = None
-                if gather.rank == 0:
-                    try:
-                        outcome = self._grade_for_trl(batch, size, phase, on_graded, kwargs)
-                    except Exception as exc:  # tell the other processes instead of leaving them waiting
-                        outcome = exc
-                outcome = gather.broadcast(outcome)
-                if isinstance(outcome, Exception):
-                    raise outcome
-                shaped, metrics = outcome
-                shaped = shaped[offset : offset + len(rewards)]
-            else:
-                shaped, metrics = self._grade_for_trl(batch, size, phase, on_graded, kwargs)
-            log_metric = kwargs.get("log_metric")
-            if callable(log_metric):
-                for name, value in metrics.items():
-                    log_metric(name, value)
-            log_extra = kwargs.get("log_extra")
-            if callable(log_extra):
-                log_extra("whileai_reward", rewards)
-                log_extra("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
-            return shaped
-
-        groupwise_reward.__name__ = f"groupwise_{self.mode}"
-        groupwise_reward.__qualname__ = groupwise_reward.__name__
-        return groupwise_reward
-
-    def _grade_for_trl(
-        self,
-        batch: tuple[list[str], list[str], list[float], list[str]],
-        size: int,
-        phase: str,
-        on_graded: Callable[[list[GradedGroup], Any], None] | None,
-        kwargs: Mapping[str, Any],
-    ) -> tuple[list[float], dict[str, float]]:
-        prompts, completions, rewards, task_ids = batch
-        before = self.stats.as_dict()
-        graded = self.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
-        for group in graded:
-            group.phase = phase
-        if on_graded is not None:
-            on_graded(graded, kwargs.get("trainer_state"))
-        metrics = {f"groupwise/{k}": v for k, v in _batch_metrics(graded, before, self.stats.as_dict()).items()}
-        metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / max(len(rewards), 1)
-        return [s for g in graded for s in g.shaped], metrics
+        return groupwise_reward_function(self, verifier, num_generations, gather=gather, on_graded=on_graded)
 
 
-def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:
-    """Which phase TRL is scoring a batch for, and its group size: ``("train", num_generations)`` or
-    ``("eval", num_generations_eval)``, picked as TRL 1.16's ``_generate_and_score_completions`` does, by
-    ``model.training``.
+def __getattr__(name: str) -> Any:
+    # TRL's calling convention moved to ``whileai.integrations.trl``; these names keep working from here.
+    if name in ("BatchGather", "group_labels", "trl_phase"):
+        from whileai.integrations import trl
 
-    TRL hands a reward function its bound ``log_metric``, whose ``__self__`` is the trainer; without one (a direct
-    call) the phase is ``"train"`` and the group size the reward function's own ``num_generations``.
-    """
-    trainer = getattr(kwargs.get("log_metric"), "__self__", None)
-    training = getattr(getattr(trainer, "model", None), "training", None)
-    if not isinstance(training, bool):
-        return "train", default_size
-    phase = "train" if training else "eval"
-    size = getattr(trainer, "num_generations" if training else "num_generations_eval", None)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        return phase, default_size
-    return phase, size
-
-
-def group_labels(trainer_state: Any, offset: int, count: int, size: int) -> list[str]:
-    """``"step:group"`` for each of ``count`` completions starting at ``offset`` in a batch of groups of ``size``.
-
-    Logged into TRL's completion logs so a run's rollouts can be regrouped exactly as they were graded (two groups of
-    one prompt in one batch stay two groups).
-    """
-    step = getattr(trainer_state, "global_step", 0)
-    return [f"{step}:{(offset + i) // size}" for i in range(count)]
-
-
-class BatchGather(Protocol):
-    """How a reward function sees the other training processes (rank 0 grades for all)."""
-
-    @property
-    def world_size(self) -> int: ...
-
-    @property
-    def rank(self) -> int: ...
-
-    def all_gather(self, value: Any) -> list[Any]:
-        """Every process's ``value``, in rank order."""
-        ...
-
-    def broadcast(self, value: Any) -> Any:
-        """Rank 0's ``value`` on every process."""
-        ...
-
-
-def _batch_metrics(graded: list[GradedGroup], before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
-    """The figures of one batch, for TRL's ``log_metric``."""
-    scores = [s for g in graded for s in g.scores]
-    mean = sum(scores) / len(scores) if scores else 0.0
-    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores else 0.0
-    return {
-        "groups": float(len(graded)),
-        "mixed": float(sum(g.mixed for g in graded)),
-        "grader_calls": float(after["grader_calls"] - before["grader_calls"]),
-        "fallbacks": float(after["failed"] - before["failed"]),
-        "hacks_zeroed": float(after["hacks_zeroed"] - before["hacks_zeroed"]),
-        "score_mean": mean,
-        "score_std": std,
-    }
+        return getattr(trl, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

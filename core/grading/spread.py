@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from whileai.grading.controls import ControlsReport
-from whileai.simulations.defaults import (
+from whileai.defaults import (
     SPREAD_BROKEN_FRACTION,
     SPREAD_MAX_NEAR_MEDIAN,
     SPREAD_MIN_SCORES,
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
+from whileai.grading.controls import ControlsReport
 
 __all__ = ["SpreadReport", "spread_report"]
 

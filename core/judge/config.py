@@ -2,22 +2,28 @@
 
 The recipe's ``grader: {kind: judge, judge: {...}}`` section is this model: unknown keys are errors, every field says
 what it does, and the API key itself never appears here, only the name of the environment variable that holds it.
-This module validates settings; it opens no connection, reads no environment variable and imports no HTTP client.
+``JudgeConfig.endpoint_settings()`` hands the endpoint's share of it (URL, sampling, timeouts, retries, concurrency)
+to ``whileai.endpoint``, whose checks of the URL, the key's variable name and the backoff it shares. This module
+validates settings; it opens no connection, reads no environment variable and imports no HTTP client.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["JudgeConfig", "default_cache_dir"]
+from whileai.endpoint import (
+    EndpointSettings,
+    check_backoff,
+    check_base_url,
+    check_key_variable,
+    hide_pasted_key,
+)
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NOT_A_NAME = "<not a variable name: value hidden>"
+__all__ = ["JudgeConfig", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:
@@ -133,38 +139,29 @@ class JudgeConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
-        return value.rstrip("/")
+        return check_base_url(value)
 
     @model_validator(mode="before")
     @classmethod
     def _mask_pasted_key(cls, data: Any) -> Any:
         # A pasted key ("sk-...") is not a variable name. Swap it for a marker before field validation so that no
         # error message, even one formatted by an enclosing recipe model, can echo it back.
-        if isinstance(data, dict):
-            value = data.get("api_key_env")
-            if isinstance(value, str) and not _ENV_NAME.match(value):
-                data = {**data, "api_key_env": _NOT_A_NAME}
-        return data
+        return hide_pasted_key(data)
 
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(
-                "api_key_env must be the NAME of an environment variable (letters, digits, underscores), "
-                "not the key itself; export the key and name its variable here"
-            )
-        return value
+        return check_key_variable(value)
 
     @model_validator(mode="after")
     def _backoff_order(self) -> JudgeConfig:
-        if self.backoff_max_s < self.backoff_base_s:
-            raise ValueError(
-                f"backoff_max_s ({self.backoff_max_s}) is below backoff_base_s ({self.backoff_base_s}); raise it"
-            )
+        check_backoff(self.backoff_base_s, self.backoff_max_s)
         return self
+
+    def endpoint_settings(self) -> EndpointSettings:
+        """The endpoint's share of these settings: where the judge lives, how it is sampled, how hard the client
+        tries. Taken as they are (this model checked them already, and a ``model_copy`` keeps its values)."""
+        return EndpointSettings.model_construct(**{name: getattr(self, name) for name in EndpointSettings.model_fields})
 
     def cache_path(self) -> Path:
         """The sqlite file of the answer cache."""

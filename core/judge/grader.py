@@ -12,7 +12,8 @@ each pass against its rubric in [0, 1].
 A call that fails or an answer that cannot be used comes back as an exception in that group's place, so
 ``GroupwiseGrading`` falls back and counts it; only an endpoint that answers nothing at all raises
 ``GraderUnavailable``. The redistribution math, the fallback rules and the spread gate stay in
-``whileai.grading``; HTTP, retries and the cache stay in ``whileai.judge.client``.
+``whileai.grading``; the cache and structured output stay in ``whileai.judge.client``, HTTP and retries in
+``whileai.endpoint``.
 """
 
 from __future__ import annotations

@@ -1,39 +1,25 @@
 """``JudgeStats``: what the HTTP judge did, for reports and logs.
 
-HTTP calls and their retries, cache hits, tokens in and out, call latency (p50, p95), the groups or passes the judge
-could not grade by reason, and the agreement between display orders (Kendall's tau) when ``permutations > 1``.
-Thread-safe counters: the judge's event loop and the caller's thread both write them. This module keeps numbers;
-``GroupwiseGrading.stats`` keeps the grading side (groups, fallbacks, spread).
+HTTP calls and their retries, tokens in and out and call latency (p50, p95), counted by the endpoint client
+(``whileai.endpoint.EndpointStats``, which this extends); cache hits, the groups or passes the judge could not grade by
+reason, the ``response_format`` in use, and the agreement between display orders (Kendall's tau) when
+``permutations > 1``. Thread-safe counters: the judge's event loop and the caller's thread both write them. This
+module keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallbacks, spread).
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from whileai.endpoint import EndpointStats, percentile
+
 __all__ = ["JudgeStats", "percentile"]
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0..100) by linear interpolation between order statistics; None for no values.
-
-    Example:
-        >>> percentile([1.0, 2.0, 3.0, 4.0], 50)
-        2.5
-    """
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 @dataclass
-class JudgeStats:
+class JudgeStats(EndpointStats):
     """Counters of one judge (shared by its grader, scorer and rubric writer).
 
     Attributes:
@@ -49,30 +35,20 @@ class JudgeStats:
         structured_output: whether a ``response_format`` is still being sent.
         response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
             one form each time the server refuses one).
+
+    Example:
+        >>> stats = JudgeStats()
+        >>> stats.count_cache_hit()
+        >>> stats.count_failure("timeout")
+        >>> stats.as_dict()["cache_hits"], dict(stats.failures)
+        (1, {'timeout': 1})
     """
 
-    calls: int = 0
-    retries: int = 0
     cache_hits: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    latencies: list[float] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
     agreements: list[float] = field(default_factory=list)
     structured_output: bool = True
     response_format: str = "json_schema"
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def count_call(self, *, retry: bool) -> None:
-        with self._lock:
-            self.calls += 1
-            self.retries += int(retry)
-
-    def count_answer(self, seconds: float, tokens_in: int, tokens_out: int) -> None:
-        with self._lock:
-            self.latencies.append(seconds)
-            self.tokens_in += tokens_in
-            self.tokens_out += tokens_out
 
     def count_cache_hit(self) -> None:
         with self._lock:

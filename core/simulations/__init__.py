@@ -1,12 +1,13 @@
 """The offline path: built-in support scenarios, a seeded agent, rollouts as rows, pass rates with intervals.
 
-- ``defaults``: every knob of the reference page's defaults table, with its source.
+- ``defaults``: the reference page's defaults table where the page says it lives (defined in ``whileai.defaults``).
 - ``support_tools``: the order desk (orders, the five tools, their JSON schemas).
 - ``scenarios``: scenario families (``builtin:refunds`` ...), their verifiers and the registry.
 - ``agents``: the agent protocol and ``seeded_agent``.
 - ``model_agent``: an agent served over an OpenAI-compatible endpoint (tool calls in OpenAI's format).
 - ``customer``: a model playing the customer (``simulate(..., simulator=True, customer=...)``).
-- ``chat``: the chat client both use, built on the judge's client (retries, timeouts, key never logged).
+- ``chat``: the chat client both use, on ``whileai.endpoint`` (retries, timeouts, key never logged); it does not
+  import the judge.
 - ``simulate``: rollouts of scenarios by an agent, as the rows the spread gate reads.
 - ``passrate``: unbiased pass@k with Wilson and bootstrap intervals, ``score``.
 - ``environment``: the scenarios as a TRL ``environment_factory``.

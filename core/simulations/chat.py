@@ -1,41 +1,47 @@
 """One chat completion at a time, with tools, over an OpenAI-compatible endpoint: the model agent's and the simulated
 customer's HTTP client.
 
-:class:`ChatClient` is the judge's :class:`~whileai.judge.client.JudgeClient` asked a different question. It keeps
-everything the judge client does for a call: one connection pool on one background event loop (so ``chat`` is a
-plain synchronous method that any number of threads may call at once), the wall-clock timeout, retries with
-exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``), 5xx and a 200
-that is no chat completion (an empty or cut body, no message), the API key read from the environment variable the
-config names and masked in every message that leaves it, and the ``JudgeStats`` counters. What it changes: the
-request carries the tools (OpenAI function-calling format) and a seed, the answer is the assistant message as the
-server sent it (``content`` and ``tool_calls``) rather than a checked JSON verdict, and nothing is cached (two samples
-of one prompt must be able to differ).
+:class:`ChatClient` asks :class:`whileai.endpoint.EndpointClient` plain chat completions through its public
+interface, and so keeps everything that client does for a call: one connection pool on one background event loop
+(so ``chat`` is a plain synchronous method that any number of threads may call at once), the wall-clock timeout,
+retries with exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``),
+5xx and a 200 that is no chat completion (an empty or cut body, no message), the API key read from the environment
+variable the settings name and masked in every message that leaves it, and the ``EndpointStats`` counters. What a
+chat call is: the request carries the tools (OpenAI function-calling format) and a seed, the answer is the assistant
+message as the server sent it (``content`` and ``tool_calls``) rather than a checked verdict, and nothing is cached
+(two samples of one prompt must be able to differ).
 
 A call that gets no usable answer after its retries raises :class:`EndpointUnavailable` (exit code 4, like an
 unreachable judge). From then on the client fails every call at once with the same message: a simulation stops at
 its first failure, and the scenarios still queued on other threads should not each wait out their own retries.
 ``close()`` clears that state.
 
-:func:`endpoint_config` turns the keyword settings of ``model_agent`` and ``customer_model`` into a checked
-``JudgeConfig`` (the judge's own settings model, so an endpoint is described the same way everywhere).
+:func:`endpoint_config` turns the keyword settings of ``model_agent`` and ``customer_model`` into checked
+:class:`~whileai.endpoint.EndpointSettings` (the settings the judge's config maps onto too, so an endpoint is
+described the same way everywhere).
 
 What this module does not do: turn a transcript into messages or an answer into an action (``model_agent``,
-``customer``). Importing it does not import ``openai``: the HTTP client is built on the first call.
+``customer``), or anything of the judge (it does not import ``whileai.judge``). Importing it does not import
+``openai``: the HTTP client is built on the first call.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from whileai.endpoint import (
+    Call,
+    CallError,
+    EndpointClient,
+    EndpointSettings,
+    EndpointStats,
+    first_choice,
+    read_api_key,
+)
 from whileai.errors import BadInput, EndpointUnavailable
-from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient, first_choice
-from whileai.judge.config import JudgeConfig
 
 __all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
 
@@ -54,18 +60,6 @@ class ChatAnswer:
     message: Mapping[str, Any]
     finish_reason: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _ChatSpec(CallSpec):
-    """A judge call spec that also carries the tools and the seed of the request."""
-
-    tools: tuple[Mapping[str, Any], ...] = ()
-    seed: int | None = None
-
-
-def _no_reader(text: str | None) -> Any:  # pragma: no cover - ChatClient reads the whole response itself
-    return text
 
 
 def request_seed(*parts: object) -> int:
@@ -91,8 +85,8 @@ def endpoint_config(
     max_retries: int,
     concurrency: int,
     what: str,
-) -> JudgeConfig:
-    """A checked :class:`~whileai.judge.config.JudgeConfig` for a policy or customer endpoint.
+) -> EndpointSettings:
+    """Checked :class:`~whileai.endpoint.EndpointSettings` for a policy or customer endpoint.
 
     Raises:
         BadInput: a setting is out of range, or ``api_key_env`` names a variable that is not set (the message names
@@ -101,7 +95,7 @@ def endpoint_config(
     from pydantic import ValidationError
 
     try:
-        config = JudgeConfig(
+        config = EndpointSettings(
             base_url=base_url,
             model=model,
             api_key_env=api_key_env,
@@ -111,40 +105,49 @@ def endpoint_config(
             timeout_s=float(timeout_s),
             max_retries=max_retries,
             concurrency=concurrency,
-            no_cache=True,
-            structured_output="off",
         )
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
         raise BadInput(f"{what}: {problems}") from None
-    if config.api_key_env is not None and not os.environ.get(config.api_key_env):
-        raise BadInput(
-            f"{what}: api_key_env names {config.api_key_env}, which is not set: export {config.api_key_env}=... "
-            "or leave api_key_env out for a local server without a key"
-        )
+    read_api_key(config.api_key_env, field=f"{what}: api_key_env")  # a variable named but not set fails here
     return config
 
 
-class ChatClient(JudgeClient):
+class ChatClient:
     """Chat completions with tools against ``config.base_url``; thread-safe, one connection pool.
 
     Args:
-        config: the endpoint and its settings. ``no_cache`` and ``structured_output`` are ignored (always off), and
-            the prompt, permutation and rubric fields are not used.
+        config: the endpoint and its settings (:func:`endpoint_config` builds them).
         role: what the endpoint plays, for messages: ``"policy"``, ``"customer"``.
+
+    Raises:
+        BadInput: ``config.api_key_env`` names a variable that is not set.
     """
 
-    def __init__(self, config: JudgeConfig, *, role: str = "model") -> None:
-        super().__init__(config.model_copy(update={"no_cache": True, "structured_output": "off"}))
+    def __init__(self, config: EndpointSettings, *, role: str = "model") -> None:
+        self.config = config
         self.role = role
+        self.endpoint = EndpointClient(config, EndpointStats(), name=role)
         self._failure: str | None = None
 
     def __repr__(self) -> str:
         return f"ChatClient(role={self.role!r}, base_url={self.config.base_url!r}, model={self.config.model!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a ChatClient holds a connection pool and cannot be pickled; build one in each process")
+
+    @property
+    def stats(self) -> EndpointStats:
+        """Calls, retries, tokens in and out, latencies."""
+        return self.endpoint.stats
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key masked (a server may echo it in a reply or an error)."""
+        return self.endpoint.redact(text)
+
     def close(self) -> None:
         """Stop the loop and the connection pool, and forget an earlier failure; a later call starts afresh."""
-        super().close()
+        self.endpoint.close()
         self._failure = None
 
     def chat(
@@ -168,28 +171,18 @@ class ChatClient(JudgeClient):
         """
         if self._failure is not None:
             raise EndpointUnavailable(self._failure)
-        spec = _ChatSpec(
-            kind="chat",
-            messages=[dict(message) for message in messages],  # type: ignore[misc]
-            schema={},
-            read=_no_reader,
-            key="",
-            tools=tuple(tools),
-            seed=seed,
-        )
-        runtime = self._start()
-        future = asyncio.run_coroutine_threadsafe(self._ask_all(runtime, [spec]), runtime.loop)
-        try:
-            outcome = future.result(timeout=self.config.batch_deadline_s + 30)
-        except concurrent.futures.TimeoutError:  # the loop itself is stuck
-            future.cancel()
-            error: Exception | None = JudgeCallError("the client's event loop did not finish the call", "deadline")
-        else:
-            error = outcome[0].error
-            if error is None:
-                return outcome[0].answer
+        fields: dict[str, Any] = {}
+        if tools:
+            fields["tools"] = [dict(tool) for tool in tools]
+        if seed is not None:
+            fields["seed"] = seed
+        request = self.config.chat_request([dict(message) for message in messages], **fields)
+        outcome = self.endpoint.run([Call(body=lambda: request, read=_read_answer, name="chat")])[0]
+        if outcome.error is None:
+            return outcome.answer
+        error = outcome.error
         message = f"{self.role} at {self.config.base_url} (model {self.config.model}) gave no answer: {error}"
-        if isinstance(error, JudgeCallError) and error.kind == "http 400" and spec.tools:
+        if isinstance(error, CallError) and error.kind == "http 400" and tools:
             message += (
                 "; if the server refuses tools, serve the model with tool calling on "
                 "(vLLM: --enable-auto-tool-choice --tool-call-parser <parser>)"
@@ -197,29 +190,14 @@ class ChatClient(JudgeClient):
         self._failure = message
         raise EndpointUnavailable(message)
 
-    # The two hooks of JudgeClient's call loop: what is sent, and how the response is read.
 
-    def _request(self, spec: CallSpec, form: str) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": spec.messages,
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens,
-        }
-        if isinstance(spec, _ChatSpec):
-            if spec.tools:
-                request["tools"] = [dict(tool) for tool in spec.tools]
-            if spec.seed is not None:
-                request["seed"] = spec.seed
-        request.update(self.config.extra_body)  # extra request fields, sent as they are
-        return request
-
-    def _read_response(self, spec: CallSpec, response: dict[str, Any]) -> ChatAnswer:
-        choice = first_choice(response)  # a response without a message is retried, like a dropped connection
-        finish = choice.get("finish_reason")
-        usage = response.get("usage")
-        return ChatAnswer(
-            message=choice["message"],
-            finish_reason=finish if isinstance(finish, str) else None,
-            usage=usage if isinstance(usage, dict) else {},
-        )
+def _read_answer(response: dict[str, Any]) -> ChatAnswer:
+    """A response's first choice; one without a message is retried, like a dropped connection."""
+    choice = first_choice(response)
+    finish = choice.get("finish_reason")
+    usage = response.get("usage")
+    return ChatAnswer(
+        message=choice["message"],
+        finish_reason=finish if isinstance(finish, str) else None,
+        usage=usage if isinstance(usage, dict) else {},
+    )

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.simulations.agents import Event
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
@@ -78,8 +79,8 @@ class ModelCustomer:
         return f"customer_model(base_url={config.base_url!r}, model={config.model!r})"
 
     @property
-    def stats(self) -> Any:
-        """The client's ``JudgeStats``: calls, retries, tokens in and out, latencies."""
+    def stats(self) -> EndpointStats:
+        """The client's ``EndpointStats``: calls, retries, tokens in and out, latencies."""
         return self.client.stats
 
     def start(self, scenario: Scenario, *, seed: int | str = 0) -> ModelCustomerEpisode:

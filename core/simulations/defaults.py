@@ -1,51 +1,39 @@
-"""Every default of whileai that has a source, as a named constant with that source beside it.
+"""The defaults of the reference page's table, where the page says they live (``whileai/simulations/defaults.py``).
 
-The reference page's defaults table, row by row. ``GroupwiseGrading``'s fields default to these, the recipe schema
-reads them, and the tests compare them with the page. Nothing here is computed; change a value only with its source.
+They are defined on the ground floor, ``whileai.defaults`` (the pure math reads them and must not stand on the offline
+path); this module re-exports every one under the same name.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from whileai.defaults import (
+    GROUPWISE_CAP,
+    GROUPWISE_FLOOR,
+    GROUPWISE_HACK_ZERO,
+    GROUPWISE_MIN_FACTOR,
+    GROUPWISE_MODE,
+    SPREAD_BROKEN_FRACTION,
+    SPREAD_CONTROL_GROUPS,
+    SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
+    SPREAD_MIN_SCORES,
+    SPREAD_MIN_STD,
+    SPREAD_TOLERANCE,
+)
 
-# The report runs GAR on every code-agent task not given rubrics (MiMo-V2.6 report, section 4.3).
-GROUPWISE_MODE: Final[Literal["advantage", "reward"]] = "advantage"
-
-# Equation 2 multiplies raw scores, so no floor (MiMo-V2.6 report, section 4.3.1). 0.5 was the 2026-09-21
-# text-to-SQL run's choice and bounded the grader's effect at 4x.
-GROUPWISE_FLOOR: Final[float] = 0.0
-
-# The report caps lambda against runaway amplification and does not print the value (convention, untested).
-GROUPWISE_CAP: Final[float] = 3.0
-
-# The worst-ranked pass keeps half its advantage; the report's rank-to-factor map is unpublished
-# (convention, untested).
-GROUPWISE_MIN_FACTOR: Final[float] = 0.5
-
-# A confirmed hack is reset to zero and treated as a failure before the group statistics are recomputed
-# (MiMo-V2.6 report, section 4.3.2).
-GROUPWISE_HACK_ZERO: Final[bool] = True
-
-# Spread gate: a grader is refused when the std of its scores is below SPREAD_MIN_STD, or when more than
-# SPREAD_MAX_NEAR_MEDIAN of its scores lie within SPREAD_TOLERANCE of their median. All three come from the
-# text-to-SQL null result of 2026-09-21 (a rubric grader with mean 0.93 over 1,472 passes, erased by group
-# normalization).
-SPREAD_MIN_STD: Final[float] = 0.05
-SPREAD_TOLERANCE: Final[float] = 0.05
-SPREAD_MAX_NEAR_MEDIAN: Final[float] = 0.90
-
-# Fewer than two grader scores cannot show a spread: the check says "too few" instead of a verdict.
-SPREAD_MIN_SCORES: Final[int] = 2
-
-# The spread gate's controls (whileai's convention, not the report's; ``whileai.grading.controls``). A grader that
-# reads content agrees with itself when the rollouts are shown in another order (tau 1 for a rule) and a random or
-# position-keyed ranking averages tau 0: the gate wants at least halfway. Identical passes must tie: a grader may
-# order at most one copy in ten (a sampled judge sometimes breaks a tie it should keep). The controls cost one grader
-# call per group, on at most SPREAD_CONTROL_GROUPS groups.
-SPREAD_MIN_AGREEMENT: Final[float] = 0.5
-SPREAD_MAX_ORDERED_COPIES: Final[float] = 0.1
-SPREAD_CONTROL_GROUPS: Final[int] = 32
-
-# A grader whose answers fall back on this fraction of the groups or more is broken, not flat: the gate says
-# "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.
-SPREAD_BROKEN_FRACTION: Final[float] = 0.9
+__all__ = [
+    "GROUPWISE_CAP",
+    "GROUPWISE_FLOOR",
+    "GROUPWISE_HACK_ZERO",
+    "GROUPWISE_MIN_FACTOR",
+    "GROUPWISE_MODE",
+    "SPREAD_BROKEN_FRACTION",
+    "SPREAD_CONTROL_GROUPS",
+    "SPREAD_MAX_NEAR_MEDIAN",
+    "SPREAD_MAX_ORDERED_COPIES",
+    "SPREAD_MIN_AGREEMENT",
+    "SPREAD_MIN_SCORES",
+    "SPREAD_MIN_STD",
+    "SPREAD_TOLERANCE",
+]

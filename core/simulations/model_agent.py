@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
@@ -89,8 +90,8 @@ class ModelAgent:
         return f"model_agent(base_url={config.base_url!r}, model={config.model!r})"
 
     @property
-    def stats(self) -> Any:
-        """The client's ``JudgeStats``: calls, retries, tokens in and out, latencies."""
+    def stats(self) -> EndpointStats:
+        """The client's ``EndpointStats``: calls, retries, tokens in and out, latencies."""
         return self.client.stats
 
     def start(self, *, tools: Sequence[Mapping[str, Any]] = (), seed: int | str = 0) -> ModelEpisode:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import time
 import warnings
@@ -34,7 +33,8 @@ from typing import Any
 from whileai.config.load import LoadedRecipe
 from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
-from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, group_labels, trl_phase
+from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.integrations.trl import binary_reward
 
 __all__ = ["Gate", "GradingLog", "TrainingResult", "binary_reward", "gate_source", "last_checkpoint", "run_training"]
 
@@ -95,47 +95,6 @@ class GradingLog:
         with self.path.open("a") as handle:
             for group in groups:
                 handle.write(json.dumps({"step": step, **group.as_dict()}) + "\n")
-
-
-def binary_reward(verifier: Callable[..., Sequence[float]], num_generations: int) -> Callable[..., list[float]]:
-    """The verifier's reward as it is (a binary arm), logging the same pass rate and completion columns as
-    ``GroupwiseGrading.trl_reward`` so two arms read alike."""
-
-    def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        # None, NaN and inf are "unscorable" (NaN: TRL gives advantage 0 and leaves it out of the group mean); an inf
-        # left as it is would turn the group's other advantages into -3.4e38 through TRL's nan_to_num.
-        rewards = [_finite_or_nan(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
-        if callable(kwargs.get("log_metric")):
-            kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
-            kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))
-        if callable(kwargs.get("log_extra")):
-            kwargs["log_extra"]("whileai_reward", rewards)
-            offset = _process_offset(len(rewards))
-            _, size = trl_phase(kwargs, num_generations)
-            kwargs["log_extra"]("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
-        return rewards
-
-    return binary
-
-
-def _finite_or_nan(value: Any) -> float:
-    if value is None:
-        return math.nan
-    try:
-        number = float(value)
-    except OverflowError:
-        return math.nan
-    return number if math.isfinite(number) else math.nan
-
-
-def _process_offset(count: int) -> int:
-    """Where this process's slice starts in the batch, for group labels (0 with one process)."""
-    from whileai.training.distributed import TorchGather
-
-    gather = TorchGather()
-    if gather.world_size == 1:
-        return 0
-    return sum(gather.all_gather(count)[: gather.rank])
 
 
 def gate_source(loaded: LoadedRecipe) -> str | None:
@@ -432,7 +391,7 @@ def _train(
             verifier, args.num_generations, gather=TorchGather(), on_graded=GradingLog(out / "grading.jsonl")
         )
     else:
-        reward = binary_reward(verifier, args.num_generations)
+        reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
 
     tokenizer = AutoTokenizer.from_pretrained(model_path) if model.tiny is not None else None
     trainer = GRPOTrainer(

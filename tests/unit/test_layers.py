@@ -1,0 +1,87 @@
+"""The import rules that keep whileai's layers apart, read from the source (every import, at any depth).
+
+Ground floor: ``whileai.defaults`` and ``whileai.errors``. The pure math (``methods``, ``advantages``) stands on it
+alone; nothing in the library imports the command line; the judge and the offline path do not import each other (both
+use the endpoint client); the grading object reaches TRL's room only through its ``trl_reward`` door.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "core"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(CORE).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(("whileai", *parts))
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported whileai module, whether at module level) for every import in a file."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found += [(name, id(node) in top) for name in names if name.startswith("whileai")]
+    return found
+
+
+MODULES = {module_name(p): p for p in CORE.rglob("*.py")}
+GROUND = ("whileai.defaults", "whileai.errors")
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+@pytest.mark.parametrize("package", ["whileai.methods", "whileai.advantages"])
+def test_the_math_stands_on_the_ground_floor_alone(package: str) -> None:
+    for module, path in MODULES.items():
+        if not _within(module, package):
+            continue
+        for name, _ in imports(path):
+            assert _within(name, package) or any(_within(name, g) for g in GROUND), f"{module} imports {name}"
+
+
+def test_the_ground_floor_imports_nothing_of_whileai() -> None:
+    for module in GROUND:
+        assert imports(MODULES[module]) == [], module
+
+
+def test_nothing_in_the_library_imports_the_command_line() -> None:
+    for module, path in MODULES.items():
+        for name, _ in imports(path):
+            assert not _within(name, "whileai.cli"), f"{module} imports {name}"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"), [("whileai.judge", "whileai.simulations"), ("whileai.simulations", "whileai.judge")]
+)
+def test_the_judge_and_the_offline_path_do_not_import_each_other(one: str, other: str) -> None:
+    for module, path in MODULES.items():
+        if _within(module, one):
+            for name, _ in imports(path):
+                assert not _within(name, other), f"{module} imports {name}"
+
+
+def test_grading_reaches_trl_only_through_its_door() -> None:
+    """``whileai.grading`` never imports the trainer side at module level: ``trl_reward`` imports
+    ``whileai.integrations.trl`` when called; training and the TRL room import grading, not the other way."""
+    for module, path in MODULES.items():
+        if not _within(module, "whileai.grading"):
+            continue
+        for name, top_level in imports(path):
+            assert not _within(name, "whileai.training"), f"{module} imports {name}"
+            if _within(name, "whileai.integrations"):
+                assert not top_level and module == "whileai.grading.groupwise", f"{module} imports {name}"
