@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -292,6 +293,8 @@ class GroupwiseGrading:
         self._calls = GraderCalls(
             None if timeout_s is None else float(timeout_s), int(concurrency) if thread_safe else 1
         )
+        # The worker threads hold the calls object, not this one: when this object goes, they are let go too.
+        weakref.finalize(self, self._calls.close)
 
     @property
     def timeout_s(self) -> float | None:

@@ -66,10 +66,21 @@ def test_a_grader_only_recipe_is_valid_for_spread(tmp_path: Path) -> None:
 
 
 def test_known_trl_field_names_and_kinds_match_the_installed_trl() -> None:
+    """A field whileai knows that TRL dropped or retyped fails; one TRL added is reported, not failed (a routine TRL
+    release adds fields; a recipe can use them once the table is regenerated)."""
     pytest.importorskip("trl")
+    import warnings
+
     from whileai.config.trl_fields import GRPO_CONFIG_KINDS, installed_kinds
 
-    assert installed_kinds() == GRPO_CONFIG_KINDS and set(GRPO_CONFIG_KINDS) == GRPO_CONFIG_FIELDS
+    installed = installed_kinds()
+    assert set(GRPO_CONFIG_KINDS) == GRPO_CONFIG_FIELDS
+    gone = sorted(set(GRPO_CONFIG_KINDS) - set(installed))
+    retyped = {k: (v, installed[k]) for k, v in GRPO_CONFIG_KINDS.items() if k in installed and installed[k] != v}
+    assert not gone and not retyped, f"TRL dropped {gone} and retyped {retyped}: regenerate whileai.config.trl_fields"
+    added = sorted(set(installed) - set(GRPO_CONFIG_KINDS))
+    if added:
+        warnings.warn(f"TRL's GRPOConfig has fields whileai does not know yet: {added}", stacklevel=1)
 
 
 def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
