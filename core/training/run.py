@@ -68,11 +68,6 @@ class Gate:
     report: dict[str, Any] | None = None
     reason: str | None = None
 
-    @property
-    def blocks(self) -> bool:
-        """Whether training must not start (a skipped gate does not block, and is recorded as skipped)."""
-        return self.verdict not in ("yes", "skipped")
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,

@@ -85,3 +85,17 @@ def test_grading_reaches_trl_only_through_its_door() -> None:
             assert not _within(name, "whileai.training"), f"{module} imports {name}"
             if _within(name, "whileai.integrations"):
                 assert not top_level and module == "whileai.grading.groupwise", f"{module} imports {name}"
+
+
+def test_the_names_that_moved_keep_working_from_their_old_homes() -> None:
+    from whileai.grading import groupwise
+    from whileai.integrations import trl
+    from whileai.training import run
+
+    for name in ("BatchGather", "group_labels", "trl_phase"):
+        assert getattr(groupwise, name) is getattr(trl, name)
+    assert run.binary_reward is trl.binary_reward
+    from whileai import defaults
+    from whileai.simulations import defaults as page_defaults
+
+    assert all(getattr(page_defaults, name) == getattr(defaults, name) for name in page_defaults.__all__)
