@@ -65,17 +65,14 @@ class JudgeStats(EndpointStats):
     def as_dict(self) -> dict[str, Any]:
         """The counters as JSON-ready values (latencies as p50/p95, agreement as its mean); a run report keeps them
         under ``grader.judge``."""
+        endpoint = super().as_dict()  # calls, retries, tokens, latency
         with self._lock:
-            latencies = list(self.latencies)
             agreements = list(self.agreements)
             return {
-                "calls": self.calls,
-                "retries": self.retries,
+                "calls": endpoint["calls"],
+                "retries": endpoint["retries"],
                 "cache_hits": self.cache_hits,
-                "tokens_in": self.tokens_in,
-                "tokens_out": self.tokens_out,
-                "latency_p50_s": percentile(latencies, 50),
-                "latency_p95_s": percentile(latencies, 95),
+                **{k: v for k, v in endpoint.items() if k not in ("calls", "retries")},
                 "failures": dict(self.failures),
                 "agreement_tau": sum(agreements) / len(agreements) if agreements else None,
                 "agreement_groups": len(agreements),
