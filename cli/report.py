@@ -50,7 +50,9 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the data as one JSON object.")] = False,
 ) -> None:
     """Summarize runs (pass rate and length over the first and last window, the grader's figures) and spread reports;
-    with two runs, the difference in final pass rate, paired over tasks.
+    with two runs, the difference in final pass rate, paired over tasks; with two arms run over several seeds (the
+    arm and seed each run recorded), the final-window differences over seeds, and --plot draws each arm's mean over
+    seeds with a 95% band.
 
     Pass-rate intervals are 95% Wilson intervals on the design-effect-adjusted n: each group of completions (one
     prompt's num_generations) is a cluster, so n reads "n=320 in 40 groups".
@@ -101,6 +103,9 @@ def report(
         else:
             entry = {"path": str(item.path), "kind": "spread", "report": item.data}
         data["reports"].append(entry)
+    experiment = _seed_experiment(runs, window)
+    if experiment is not None:
+        data["arms"] = experiment
     comparison = compare_arms(runs[0].path, runs[1].path, window) if len(runs) == 2 else None
     if comparison is not None:
         data["comparison"] = {
@@ -142,6 +147,9 @@ def report(
     if comparison is not None:
         out.print()
         _print_comparison(runs[0].path, runs[1].path, window, comparison)
+    if experiment is not None:
+        out.print()
+        _print_arms(experiment)
     if "plot" in data:
         say(f"whileai: wrote {data['plot']}")
 
@@ -262,6 +270,37 @@ def _print_comparison(a: Path, b: Path, window: int, comparison: Any) -> None:
         ("n", f"paired over {comparison.tasks} tasks ({completions})" if comparison.paired else completions),
     ]
     out.print(_figures(rows))
+
+
+def _seed_experiment(runs: list[Any], window: int) -> dict[str, Any] | None:
+    """Two arms with at least two seeds in one of them: the seeds are the unit (whileai.experiments)."""
+    from whileai.experiments import FIGURE_METRICS, run_arm, seed_experiment
+
+    arms = [run_arm(run.path) for run in runs]
+    if len(set(arms)) != 2 or len(set(arms)) == len(arms):
+        return None
+    present = [name for name, key in FIGURE_METRICS.items() if any(key in row for run in runs for row in run.steps)]
+    return seed_experiment([run.path for run in runs], window=window, metrics=present)
+
+
+def _print_arms(experiment: dict[str, Any]) -> None:
+    from whileai.experiments import format_value
+
+    differences = experiment["differences"]
+    if not differences:
+        return
+    first = next(iter(differences.values()))
+    how = f"paired over {first['n_a']} seeds" if first["paired"] else f"Welch, n={first['n_a']} and {first['n_b']}"
+    _heading(f"over seeds, {first['b']} minus {first['a']}", f"last {experiment['window']} logged steps, {how}", ", ")
+    table = Table(show_edge=False, box=None, pad_edge=False, padding=(0, 2, 0, 1), header_style="bold")
+    table.add_column("", width=_LABEL_WIDTH, overflow="fold")
+    for title in ("difference", "95% CI", "detectable"):
+        table.add_column(title, overflow="fold")
+    for metric, diff in differences.items():
+        shown = [format_value(metric, diff[key], True) for key in ("difference", "low", "high", "detectable")]
+        shown = [value.replace("-", "\u2212") for value in shown]
+        table.add_row(metric, shown[0], f"{shown[1]} to {shown[2]}", shown[3].lstrip("+"))
+    out.print(table)
 
 
 # ---------------------------------------------------------------- --steps: the per-step table

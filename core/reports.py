@@ -38,6 +38,7 @@ __all__ = [
     "plot_runs",
     "step_groups",
     "step_pass_rates",
+    "t_quantile",
     "window_summary",
 ]
 
@@ -151,7 +152,7 @@ def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory
 # ---------------------------------------------------------------- pass rates of completions drawn in groups
 
 
-def _t_quantile(q: float, df: int) -> float:
+def t_quantile(q: float, df: int) -> float:
     """Student's t quantile: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher expansion of Abramowitz
     and Stegun (1964, 26.7.5), within 0.005 of the exact value from 3 degrees of freedom on at q = 0.975."""
     if df == 1:
@@ -251,7 +252,7 @@ def clustered_interval(groups: list[tuple[int, int]], confidence: float = 0.95) 
             variance = k / (k - 1) * sum((y - p * m) ** 2 for y, m in groups) / n**2
             deff = max(1.0, variance / (p * (1 - p) / n))
         quantile = 0.5 + confidence / 2
-        effective = n / deff * (NormalDist().inv_cdf(quantile) / _t_quantile(quantile, k - 1)) ** 2
+        effective = n / deff * (NormalDist().inv_cdf(quantile) / t_quantile(quantile, k - 1)) ** 2
     low, high = wilson_interval(p * effective, effective, confidence)  # type: ignore[arg-type]
     return ClusteredRate(passes, n, k, low, high, deff)
 
@@ -481,7 +482,12 @@ def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
 
 
 def plot_runs(runs: list[RunHistory], path: Path) -> Path:
-    """Pass rate, completion length and turns against step for each run, as a PNG (needs matplotlib)."""
+    """Pass rate, completion length and tool calls against step, as a PNG (needs matplotlib).
+
+    Runs of one arm repeated over seeds (``whileai.experiments``: the arm and seed each run folder records) are drawn
+    as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
+    otherwise each run is its own line, its pass rate with the clustered interval of its completion logs.
+    """
     try:
         import matplotlib
 
@@ -489,27 +495,68 @@ def plot_runs(runs: list[RunHistory], path: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingExtra("matplotlib", "plot", "report --plot") from None
-    panels = [("pass rate", None), ("completion length", "completions/mean_length")]
-    if any("tools/call_frequency" in row for run in runs for row in run.steps):
-        panels.append(("tool calls per completion", "tools/call_frequency"))
-    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
-    for run in runs:
-        label = run.path.name
-        rates = step_pass_rates(run.path)
-        if rates:
-            xs = [r.step for r in rates]
-            axes[0][0].plot(xs, [r.rate for r in rates], label=label)
-            axes[0][0].fill_between(xs, [r.low for r in rates], [r.high for r in rates], alpha=0.2)
-        for column, (_, key) in enumerate(panels[1:], start=1):
-            points = [(row["step"], row[key]) for row in run.steps if key in row]
-            if points:
-                axes[0][column].plot(*zip(*points, strict=True), label=label)
-    for column, (title, _) in enumerate(panels):
-        axes[0][column].set_title(title)
+    from whileai.experiments import FIGURE_METRICS, run_arm
+
+    present = [name for name, key in FIGURE_METRICS.items() if any(key in row for run in runs for row in run.steps)]
+    arms = [run_arm(run.path) for run in runs]
+    by_seed = len(set(arms)) < len(arms)
+    if by_seed:
+        panels = present or ["pass rate"]
+    else:
+        panels = ["pass rate"] + [name for name in present if name != "pass rate"]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
+    if by_seed:
+        _plot_arms(runs, panels, axes[0])
+    else:
+        _plot_each(runs, panels, axes[0])
+    titles = {"pass rate": "pass rate", "length": "completion length (tokens)", "tool calls": "tool calls per rollout"}
+    for column, name in enumerate(panels):
+        axes[0][column].set_title(titles[name], fontsize=10)
         axes[0][column].set_xlabel("step")
-    axes[0][0].legend()
+        axes[0][column].grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def _plot_arms(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
+    from whileai.experiments import seed_experiment
+
+    experiment = seed_experiment([run.path for run in runs], window=1, metrics=panels)
+    names = sorted(experiment["arms"], key=lambda name: (name != "binary", name))
+    for name in names:
+        arm = experiment["arms"][name]
+        label = f"{name} (mean of {len(arm['seeds'])} seeds, 95% band)"
+        for column, metric in enumerate(panels):
+            band = arm["per_step"].get(metric)
+            if not band or not band["steps"]:
+                continue
+            (line,) = axes[column].plot(band["steps"], band["mean"], label=label, linewidth=1.4)
+            top = 1.0 if metric == "pass rate" else math.inf  # the band drawn within what the metric can be
+            low, high = [max(0.0, v) for v in band["low"]], [min(top, v) for v in band["high"]]
+            axes[column].fill_between(band["steps"], low, high, color=line.get_color(), alpha=0.2)
+
+
+def _plot_each(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
+    from whileai.experiments import FIGURE_METRICS
+
+    for run in runs:
+        label = run.path.name
+        rates = step_pass_rates(run.path)
+        if rates:
+            xs = [r.step for r in rates]
+            (line,) = axes[0].plot(xs, [r.rate for r in rates], label=label)
+            axes[0].fill_between(xs, [r.low for r in rates], [r.high for r in rates], color=line.get_color(), alpha=0.2)
+        else:
+            key = FIGURE_METRICS["pass rate"]
+            points = [(row["step"], row[key]) for row in run.steps if key in row]
+            if points:
+                axes[0].plot(*zip(*points, strict=True), label=label)
+        for column, name in enumerate(panels[1:], start=1):
+            key = FIGURE_METRICS[name]
+            points = [(row["step"], row[key]) for row in run.steps if key in row]
+            if points:
+                axes[column].plot(*zip(*points, strict=True), label=label)

@@ -381,14 +381,14 @@ def test_clustered_interval_is_never_narrower_than_pooled_wilson(raw) -> None:
     assert rate.high - rate.low >= high - low - 1e-9
 
 
-def test_clustered_interval_docstring_and_t_quantiles() -> None:
+def test_clustered_interval_docstring_andt_quantiles() -> None:
     import doctest
 
     import whileai.reports
-    from whileai.reports import _t_quantile
+    from whileai.reports import t_quantile
 
     failures, _ = doctest.testmod(whileai.reports)
     assert failures == 0
     stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 3, 4, 9, 39, 200):
-        assert _t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), abs=0.005)
+        assert t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), abs=0.005)

@@ -85,3 +85,30 @@ def test_a_trainer_that_adds_a_reward_is_refused(tmp_path: Path, monkeypatch: py
     assert "would not train on equation 3" in result.stderr and "2 reward functions" in result.stderr
     assert "RewardedSupportEnvironment" in result.stderr
     assert not list(out.glob("checkpoint-*")) and not list(out.glob("completions/*.parquet"))
+
+
+@pytest.mark.slow
+def test_the_binary_agent_arm_and_the_report_of_both(agent_run: Path, trl_signal) -> None:
+    """`whileai train recipes/tiny_cpu_agent_binary.yaml` and `whileai report runs/tiny_cpu_agent_binary
+    runs/tiny_cpu_agent_gar`, as that recipe's comment shows them, in the folder the GAR arm ran in."""
+    where = agent_run.parents[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(where)
+        trained = runner.invoke(app, ["train", str(REPO / "recipes" / "tiny_cpu_agent_binary.yaml")])
+        assert trained.exit_code == 0, trained.stderr
+        shown = runner.invoke(app, ["report", "runs/tiny_cpu_agent_binary", "runs/tiny_cpu_agent_gar", "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    binary = where / "runs" / "tiny_cpu_agent_binary"
+    assert not (binary / "grading.jsonl").exists()
+    # the binary arm trains on plain Dr. GRPO over the support verifier: r - mean(group), group by group
+    groups = trl_signal.advantages_by_group(binary, size=8)
+    assert len(groups) == 24
+    for rewards, advantages in groups:
+        mean = sum(rewards) / len(rewards)
+        assert advantages == pytest.approx([r - mean for r in rewards], abs=1e-6)
+    # the same seed gives both arms the same warm-started base model
+    assert (binary / "base_model" / "warm_start.json").read_text() == (
+        agent_run / "base_model" / "warm_start.json"
+    ).read_text()
+    comparison = json.loads(shown.stdout)["comparison"]
+    assert comparison["paired"] and comparison["low"] <= comparison["difference"] <= comparison["high"]

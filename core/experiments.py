@@ -1,0 +1,302 @@
+"""Arms over seeds: per-step bands and final-window differences of runs repeated with different seeds.
+
+A comparison of two training arms (binary GRPO against a grader, say) from one seed each says little: two seeds of
+the same arm differ by as much. Here the unit of analysis is the seed. Each run folder belongs to an arm (the
+recipe's ``comparison_arm`` as recorded in the run, else ``binary`` for a recipe with no grader and ``gar`` or
+``grs`` by the grading mode for one with a grader, else the parent folder's name) and has a seed (``trainer.seed``).
+For each arm and metric:
+
+- **per step**: the mean over seeds with a 95% t interval over seeds (the band of ``whileai report --plot``);
+- **final window**: per run, the mean of the metric over its last ``window`` logged steps;
+- **difference** (second arm minus the first; ``binary`` first when present): paired by seed when both arms ran the
+  same seeds (arms that start from the same seed start from the same model), the mean of the per-seed differences
+  with a 95% t interval on n - 1 degrees of freedom; unpaired (Welch) otherwise. ``detectable`` is the smallest true
+  difference the design finds with 80% power in a two-sided 5% test, (t_0.975 + t_0.80) times the standard error.
+
+The metrics are TRL's logged figures per step (``FIGURE_METRICS``): the verifier's pass rate (``whileai/pass_rate``),
+the mean completion length in tokens (``completions/mean_length``) and tool calls per completion
+(``tools/call_frequency``, multi-turn runs only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BadInput
+from whileai.reports import RunHistory, load_report, t_quantile
+
+__all__ = [
+    "FIGURE_METRICS",
+    "Difference",
+    "experiment_table",
+    "format_value",
+    "run_arm",
+    "run_seed",
+    "seed_difference",
+    "seed_experiment",
+]
+
+# The figures of Figure 8, by name, with the log_history key TRL writes them under.
+FIGURE_METRICS: dict[str, str] = {
+    "pass rate": "whileai/pass_rate",
+    "length": "completions/mean_length",
+    "tool calls": "tools/call_frequency",
+}
+
+
+def _recipe(folder: Path) -> dict[str, Any] | None:
+    path = folder / "recipe.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise BadInput(f"{path}: not valid YAML ({err.__class__.__name__})") from None
+    return data if isinstance(data, dict) else None
+
+
+def run_arm(folder: Path) -> str:
+    """The arm a run folder belongs to: the recipe's ``comparison_arm``, else ``binary`` (no grader), ``gar``
+    (``grading.mode: advantage``) or ``grs`` (``reward``), else the name of the folder that holds it."""
+    recipe = _recipe(folder)
+    if recipe is None:
+        return folder.resolve().parent.name
+    if recipe.get("comparison_arm"):
+        return str(recipe["comparison_arm"])
+    if recipe.get("grader") is None:
+        return "binary"
+    mode = (recipe.get("grading") or {}).get("mode", "advantage")
+    return {"advantage": "gar", "reward": "grs"}.get(mode, str(mode))
+
+
+def run_seed(folder: Path) -> str:
+    """The seed of a run folder (the recipe's ``trainer.seed``), else the folder's name."""
+    recipe = _recipe(folder) or {}
+    seed = (recipe.get("trainer") or {}).get("seed")
+    return str(seed) if seed is not None else folder.name
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _sd(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return math.nan
+    mean = _mean(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _t(q: float, df: float) -> float:
+    return t_quantile(q, max(1, round(df)))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``b`` minus ``a`` over seeds: the mean difference, its 95% interval, n and the detectable difference."""
+
+    a: str
+    b: str
+    difference: float
+    low: float
+    high: float
+    n_a: int
+    n_b: int
+    paired: bool
+    detectable: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "difference": self.difference,
+            "low": self.low,
+            "high": self.high,
+            "n_a": self.n_a,
+            "n_b": self.n_b,
+            "paired": self.paired,
+            "detectable": self.detectable,
+        }
+
+
+def seed_difference(a: dict[str, float], b: dict[str, float], names: tuple[str, str] = ("a", "b")) -> Difference:
+    """``b`` minus ``a`` where each maps seed to a run's value: paired over shared seeds when both ran the same seeds,
+    else Welch's unpaired interval.
+
+    Example:
+        >>> d = seed_difference({"1": 0.5, "2": 0.6, "3": 0.4}, {"1": 0.7, "2": 0.7, "3": 0.6})
+        >>> round(d.difference, 3), d.paired, round(d.low, 3), round(d.high, 3)
+        (0.167, True, 0.023, 0.31)
+    """
+    finite_a = {k: v for k, v in a.items() if math.isfinite(v)}
+    finite_b = {k: v for k, v in b.items() if math.isfinite(v)}
+    if not finite_a or not finite_b:
+        return Difference(*names, math.nan, math.nan, math.nan, len(finite_a), len(finite_b), False, math.nan)
+    if set(finite_a) == set(finite_b) and len(finite_a) >= 2:
+        diffs = [finite_b[k] - finite_a[k] for k in sorted(finite_a)]
+        n = len(diffs)
+        se, df = _sd(diffs) / math.sqrt(n), n - 1
+        paired = True
+        mean = _mean(diffs)
+    else:
+        va, vb = list(finite_a.values()), list(finite_b.values())
+        mean = _mean(vb) - _mean(va)
+        if len(va) < 2 or len(vb) < 2:
+            return Difference(*names, mean, math.nan, math.nan, len(va), len(vb), False, math.nan)
+        sa, sb = _sd(va) ** 2 / len(va), _sd(vb) ** 2 / len(vb)
+        se = math.sqrt(sa + sb)
+        df = (sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1)) if sa + sb > 0 else len(va) + len(vb) - 2
+        paired = False
+    half = _t(0.975, df) * se
+    detectable = (_t(0.975, df) + _t(0.80, df)) * se
+    return Difference(*names, mean, mean - half, mean + half, len(finite_a), len(finite_b), paired, detectable)
+
+
+def _steps_of(folder: Path) -> list[dict[str, Any]]:
+    run = load_report(folder)
+    if not isinstance(run, RunHistory):
+        raise BadInput(f"{folder}: a spread report, not a run folder")
+    return run.steps
+
+
+def seed_experiment(folders: Iterable[Path], window: int, metrics: Sequence[str] | None = None) -> dict[str, Any]:
+    """Arms, per-step bands and final-window differences of run folders repeated over seeds (module docstring).
+
+    Returns:
+        ``{"window", "metrics", "arms": {arm: {"seeds": [...], "runs": {seed: folder}, "first": {metric: {seed:
+        value}}, "final": {metric: {seed: value}}, "per_step": {metric: {"steps", "mean", "low", "high", "n"}}}},
+        "differences": {metric: Difference.as_dict()}}``; differences only for exactly two arms.
+
+    Raises:
+        BadInput: a window below 1, an unknown metric, or two runs of one arm with the same seed.
+    """
+    if window < 1:
+        raise BadInput(f"window must be at least 1, got {window}")
+    chosen = list(metrics) if metrics is not None else list(FIGURE_METRICS)
+    unknown = [m for m in chosen if m not in FIGURE_METRICS]
+    if unknown:
+        raise BadInput(f"unknown metric {unknown[0]!r}; known: {', '.join(FIGURE_METRICS)}")
+    arms: dict[str, dict[str, Any]] = {}
+    for folder in folders:
+        folder = Path(folder)
+        arm, seed = run_arm(folder), run_seed(folder)
+        entry = arms.setdefault(arm, {"seeds": [], "runs": {}, "first": {}, "final": {}, "series": {}})
+        if seed in entry["runs"]:
+            raise BadInput(f"{folder}: arm {arm!r} already has a run with seed {seed} ({entry['runs'][seed]})")
+        entry["seeds"].append(seed)
+        entry["runs"][seed] = str(folder)
+        steps = _steps_of(folder)
+        for metric in chosen:
+            key = FIGURE_METRICS[metric]
+            points = [(int(row["step"]), float(row[key])) for row in steps if key in row]
+            entry["series"].setdefault(metric, {})[seed] = points
+            values = [v for _, v in points]
+            entry["first"].setdefault(metric, {})[seed] = _mean(values[:window])
+            entry["final"].setdefault(metric, {})[seed] = _mean(values[-window:])
+    for entry in arms.values():
+        entry["per_step"] = {metric: _band(entry["series"][metric]) for metric in entry["series"]}
+        del entry["series"]
+    result: dict[str, Any] = {"window": window, "metrics": chosen, "arms": arms, "differences": {}}
+    if len(arms) == 2:
+        names = sorted(arms, key=lambda name: (name != "binary", name))
+        for metric in chosen:
+            a, b = (arms[name]["final"].get(metric, {}) for name in names)
+            if a and b:
+                result["differences"][metric] = seed_difference(a, b, (names[0], names[1])).as_dict()
+    return result
+
+
+def _band(per_seed: dict[str, list[tuple[int, float]]]) -> dict[str, list[float]]:
+    """Mean over seeds at each step every seed logged, with a 95% t interval over seeds."""
+    by_step: dict[int, list[float]] = {}
+    for points in per_seed.values():
+        for step, value in points:
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(s for s, values in by_step.items() if len(values) == len(per_seed))
+    band: dict[str, list[float]] = {"steps": steps, "mean": [], "low": [], "high": [], "n": []}
+    for step in steps:
+        values = by_step[step]
+        mean = _mean(values)
+        half = _t(0.975, len(values) - 1) * _sd(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+        band["mean"].append(mean)
+        band["low"].append(mean - half)
+        band["high"].append(mean + half)
+        band["n"].append(len(values))
+    return band
+
+
+def format_value(metric: str, value: float, signed: bool = False) -> str:
+    """A metric's value as the tables print it: pass rates in percent (differences in points), others to 2 places."""
+    if not math.isfinite(value):
+        return "n/a"
+    if metric == "pass rate":
+        return f"{value * 100:+.1f} pts" if signed else f"{value * 100:.1f}%"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def experiment_table(results: dict[str, Any]) -> str:
+    """The Markdown tables of ``benchmarks/figure8.py``'s results: per task, each metric's first and final window
+    per arm (mean over seeds), the final-window difference with its 95% interval and detectable size, and the
+    per-seed final values."""
+    lines: list[str] = []
+    for task, experiment in results["tasks"].items():
+        arms = experiment["arms"]
+        names = sorted(arms, key=lambda name: (name != "binary", name))
+        seeds = max(len(arms[name]["seeds"]) for name in names)
+        steps = max(
+            (band["steps"][-1] for name in names for band in arms[name]["per_step"].values() if band["steps"]),
+            default=0,
+        )
+        lines += [
+            f"### {task}: {steps} steps, {seeds} seeds per arm, final window {experiment['window']} steps",
+            "",
+            "| metric | "
+            + " | ".join(f"{name} first → final" for name in names)
+            + " | difference ("
+            + " − ".join(reversed(names))
+            + ") [95% CI] | detectable | n |",
+            "|---|" + "---|" * len(names) + "---|---|---|",
+        ]
+        for metric in experiment["metrics"]:
+            cells = []
+            for name in names:
+                first = _mean(list(arms[name]["first"][metric].values()))
+                final = _mean(list(arms[name]["final"][metric].values()))
+                cells.append(f"{format_value(metric, first)} → {format_value(metric, final)}")
+            diff = experiment["differences"].get(metric)
+            if diff is None:
+                lines.append(f"| {metric} | " + " | ".join(cells) + " | | | |")
+                continue
+            low, high = format_value(metric, diff["low"], True), format_value(metric, diff["high"], True)
+            interval = f"{format_value(metric, diff['difference'], True)} [{low}, {high}]"
+            how = "paired" if diff["paired"] else "Welch"
+            lines.append(
+                f"| {metric} | "
+                + " | ".join(cells)
+                + f" | {interval} | {format_value(metric, diff['detectable'], True).lstrip('+')} | "
+                f"{diff['n_a']} seeds ({how}) |"
+            )
+        lines += ["", "Final-window mean per seed:", ""]
+        header = ["arm", "seed", *experiment["metrics"]]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for name in names:
+            for seed in arms[name]["seeds"]:
+                values = [format_value(metric, arms[name]["final"][metric][seed]) for metric in experiment["metrics"]]
+                lines.append(f"| {name} | {seed} | " + " | ".join(values) + " |")
+        lines.append("")
+    reproduced = results.get("reproduced")
+    if reproduced:
+        verdict = "identical" if reproduced["identical"] else "DIFFERENT"
+        lines.append(
+            f"Rerun of {reproduced['task']} {reproduced['arm']} seed {reproduced['seed']} "
+            f"({reproduced['steps']} steps): "
+            f"every logged per-step number {verdict} to the recorded run."
+        )
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""`python benchmarks/figure8.py --quick`: the Figure 8 experiment's whole path on one short task (echo, 2 seeds per
+arm, 3 steps), including its rerun of one seed, which must reproduce the recorded per-step numbers exactly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("matplotlib")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_quick_experiment_runs_reproduces_and_writes_its_table(tmp_path: Path) -> None:
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/figure8.py", "--quick", "--runs", str(runs), "--results", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((results / "figure8_quick.json").read_text())
+    assert data["reproduced"] == {"task": "echo", "arm": "gar", "seed": 1, "steps": 3, "identical": True}
+    echo = data["tasks"]["echo"]
+    assert sorted(echo["arms"]) == ["binary", "gar"]
+    assert all(arm["seeds"] == ["1", "2"] for arm in echo["arms"].values())
+    assert set(echo["differences"]) == {"pass rate", "length"}
+    assert all(d["paired"] and d["n_a"] == 2 for d in echo["differences"].values())
+    assert (results / "figure8_quick_echo.png").read_bytes()[:4] == b"\x89PNG"
+    table = (results / "figure8_quick.md").read_text()
+    assert "### echo: 3 steps, 2 seeds per arm, final window 2 steps" in table
+    assert "every logged per-step number identical" in table
+    # a second run reuses every finished run (same arguments) and only reruns the one seed it checks
+    again = subprocess.run(
+        [sys.executable, "benchmarks/figure8.py", "--quick", "--runs", str(runs), "--results", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count(": reused ") == 4
