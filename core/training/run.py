@@ -211,6 +211,41 @@ def _forget_replayed_groups(log: Path, step: int) -> int:
     return len(lines) - len(kept)
 
 
+def json_tool_arguments(completions: Any) -> None:
+    """Turn every dict ``arguments`` of the tool calls in logged conversations into its JSON string, in place.
+
+    TRL writes its completion logs with pandas to Parquet, which infers one struct type for the arguments of all the
+    batch's tool calls: a batch whose calls all take no arguments (``list_orders()``) gives a struct with no fields,
+    which Parquet cannot store, and the run stops. As JSON strings (the OpenAI form) every batch has one column type,
+    no struct merges the fields of different tools, and ``whileai.grading.text.render_messages`` renders them as it
+    renders the dicts.
+    """
+    for messages in completions:
+        if not isinstance(messages, list):
+            continue
+        for message in messages:
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for call in calls or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+                    function["arguments"] = json.dumps(function["arguments"])
+
+
+def _log_arguments_as_json(trainer: Any) -> None:
+    """Make the trainer's completion log writable to Parquet whatever the tool calls' arguments (see
+    :func:`json_tool_arguments`), just before TRL writes it."""
+    logs = getattr(trainer, "_logs", None)
+    if not getattr(trainer, "log_completions", False) or not isinstance(logs, dict) or "completion" not in logs:
+        return
+    log = trainer.log
+
+    def log_with_json_arguments(*args: Any, **kwargs: Any) -> Any:
+        json_tool_arguments(trainer._logs["completion"])
+        return log(*args, **kwargs)
+
+    trainer.log = log_with_json_arguments
+
+
 def _mark_run(out: Path, status: str, **fields: Any) -> None:
     """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted)."""
     path = out / "whileai_run.json"
@@ -410,6 +445,7 @@ def _train(
         if problems:
             raise BadInput(f"{loaded.path}: the trainer would not train on equation 3: {'; '.join(problems)}")
     trainer.remove_callback(PrinterCallback)
+    _log_arguments_as_json(trainer)
     trainer.remove_callback(ProgressCallback)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=True if resume else None)
