@@ -65,9 +65,40 @@ def test_a_grader_only_recipe_is_valid_for_spread(tmp_path: Path) -> None:
         loaded.recipe.require("model", "data", "verifier", command="train")
 
 
+def _trl_fields_whileai_uses() -> set[str]:
+    """The GRPOConfig fields whileai itself uses: named in its code (a string, an attribute, a keyword argument or a
+    declared field of ``core/`` and ``cli/``) or set in a shipped recipe's or config block's ``trainer`` section."""
+    import ast
+
+    import yaml
+
+    from whileai.config.trl_fields import GRPO_CONFIG_FIELDS
+
+    names: set[str] = set()
+    for path in [*(REPO / "core").rglob("*.py"), *(REPO / "cli").rglob("*.py")]:
+        if path.name == "trl_fields.py":  # the table itself names every field
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(node.arg)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    for path in [*RECIPES, *(REPO / "configs").rglob("*.yaml")]:
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict) and isinstance(data.get("trainer"), dict):
+            names |= set(data["trainer"])
+    return names & GRPO_CONFIG_FIELDS
+
+
 def test_known_trl_field_names_and_kinds_match_the_installed_trl() -> None:
-    """A field whileai knows that TRL dropped or retyped fails; one TRL added is reported, not failed (a routine TRL
-    release adds fields; a recipe can use them once the table is regenerated)."""
+    """A field whileai uses (``_trl_fields_whileai_uses``) that TRL dropped or retyped fails. Any other change is
+    reported, not failed: a field TRL added (a routine release adds some; a recipe can use it once the table is
+    regenerated), and one whileai's table lists but nothing of whileai uses that TRL dropped or retyped (a recipe
+    that sets it fails at GRPOConfig(**trainer) with TRL's own message until the table is regenerated)."""
     pytest.importorskip("trl")
     import warnings
 
@@ -75,12 +106,42 @@ def test_known_trl_field_names_and_kinds_match_the_installed_trl() -> None:
 
     installed = installed_kinds()
     assert set(GRPO_CONFIG_KINDS) == GRPO_CONFIG_FIELDS
-    gone = sorted(set(GRPO_CONFIG_KINDS) - set(installed))
+    used = _trl_fields_whileai_uses()
+    # the scan finds what whileai's training path hands TRL; if it found nothing the test would prove nothing
+    assert {"num_generations", "scale_rewards", "use_vllm", "vllm_mode", "max_completion_length", "bf16"} <= used
+    gone = set(GRPO_CONFIG_KINDS) - set(installed)
     retyped = {k: (v, installed[k]) for k, v in GRPO_CONFIG_KINDS.items() if k in installed and installed[k] != v}
-    assert not gone and not retyped, f"TRL dropped {gone} and retyped {retyped}: regenerate whileai.config.trl_fields"
+    broken = {k: retyped.get(k, "dropped") for k in sorted((gone | set(retyped)) & used)}
+    assert not broken, f"TRL dropped or retyped fields whileai uses: {broken}; regenerate whileai.config.trl_fields"
+    stale = sorted((gone | set(retyped)) - used)
+    if stale:
+        warnings.warn(f"TRL dropped or retyped GRPOConfig fields whileai does not use: {stale}", stacklevel=1)
     added = sorted(set(installed) - set(GRPO_CONFIG_KINDS))
     if added:
         warnings.warn(f"TRL's GRPOConfig has fields whileai does not know yet: {added}", stacklevel=1)
+
+
+def test_the_trl_field_check_tells_used_fields_from_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above, against a TRL that dropped a used field, retyped another, dropped an unused one and added a
+    new one: it fails on the first two only, and warns about the others."""
+    pytest.importorskip("trl")
+    from whileai.config import trl_fields
+
+    used = _trl_fields_whileai_uses()
+    unused = sorted(GRPO_CONFIG_FIELDS - used)
+    assert unused, "every field is used: nothing left to warn about"
+    fake = dict(trl_fields.GRPO_CONFIG_KINDS)
+    monkeypatch.setattr(trl_fields, "installed_kinds", lambda: fake)
+    del fake[unused[0]]
+    fake["a_field_trl_added"] = "bool"
+    with pytest.warns(UserWarning) as warned:
+        test_known_trl_field_names_and_kinds_match_the_installed_trl()
+    said = " ".join(str(w.message) for w in warned)
+    assert unused[0] in said and "a_field_trl_added" in said
+    del fake["num_generations"]
+    fake["vllm_mode"] = "int"
+    with pytest.raises(AssertionError, match=r"num_generations.*dropped.*vllm_mode"):
+        test_known_trl_field_names_and_kinds_match_the_installed_trl()
 
 
 def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
