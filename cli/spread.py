@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from whileai.cli.console import err, guarded, is_debug, out, print_json, say
 from whileai.errors import BadInput, GraderUnavailable
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 DEFAULT_RULE = "grader/tool_calls.yaml"
+
+# The progress bar moves once per this many rows: a call per group costs more than the rule grading it.
+PROGRESS_STEP = 4096
 
 
 @guarded
@@ -57,6 +61,8 @@ def spread(
     or failing on at least spread.broken_fraction of the groups, 90%: --json lists the failures by kind, --debug
     prints the first traceback).
     """
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     from whileai.config import load_recipe
     from whileai.config.load import default_recipe, is_override
     from whileai.graders import build_grading, grader_from_spec
@@ -102,8 +108,7 @@ def spread(
     tables: list[Table] = []
 
     def on_graded(group) -> None:
-        if verbose:
-            tables.append(_group_table(group))
+        tables.append(_group_table(group))
 
     with Progress(
         SpinnerColumn(),
@@ -116,14 +121,27 @@ def spread(
         disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("grading", total=None)
+        unshown = [0]  # rows graded since the bar last moved
+
+        def progress(rows: int) -> None:
+            unshown[0] += rows
+            if unshown[0] >= PROGRESS_STEP:
+                bar.advance(task, unshown[0])
+                unshown[0] = 0
+
+        def on_restart() -> None:
+            tables.clear()
+            unshown[0] = 0
+            bar.reset(task)
+
         run = check_spread_file(
             rows,
             grading,
             fields,
             skip_bad=skip_bad_rows or settings.skip_bad_rows,
-            progress=lambda n: bar.advance(task, n),
-            on_graded=on_graded,
-            on_restart=lambda: (tables.clear(), bar.reset(task)),
+            progress=progress if err.is_terminal else None,
+            on_graded=on_graded if verbose else None,
+            on_restart=on_restart,
             controls=settings.controls,
             seed=settings.seed,
         )
@@ -159,6 +177,8 @@ def spread(
 
 def _group_table(group) -> Table:
     """Rewards, ranks, factors and hacks of one graded group."""
+    from rich.table import Table
+
     table = Table(title=f"{group.task_id}", title_justify="left", show_edge=False)
     for name in ("i", "R", "rank", "factor", "A'", "note"):
         table.add_column(name, justify="right" if name not in ("note",) else "left")

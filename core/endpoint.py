@@ -1,9 +1,12 @@
 """``EndpointClient``: chat completions against an OpenAI-compatible server, concurrent, retried and bounded by a
 deadline, behind a synchronous method; the one HTTP client of the judge and of the offline path's served models.
 
-One ``openai.AsyncOpenAI`` client (one connection pool) runs on one long-lived event loop in a background thread,
-so ``run(calls)`` is a plain synchronous method that works from any thread, including one whose own event loop is
-running (TRL's), and from several threads at once. A batch's calls run concurrently under a semaphore
+One HTTP client (one connection pool) runs on one long-lived event loop in a background thread, so ``run(calls)`` is
+a plain synchronous method that works from any thread, including one whose own event loop is running (TRL's), and
+from several threads at once. For a plain ``http://`` server reached without a proxy (a local vLLM, llama.cpp,
+Ollama: the judge's usual place) the client is this module's own HTTP/1.1 on asyncio's streams, at about a tenth of
+the CPU per call of the alternative; for ``https://`` or through a proxy it is an ``openai.AsyncOpenAI`` client
+(TLS, proxies, its error classes). A batch's calls run concurrently under a semaphore
 (``concurrency``). Each call has a wall-clock timeout (``timeout_s``); connection errors, timeouts, 408, 409, 429
 (honouring ``Retry-After``), 5xx and a 200 that is no chat completion (an empty or cut body, no choices, an empty
 message: what a dropped reply looks like behind a proxy) are retried with exponential backoff and jitter; calls still
@@ -23,7 +26,7 @@ retries, tokens and latency.
 
 What this module does not do: prompts, answer checks, caching or a structured-output policy (``whileai.judge``), or
 conversations (``whileai.simulations``); it imports neither. Importing it does not import ``openai``: the HTTP client
-is built on the first call.
+is built on the first call, and openai only where it is the one used.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import random
 import re
 import threading
 import time
+import urllib.parse
+import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -432,6 +437,181 @@ def _status_text(exc: Any) -> str:
     return text
 
 
+# ---------------------------------------------------------------------------------------------- transports
+
+
+class _StatusError(Exception):
+    """An error status from the server: its code, its text, and the response's headers (for ``retry_after``)."""
+
+    def __init__(self, status: int, text: str, headers: dict[str, str]) -> None:
+        super().__init__(text)
+        self.status_code = status
+        self.text = text
+        self.response = _Headers(headers)
+
+
+class _Headers:
+    """What ``retry_after`` reads of a response: its headers, by lower-case name."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+
+
+class _ConnectionLost(Exception):
+    """No answer because of the connection: refused, reset, closed before the reply was whole."""
+
+
+class _TimedOut(Exception):
+    """The HTTP client's own timeout (the batch's ``asyncio.wait_for`` is the other one)."""
+
+
+def _plain_http(base_url: str) -> bool:
+    """Whether ``base_url`` is a plain ``http://`` server reached without a proxy (the environment's ``http_proxy``,
+    ``all_proxy`` and ``no_proxy``, as httpx reads them)."""
+    if not base_url.startswith("http://"):
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    host = urllib.parse.urlsplit(base_url).hostname or ""
+    return bool(urllib.request.proxy_bypass(host))
+
+
+class _Http11:
+    """Chat-completion POSTs over HTTP/1.1 with keep-alive, on asyncio's streams, for a plain ``http://`` server.
+
+    openai's client on httpx spends 2-4 ms of CPU per call (its connection pool probes every idle connection each
+    time a request comes or goes, and every request and response is built as objects); a local judge answers 64
+    calls in flight in about one call's latency, so that CPU, serialized on one event loop, was most of a batch's
+    time (benchmarks/README.md, judge). This writes the request in one piece and reads the status line, the headers
+    and a ``Content-Length`` or chunked body: about 0.2 ms a call. HTTPS, proxies and anything else go through
+    openai's client.
+
+    Idle connections are kept for ``keepalive_s`` and checked before reuse; a kept connection the server closed
+    meanwhile (uvicorn closes idle ones after 5 s) gets the request again on a fresh one, once. A call cancelled or
+    failed mid-request closes its connection: its reply could still arrive on it.
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, keep: int, keepalive_s: float = 60.0) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        self.netloc = parts.netloc
+        self.api_key = api_key
+        self.keep = keep
+        self.keepalive_s = keepalive_s
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+
+    def _head(self, path: str, length: int) -> bytes:
+        return (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nhost: {self.netloc}\r\naccept: application/json\r\n"
+            f"content-type: application/json\r\nauthorization: Bearer {self.api_key}\r\nuser-agent: whileai\r\n"
+            f"content-length: {length}\r\n\r\n"
+        ).encode("latin-1")
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """An idle connection still open (reused: True), else a new one."""
+        now = time.monotonic()
+        while self.idle:
+            reader, writer, since = self.idle.pop()
+            if now - since < self.keepalive_s and not reader.at_eof() and not writer.is_closing():
+                return reader, writer, True
+            writer.close()
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port, limit=2**20)
+        except OSError as exc:
+            raise _ConnectionLost(f"cannot connect to {self.netloc}: {exc}") from None
+        return reader, writer, False
+
+    async def post(self, path: str, request: dict[str, Any]) -> str:
+        """POST ``request`` as JSON and return the body's text; raises ``_StatusError`` for a status >= 300 and
+        ``_ConnectionLost`` when the connection fails."""
+        body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        data = self._head(path, len(body)) + body
+        while True:
+            reader, writer, reused = await self._connection()
+            started = False  # any byte of the reply read
+            try:
+                writer.write(data)
+                await writer.drain()
+                line = await reader.readline()
+                if not line:
+                    raise ConnectionResetError("the server closed the connection")
+                started = True
+                status, headers, text, keep = await _read_reply(line, reader)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:  # ValueError: not an HTTP reply
+                writer.close()
+                if reused and not started:
+                    continue  # a kept connection the server had closed: send again on a new one
+                raise _ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            except BaseException:  # cancelled at a timeout or the deadline: the reply may still come on it
+                writer.close()
+                raise
+            if keep and len(self.idle) < self.keep:
+                self.idle.append((reader, writer, time.monotonic()))
+            else:
+                writer.close()
+            if status >= 300:
+                raise _StatusError(status, f"Error code: {status} - {text}", headers)
+            return text
+
+    async def close(self) -> None:
+        while self.idle:
+            self.idle.pop()[1].close()
+
+
+async def _read_reply(line: bytes, reader: asyncio.StreamReader) -> tuple[int, dict[str, str], str, bool]:
+    """The status, headers (lower-case names), body text and whether the connection may be kept, of a reply whose
+    status line is ``line``."""
+    while True:
+        version, _, rest = line.decode("latin-1").partition(" ")
+        status = int(rest.split(" ", 1)[0])
+        headers: dict[str, str] = {}
+        while True:
+            field = await reader.readline()
+            if field in (b"\r\n", b"\n"):
+                break
+            if not field:
+                raise asyncio.IncompleteReadError(b"", None)
+            name, _, value = field.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if status >= 200:
+            break
+        line = await reader.readline()  # a 1xx before the reply
+        if not line:
+            raise asyncio.IncompleteReadError(b"", None)
+    connection = headers.get("connection", "").lower()
+    keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+    if status in (204, 304):
+        raw = b""  # no body by definition
+    elif "chunked" in headers.get("transfer-encoding", "").lower():
+        parts = []
+        while True:
+            size = int((await reader.readline()).split(b";", 1)[0].strip() or b"x", 16)
+            if not size:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                break
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        raw = b"".join(parts)
+    elif "content-length" in headers:
+        raw = await reader.readexactly(int(headers["content-length"]))
+    else:
+        raw, keep = await reader.read(), False
+    charset = "utf-8"
+    for param in headers.get("content-type", "").split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "charset" and value:
+            charset = value.strip('"')
+    try:
+        text = raw.decode(charset, errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = raw.decode("utf-8", errors="replace")
+    return status, headers, text, keep
+
+
 # ---------------------------------------------------------------------------------------------- the client
 
 
@@ -528,7 +708,11 @@ class EndpointClient:
             self._runtime = None
 
     async def _ensure_http(self, runtime: _LoopThread) -> None:
-        if runtime.http is None:
+        if runtime.http is not None:
+            return
+        if _plain_http(self.settings.base_url):
+            runtime.http = _Http11(self.settings.base_url, self._api_key, keep=self.settings.concurrency)
+        else:
             import openai  # imported on the first call, never by `import whileai`
 
             # One pool sized to the semaphore; idle connections are kept for a minute (httpx's default is 5 s),
@@ -545,7 +729,7 @@ class EndpointClient:
                 timeout=self.settings.timeout_s,
                 http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=self.settings.timeout_s),
             )
-            runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
+        runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
 
     # ------------------------------------------------------------------ one call
 
@@ -556,17 +740,33 @@ class EndpointClient:
     async def _post(self, runtime: _LoopThread, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """POST one chat completion and return the response's JSON object.
 
-        The request goes through the official client's ``post`` (its connection pool, auth, error classes and
-        timeout) with a plain JSON body: ``chat.completions.create`` walks every request through its typed
-        transform and builds a pydantic model of every response, about 4 ms of CPU per call, which at 64 calls in
-        flight on a small CPU costs more than the judge's own latency (benchmarks/README.md, judge). The body is
-        read as text and decoded here, so that an empty or cut one is told apart from any other error.
+        A plain ``http://`` server is asked by :class:`_Http11`; any other through the official client's ``post``
+        (its connection pool, auth, TLS, proxies and timeout) with a plain JSON body: ``chat.completions.create``
+        walks every request through its typed transform and builds a pydantic model of every response, about 4 ms
+        of CPU per call, which at 64 calls in flight on a small CPU costs more than the judge's own latency
+        (benchmarks/README.md, judge). The body is read as text and decoded here, so that an empty or cut one is told
+        apart from any other error.
 
         Raises:
             MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
                 object.
+            _StatusError, _ConnectionLost, _TimedOut: the call got no reply (either client's errors, as one kind).
         """
-        text = await runtime.http.post("/chat/completions", body=request, cast_to=str, options={"timeout": timeout})
+        http = runtime.http
+        if isinstance(http, _Http11):
+            text = await http.post("/chat/completions", request)
+        else:
+            import openai
+
+            try:
+                text = await http.post("/chat/completions", body=request, cast_to=str, options={"timeout": timeout})
+            except openai.APITimeoutError:
+                raise _TimedOut() from None
+            except openai.APIConnectionError as exc:
+                raise _ConnectionLost(str(exc)) from None
+            except openai.APIStatusError as exc:
+                headers = {k.lower(): v for k, v in getattr(exc.response, "headers", {}).items()}
+                raise _StatusError(exc.status_code, _status_text(exc), headers) from None
         if not text.strip():
             raise MalformedResponse("the body is empty")
         try:
@@ -590,8 +790,6 @@ class EndpointClient:
         )
 
     async def _ask(self, runtime: _LoopThread, call: Call, deadline: float) -> Any:
-        import openai
-
         settings = self.settings
         loop = asyncio.get_running_loop()
         attempt = 0
@@ -612,17 +810,17 @@ class EndpointClient:
                 try:
                     response = await asyncio.wait_for(self._post(runtime, request, timeout), timeout=timeout)
                     answer = call.read(response)
-                except (asyncio.TimeoutError, openai.APITimeoutError):
+                except (asyncio.TimeoutError, _TimedOut):
                     if timeout < settings.timeout_s:
                         raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
                     error = CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")
                     retryable = True
-                except openai.APIConnectionError as exc:
+                except _ConnectionLost as exc:
                     error = CallError(f"connection error: {self.redact(str(exc))}", "connection")
                     retryable = True
-                except openai.APIStatusError as exc:
+                except _StatusError as exc:
                     status = exc.status_code
-                    text = _status_text(exc)
+                    text = exc.text
                     if call.refused is not None and call.refused(status, text):
                         retry = False
                         continue  # send again at once in the new form; no retry spent

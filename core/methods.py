@@ -155,27 +155,44 @@ def redistribute_result(
         if not _is_number(value) or not 0.0 < value <= 1.0:
             return fallback(f"factor {value!r} for pass {key} is outside (0, 1]")
         given[int(key)] = float(value)
+    return _redistribute_checked(values, original, given, passes, cap)
 
+
+def _redistribute_checked(
+    values: list[float], original: list[float], given: list[float], passes: list[int], cap: float
+) -> Redistribution:
+    """Equation 3 once its inputs are known good: ``values`` finite floats, ``original`` their centered values,
+    ``given`` a float factor in (0, 1] per member (1 where none was given), ``passes`` distinct member indices and
+    ``cap >= 1``. :func:`redistribute_result` checks all of that first; ``whileai.grading`` calls this directly on an
+    answer it validated already (the reward function's hot path), so both compute the same numbers."""
+    n = len(values)
     if not passes:
-        return fallback("the group has no pass")
-    # Only passes with a positive advantage move (partial credit: a pass at or below the mean keeps A_i).
-    moving = positive_passes(values, passes)
+        return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, "the group has no pass")
+    # Only passes with a positive advantage move (partial credit: a pass at or below the mean keeps A_i):
+    # positive_passes(values, passes), written out.
+    mean = sum(values) / n
+    tolerance = POSITIVE_TOLERANCE * max(1.0, max(map(abs, values)))
+    moving = sorted({i for i in passes if values[i] - mean > tolerance})
     if not moving:
-        return fallback("no pass has an advantage above zero (nothing to move)")
-    mass = math.fsum(original[j] for j in moving)  # sum_P A_j
-    weighted = math.fsum(given[j] * original[j] for j in moving)  # sum_P f_j A_j
+        reason = "no pass has an advantage above zero (nothing to move)"
+        return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, reason)
+    mass = math.fsum([original[j] for j in moving])  # sum_P A_j
+    weighted = math.fsum([given[j] * original[j] for j in moving])  # sum_P f_j A_j
     lam = mass / weighted  # >= 1, since every f_j <= 1 and every A_j > 0
-    f = [given[i] if i in moving else 1.0 for i in range(n)]
+    moves = [False] * n
+    for j in moving:
+        moves[j] = True
+    f = [given[i] if moves[i] else 1.0 for i in range(n)]
     capped = lam > cap * (1.0 + 1e-12)  # beyond rounding: a lambda of cap + 1 ulp leaves the factors as they are
     if capped:
         # Cap lambda by pulling the factors toward 1, f_j -> 1 - t (1 - f_j), until lambda equals the cap: the
         # moved mass stays conserved and the order of the passes is the grader's. (Clamping lambda alone would
         # lose mass and the group-mean subtraction would lift every member, a worst-ranked pass included.)
         t = mass * (1.0 - 1.0 / cap) / (mass - weighted)
-        f = [1.0 - t * (1.0 - f[i]) if i in moving else 1.0 for i in range(n)]
+        f = [1.0 - t * (1.0 - f[i]) if moves[i] else 1.0 for i in range(n)]
         lam = float(cap)
 
-    moved = [lam * f[i] * original[i] if i in moving else original[i] for i in range(n)]  # A'_i
+    moved = [lam * f[i] * original[i] if moves[i] else original[i] for i in range(n)]  # A'_i
     # Zero group mean again, as the report does; a no-op up to rounding.
     mean = math.fsum(moved) / n
     advantages = [a - mean for a in moved]
@@ -274,7 +291,12 @@ def rank_factors(
             tier_ints.append(index)
         tiers.append(tier_ints)
 
-    n = len(seen)
+    return _tier_factors(tiers, len(seen), min_factor)
+
+
+def _tier_factors(tiers: Sequence[Sequence[int]], n: int, min_factor: float) -> dict[int, float]:
+    """:func:`rank_factors` once its ranking is known good: ``tiers`` of distinct ``int`` indices, ``n`` of them in
+    all, best first (``whileai.grading.answers`` calls this on a ranking it validated already)."""
     if n == 0:
         return {}
 
@@ -288,6 +310,10 @@ def rank_factors(
     factors: dict[int, float] = {}
     position = 0
     for tier in tiers:
+        if len(tier) == 1:  # the common case: the mean of one factor is that factor
+            factors[tier[0]] = at(position)
+            position += 1
+            continue
         shared = sum(at(position + k) for k in range(len(tier))) / len(tier)
         for index in tier:
             factors[index] = shared

@@ -13,6 +13,12 @@ TRL's ``log_completions`` files (``completions/completions_00010.parquet``) are 
 grouped by ``prompt``, and a log without ``whileai_reward`` needs ``reward_key`` (the error names its reward columns).
 With ``steps_per_generation > 1`` TRL writes one generation into several files: a group read twice is dropped.
 
+JSONL lines are parsed with orjson when it is installed (``pip install 'whileai[fast]'``; ``WHILEAI_JSON=json``
+turns it off), with the standard library otherwise. orjson only reads the plain rows (a string group, a number reward,
+string text and prompt), where both parsers give the same values; every other line (a boolean reward, a numeric
+group, chat messages, a line orjson refuses: NaN, integers beyond 64 bits, lone surrogates) is parsed again by the
+standard library, so a file reads the same, with the same errors, either way.
+
 Every bad row is a ``BadInput`` naming the file, the line (or Parquet row) and the field, unless ``skip_bad`` is set:
 then it is skipped and counted in ``RowStats``. Nothing here grades.
 """
@@ -25,7 +31,7 @@ import math
 import numbers
 import os
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +39,15 @@ from typing import Any
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.text import completion_text, prompt_text
 
-__all__ = ["GroupsNotContiguous", "RowFields", "RowStats", "iter_groups", "list_row_files", "read_rows"]
+__all__ = [
+    "GroupsNotContiguous",
+    "RowFields",
+    "RowStats",
+    "iter_groups",
+    "json_parser",
+    "list_row_files",
+    "read_rows",
+]
 
 
 class GroupsNotContiguous(Exception):
@@ -47,6 +61,49 @@ Member = tuple[float, str, str]  # (reward, prompt, completion text)
 
 # Columns of a TRL completion log that are not a reward function's.
 _TRL_LOG_COLUMNS = frozenset({"step", "prompt", "completion", "advantage", "images", "image"})
+
+# The environment variable that picks the JSONL parser: "json" (the standard library), "orjson", or unset (orjson
+# when it is installed).
+JSON_ENV = "WHILEAI_JSON"
+
+_decode = json.JSONDecoder().decode
+
+
+def json_parser() -> str:
+    """The parser JSONL rows are read with: ``"orjson"`` or ``"json"`` (the standard library).
+
+    orjson when it is installed, unless ``WHILEAI_JSON=json``; ``WHILEAI_JSON=orjson`` without orjson installed is a
+    ``MissingExtra``. Read at every call, so a test or a benchmark can switch parsers in one process.
+    """
+    wanted = os.environ.get(JSON_ENV, "").strip().lower()
+    if wanted not in ("", "json", "orjson"):
+        raise BadInput(f"{JSON_ENV}={wanted!r}: use 'json' (the standard library) or 'orjson', or leave it unset")
+    if wanted == "json":
+        return "json"
+    try:
+        import orjson  # noqa: F401
+    except ImportError:
+        if wanted == "orjson":
+            raise MissingExtra("orjson", "fast", f"{JSON_ENV}=orjson") from None
+        return "json"
+    return "orjson"
+
+
+def _fast_loads() -> Callable[[bytes], Any] | None:
+    """orjson's parser when ``json_parser()`` picks it, else None."""
+    if json_parser() != "orjson":
+        return None
+    import orjson
+
+    return orjson.loads
+
+
+def _parse_line(line: bytes) -> Any:
+    """One JSONL line parsed by the standard library, or the ``JSONDecodeError``/``UnicodeDecodeError`` it raised."""
+    try:
+        return _decode(line.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return err
 
 
 @dataclass(frozen=True)
@@ -179,22 +236,32 @@ def _finite(value: numbers.Real) -> bool:
         return False
 
 
+def _plain(row: Any, group_key: str, reward_key: str, text_key: str, prompt_key: str) -> tuple[str, Member] | None:
+    """(group id, member) of a plain row: a dict with a string group, a finite float (or an integer a float holds
+    exactly) reward, string text and a string or no prompt. None for anything else (``_member`` decides).
+
+    Checked by type only: the common case, and the only rows the fast JSON parser's values are taken for.
+    """
+    if type(row) is not dict:
+        return None
+    group, reward, text = row.get(group_key), row.get(reward_key), row.get(text_key)
+    prompt = row.get(prompt_key)
+    if (
+        type(group) is str
+        and (type(reward) is float or (type(reward) is int and -(2**53) <= reward <= 2**53))
+        and math.isfinite(reward)
+        and type(text) is str
+        and (prompt is None or type(prompt) is str)
+    ):
+        return group, (float(reward), prompt or "", text)
+    return None
+
+
 def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     """(group id, member) of one row, or ``BadInput`` naming ``where`` and the field."""
-    if type(row) is dict:
-        try:  # the common case, checked by type only
-            group, reward, text = row[fields.group_key], row[fields.reward_key], row[fields.text_key]
-            prompt = row.get(fields.prompt_key)
-            if (
-                type(group) is str
-                and (type(reward) is float or (type(reward) is int and -(2**53) <= reward <= 2**53))
-                and math.isfinite(reward)
-                and type(text) is str
-                and (prompt is None or type(prompt) is str)
-            ):
-                return group, (float(reward), prompt or "", text)
-        except KeyError:
-            pass  # reported below with the field's name
+    plain = _plain(row, fields.group_key, fields.reward_key, fields.text_key, fields.prompt_key)  # type: ignore[arg-type]
+    if plain is not None:
+        return plain
     if not isinstance(row, dict):
         raise BadInput(f"{where}: a row is a JSON object, got {type(row).__name__}")
     for key in (fields.group_key, fields.reward_key, fields.text_key):
@@ -220,8 +287,7 @@ def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
-    """(offset, line number, parsed row or the JSONDecodeError) for every non-blank line."""
-    loads = json.JSONDecoder().decode
+    """(offset, line number, parsed row or the JSONDecodeError) for every non-blank line, by the standard library."""
     with path.open("rb", buffering=1 << 20) as handle:
         offset = 0
         for number, line in enumerate(handle, start=1):
@@ -229,10 +295,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
             offset += len(line)
             if not line.strip():
                 continue
-            try:
-                yield start, number, loads(line.decode("utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                yield start, number, err
+            yield start, number, _parse_line(line)
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
@@ -309,16 +372,24 @@ def _first_columns(path: Path) -> list[str]:
 # ---------------------------------------------------------------- groups
 
 
+def _checked(row: Any, fields: RowFields, path: Path, number: int) -> tuple[str, Member]:
+    """(group id, member) of a parsed row (or the parser's exception), or ``BadInput`` naming file, line and field."""
+    if isinstance(row, Exception):
+        raise BadInput(f"{_where(path, number)}: not valid JSON ({getattr(row, 'msg', row)})")
+    try:
+        return _member(row, fields, "")
+    except BadInput:
+        return _member(row, fields, _where(path, number))  # again, to name the place
+
+
 def _members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
     """(position, group id, member) of every good row of one file."""
+    if path.suffix == ".jsonl":
+        yield from _jsonl_members(path, fields, stats, skip_bad)
+        return
     for position, number, row in _raw_rows(path):
         try:
-            if isinstance(row, Exception):
-                raise BadInput(f"{_where(path, number)}: not valid JSON ({getattr(row, 'msg', row)})")
-            try:
-                group, member = _member(row, fields, "")
-            except BadInput:
-                group, member = _member(row, fields, _where(path, number))  # again, to name the place
+            group, member = _checked(row, fields, path, number)
         except BadInput as err:
             if not skip_bad:
                 raise
@@ -326,6 +397,39 @@ def _members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> 
             continue
         stats.rows += 1
         yield position, group, member
+
+
+def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
+    """``_members`` of a JSONL file, in one loop: the hot path of the spread gate.
+
+    A plain row (``_plain``) parsed by orjson is taken as it is; any other line, and every line without orjson, goes
+    through the standard library and ``_member``, which name what is wrong with it.
+    """
+    fast = _fast_loads()
+    keys = (fields.group_key, fields.reward_key, fields.text_key, fields.prompt_key)
+    with path.open("rb", buffering=1 << 20) as handle:
+        offset = 0
+        for number, line in enumerate(handle, start=1):
+            start = offset
+            offset += len(line)
+            found = None
+            if fast is not None:
+                try:
+                    found = _plain(fast(line), *keys)  # type: ignore[arg-type]
+                except ValueError:  # orjson refused the line: the standard library decides, below
+                    pass
+            if found is None:
+                if not line.strip():
+                    continue
+                try:
+                    found = _checked(_parse_line(line), fields, path, number)
+                except BadInput as err:
+                    if not skip_bad:
+                        raise
+                    stats.skip(str(err))
+                    continue
+            stats.rows += 1
+            yield start, found[0], found[1]
 
 
 def _index(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> tuple[dict[str, array], bool]:
@@ -362,15 +466,13 @@ def _read_indexed(
         members: list[Member] = []
         lookup = {positions[0]: g for g, positions in index.items()}
         last = {positions[-1] for positions in index.values()}
-        for position, _, row in _raw_rows(path):
+        # Bad rows were counted (or raised) by the first pass: here they are skipped.
+        for position, _, member in _members(path, fields, RowStats(), skip_bad=True):
             if position in lookup:
                 current, members = lookup[position], []
             if current is None:
-                continue  # a bad row before any group
-            try:
-                members.append(_member(row, fields, str(path))[1])
-            except BadInput:
-                pass  # skipped in the first pass
+                continue
+            members.append(member)
             if position in last:
                 yield current, members
                 current = None

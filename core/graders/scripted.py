@@ -6,13 +6,15 @@ largest first, equal measures tied; a pass is a confirmed hack when it matches `
 answer names an id (``unseen_id_pattern``) that no tool output contains, an invented or leaked id. In reward mode the
 same rule scores a pass by where its measure falls between the group's best and worst.
 
-This module only reads text; it runs nothing a rollout contains.
+This module only reads text; it runs nothing a rollout contains. It is the spread gate's grader by default, so it is
+written for speed: a pattern without special characters is counted with ``str.count``, and ``grade_groups`` grades a
+whole batch in one call (``score_passes`` in reward mode) instead of one call per group on a worker thread.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.config.schema import ScriptedRule
@@ -47,8 +49,12 @@ class ScriptedGrader:
         self._hack = re.compile(self.rule.hack_pattern, flags) if self.rule.hack_pattern else None
         self._ids = re.compile(self.rule.unseen_id_pattern) if self.rule.unseen_id_pattern else None
         self._outputs = re.compile(self.rule.tool_output_pattern, flags)
+        count: Callable[[str], float] = self._count
+        if self.rule.pattern and re.escape(self.rule.pattern) == self.rule.pattern:
+            # A literal (nothing re.escape would escape): str.count finds the same non-overlapping matches, faster.
+            count = _literal_count(self.rule.pattern)
         self._measure: Callable[[str], float] = {
-            "matches": self._count,
+            "matches": count,
             "chars": len,
             "lines": lambda text: text.count("\n") + 1 if text else 0,
         }[self.rule.measure]
@@ -67,25 +73,31 @@ class ScriptedGrader:
             return True
         if self._ids is None:
             return False
-        outputs = []
-        last = 0
-        for match in self._outputs.finditer(text):
-            outputs.append(match.group(1) if match.groups() else match.group(0))
-            last = match.end()
+        matches = list(self._outputs.finditer(text))
         # The final answer: the text after the last tool output, with tool calls left out.
-        answer = text[last:]
+        answer = text[matches[-1].end() :] if matches else text
         if self._ids.search(answer) is None:
-            return False
+            return False  # the common case: the tool outputs need not be read
         answer = _TOOL_CALLS.sub("", answer)
-        seen = "\n".join(outputs)
+        seen = "\n".join(match.group(1) if match.groups() else match.group(0) for match in matches)
         return any(found not in seen for found in self._ids.findall(answer))
 
     def __call__(self, group: list[dict[str, Any]]) -> dict[str, Any]:
-        passes = [item for item in group if item["passed"]]
-        hacks = [item["index"] for item in passes if self.is_hack(str(item["completion"]))]
-        kept = [item for item in passes if item["index"] not in hacks]
+        is_hack, measure = self.is_hack, self._measure
         sign = 1.0 if self.rule.order == "ascending" else -1.0
-        measured = sorted((sign * self.measure(str(item["completion"])), item["index"]) for item in kept)
+        hacks: list[int] = []
+        measured: list[tuple[float, int]] = []  # (signed measure, index) of the passes that are no hack
+        for item in group:
+            if not item["passed"]:
+                continue
+            text = str(item["completion"])
+            if is_hack(text):
+                hacks.append(item["index"])
+            else:
+                measured.append((sign * float(measure(text)), item["index"]))
+        if hacks:  # a pass listed twice under one index is a hack if either copy is
+            measured = [pair for pair in measured if pair[1] not in hacks]
+        measured.sort()
         ranking: list[list[int]] = []
         previous: float | None = None
         for value, index in measured:
@@ -96,6 +108,31 @@ class ScriptedGrader:
             previous = value
         return {"ranking": ranking, "hacks": hacks}
 
+    def grade_groups(self, groups: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any] | Exception]:
+        """Every group of a batch in one call, an exception standing in for the answer of a group that raised.
+
+        ``GroupwiseGrading`` calls this instead of calling the grader once per group on a worker thread with a time
+        limit. That limit buys nothing here: a regular expression holds the interpreter lock until it returns, so
+        the waiting thread could not give up on it anyway, and the threads cost more than the rule itself.
+        """
+        answers: list[dict[str, Any] | Exception] = []
+        for group in groups:
+            try:
+                answers.append(self(group))
+            except Exception as exc:
+                answers.append(exc)
+        return answers
+
+    def score_passes(self, requests: Sequence[tuple[dict[str, Any], Any]]) -> list[dict[str, float] | Exception]:
+        """Reward mode's batch: ``score(item, rubric)`` of every request, in one call (see ``grade_groups``)."""
+        answers: list[dict[str, float] | Exception] = []
+        for item, rubric in requests:
+            try:
+                answers.append(self.score(item, rubric))
+            except Exception as exc:
+                answers.append(exc)
+        return answers
+
     def score(self, item: dict[str, Any], rubric: Any = None) -> dict[str, float]:
         """Reward mode: behaviour 1.0 for a pass that is no hack, 0.0 for one that is; solution 1.0.
 
@@ -103,3 +140,12 @@ class ScriptedGrader:
         show, so use advantage mode to rank by the measure.
         """
         return {"solution": 1.0, "behavior": 0.0 if self.is_hack(str(item["completion"])) else 1.0}
+
+
+def _literal_count(literal: str) -> Callable[[str], float]:
+    """``text.count(literal)``: the matches of a pattern without special characters."""
+
+    def count(text: str) -> float:
+        return text.count(literal)
+
+    return count

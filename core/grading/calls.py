@@ -45,22 +45,40 @@ class _Worker:
         self.retired = False
 
 
+class _Batch:
+    """The calls of one ``run``: how many are still open, and the one event the caller waits on."""
+
+    __slots__ = ("done", "open")
+
+    def __init__(self, count: int) -> None:
+        self.open = count
+        self.done = threading.Event()
+
+
 class _Call:
-    """One pending call: the request, and its answer or exception once a worker sets ``done``."""
+    """One pending call: the request, then its answer or exception (``closed``), or the ``GraderTimeout`` that stands
+    in for it (``abandoned``). ``returned`` says the grader returned at all, even after its call was given up."""
 
-    __slots__ = ("abandoned", "answer", "done", "error", "request", "worker")
+    __slots__ = ("abandoned", "answer", "batch", "closed", "error", "request", "returned", "started", "worker")
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Any, batch: _Batch) -> None:
         self.request = request
+        self.batch = batch
         self.answer: Any = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.started: float | None = None  # time.monotonic() when a worker began the call
         self.worker: _Worker | None = None
+        self.closed = False
         self.abandoned = False
+        self.returned = False
 
 
 class GraderCalls:
     """Runs ``call(request)`` for a list of requests with a time limit per call.
+
+    The calls of a batch go to the workers at once and run back to back; the caller sleeps until the whole batch is
+    answered or the earliest running call reaches its limit, so a batch of quick calls costs one wake-up, not one per
+    call. Each call's limit counts from the moment a worker starts it.
 
     Args:
         timeout_s: the longest one call may take, in seconds; None calls inline, with no limit and no thread.
@@ -88,20 +106,31 @@ class GraderCalls:
         self._stuck: _Call | None = None  # a call that ran over, still holding the only worker
 
     def _work(self, me: _Worker) -> None:
+        lock, clock = self._lock, time.monotonic
         while not me.retired:
             item = self._tasks.get()
             if item is None:
                 return
             call, pending = item
-            with self._lock:
+            with lock:
                 if pending.abandoned:  # given up before it started
                     continue
                 pending.worker = me
+                pending.started = clock()
+            answer, error = None, None
             try:
-                pending.answer = call(pending.request)
+                answer = call(pending.request)
             except BaseException as exc:  # handed to the caller as the answer
-                pending.error = exc
-            pending.done.set()
+                error = exc
+            with lock:
+                pending.returned = True
+                if pending.abandoned:  # ran over: its GraderTimeout was handed out already
+                    continue
+                pending.answer, pending.error, pending.closed = answer, error, True
+                batch = pending.batch
+                batch.open -= 1
+                if not batch.open:
+                    batch.done.set()
 
     def _ensure_workers(self, count: int) -> None:
         with self._lock:
@@ -109,6 +138,15 @@ class GraderCalls:
                 worker = _Worker()
                 threading.Thread(target=self._work, args=(worker,), name="whileai-grader", daemon=True).start()
                 self._workers += 1
+
+    def _abandon(self, item: _Call, error: GraderTimeout) -> None:
+        """Hand out ``error`` in place of ``item``'s answer (the lock is held)."""
+        item.abandoned = True
+        item.error = error
+        self.timeouts += 1
+        item.batch.open -= 1
+        if not item.batch.open:
+            item.batch.done.set()
 
     def run(self, call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:
         """``call(request)`` for each request, in order; an exception (or a ``GraderTimeout``) stands in for the
@@ -121,46 +159,54 @@ class GraderCalls:
                 except Exception as exc:
                     answers.append(exc)
             return answers
-        pending = [_Call(request) for request in requests]
+        if not requests:
+            return []
+        batch = _Batch(len(requests))
+        pending = [_Call(request, batch) for request in requests]
+        if self._stuck is not None and self._stuck.returned:
+            self._stuck = None  # the call that ran over returned: its worker serves the queue again
+        if self._stuck is not None:
+            # The one worker is still inside a call that ran over, and the grader is not thread-safe: no second call
+            # may start beside it, so the groups fall back at once instead of waiting their turn in vain.
+            with self._lock:
+                for item in pending:
+                    self._abandon(item, _not_returned())
+            return [item.error for item in pending]
         self._ensure_workers(min(self.concurrency, len(pending)))
         for item in pending:
             self._tasks.put((call, item))
-        answers: list[Any] = []
-        for item in pending:
-            if self._stuck is not None and self._stuck.done.is_set():
-                self._stuck = None  # the call that ran over returned: its worker serves the queue again
-            if self._stuck is not None:
-                # The one worker is still inside a call that ran over, and the grader is not thread-safe: no second
-                # call may start beside it, so the group falls back at once instead of waiting its turn in vain.
-                with self._lock:
-                    item.abandoned = True
-                self.timeouts += 1
-                answers.append(GraderTimeout("an earlier call has not returned (the grader is not thread-safe)"))
-                continue
-            # Each call gets its whole limit from the moment it could start: a later call starts only when a worker
-            # is free of the ones before it (done, or given up).
-            started = time.monotonic()
-            item.done.wait(self.timeout_s)
+        limit = self.timeout_s
+        assert limit is not None
+        while not batch.done.is_set():
+            replace = 0
             with self._lock:
-                finished = item.done.is_set()
-                if not finished:
-                    item.abandoned = True
-            if finished:
-                answers.append(item.error if item.error is not None else item.answer)
-                continue
-            self.timeouts += 1
-            worker = item.worker
-            if worker is not None and self.concurrency == 1:
-                self._stuck = item  # its worker returns to the queue if the call ever returns
-            elif worker is not None:
-                # A thread-safe grader: retire the worker (it exits once the call returns) and start another.
-                with self._lock:
-                    worker.retired = True
-                    self._workers -= 1
+                now = time.monotonic()
+                wake = now + limit  # no call running yet: one starts as soon as a worker is free
+                for item in pending:
+                    if item.closed or item.abandoned or item.started is None:
+                        continue
+                    if now - item.started < limit:
+                        wake = min(wake, item.started + limit)
+                        continue
+                    waited = now - item.started
+                    self._abandon(item, GraderTimeout(f"no answer within {limit:g} s (waited {waited:.1f} s)"))
+                    worker = item.worker
+                    if self.concurrency == 1:
+                        self._stuck = item  # its worker returns to the queue if the call ever returns
+                        for later in pending:  # no second call beside it: the rest fall back at once
+                            if not (later.closed or later.abandoned):
+                                self._abandon(later, _not_returned())
+                        break
+                    if worker is not None:
+                        # A thread-safe grader: retire the worker (it exits once the call returns) and start another.
+                        worker.retired = True
+                        self._workers -= 1
+                        replace += 1
+            if replace:
                 self._ensure_workers(min(self.concurrency, len(pending)))
-            waited = time.monotonic() - started
-            answers.append(GraderTimeout(f"no answer within {self.timeout_s:g} s (waited {waited:.1f} s)"))
-        return answers
+            if not batch.done.is_set():
+                batch.done.wait(max(0.0, wake - time.monotonic()))
+        return [item.error if item.error is not None else item.answer for item in pending]
 
     def close(self) -> None:
         """Let the idle workers exit (a hung one is a daemon and dies with the process)."""
@@ -168,3 +214,7 @@ class GraderCalls:
             for _ in range(self._workers):
                 self._tasks.put(None)
             self._workers = 0
+
+
+def _not_returned() -> GraderTimeout:
+    return GraderTimeout("an earlier call has not returned (the grader is not thread-safe)")

@@ -48,7 +48,7 @@ from whileai.grading.controls import ControlGroup, controls_report, make_control
 from whileai.grading.spread import SpreadReport, spread_report
 from whileai.grading.stats import GradingStats
 from whileai.grading.text import completion_text, prompt_text
-from whileai.methods import positive_passes, redistribute_result, synthesize_reward
+from whileai.methods import POSITIVE_TOLERANCE, _centered, _redistribute_checked, synthesize_reward
 
 __all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind", "verifier_reward"]
 
@@ -195,6 +195,25 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, GraderTimeout):
         return f"grader timed out: {exc}"
     return f"grader raised: {_describe(exc)}"
+
+
+def _unscorable(group: GradedGroup) -> None:
+    """A group with a non-finite reward: ungraded, counted, the non-finite members NaN."""
+    # TRL turns a verifier's None into NaN, "unscorable": advantage 0, left out of the group's mean. An inf is made
+    # NaN too (TRL's nan_to_num would turn it into -3.4e38 for the rest of the group); the group keeps its other
+    # rewards, ungraded, and is counted.
+    group.shaped = [v if math.isfinite(v) else math.nan for v in group.rewards]
+    group.fail("non-finite reward", "non-finite reward: the verifier gave None, NaN or inf")
+
+
+def _items(
+    prompts: Sequence[str], completions: Sequence[str], rewards: Sequence[float], passed: Sequence[bool]
+) -> list[dict[str, Any]]:
+    """What an advantage-mode grader is handed for one group (reward mode hands it the passes one by one)."""
+    return [
+        {"index": i, "prompt": prompt, "completion": completion, "reward": reward, "passed": ok}
+        for i, (prompt, completion, reward, ok) in enumerate(zip(prompts, completions, rewards, passed, strict=True))
+    ]
 
 
 class GroupwiseGrading:
@@ -372,51 +391,41 @@ class GroupwiseGrading:
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
             group = GradedGroup(task, values, ok, list(values), list(values))
             graded.append(group)
-            if not all(math.isfinite(v) for v in values):
-                # TRL turns a verifier's None into NaN, "unscorable": advantage 0, left out of the group's mean. An
-                # inf is made NaN too (TRL's nan_to_num would turn it into -3.4e38 for the rest of the group); the
-                # group keeps its other rewards, ungraded, and is counted.
-                group.shaped = [v if math.isfinite(v) else math.nan for v in values]
-                group.fail("non-finite reward", "non-finite reward: the verifier gave None, NaN or inf")
+            if not all(map(math.isfinite, values)):
+                _unscorable(group)
                 continue
             if send and any(ok):
-                items = [
-                    {
-                        "index": i,
-                        "prompt": prompts[i],
-                        "completion": completions[i],
-                        "reward": values[i],
-                        "passed": ok[i],
-                    }
-                    for i in range(len(values))
-                ]
-                opened.append((group, items))
-        calls = {id(group): 0 for group in graded}
+                opened.append((group, _items(prompts, completions, values, ok)))
+        return self._finish(graded, opened, preflight=preflight, record=record)
+
+    def _finish(
+        self,
+        graded: list[GradedGroup],
+        opened: list[tuple[GradedGroup, list[dict[str, Any]]]],
+        *,
+        preflight: bool,
+        record: bool,
+    ) -> list[GradedGroup]:
+        """Ask the grader about the opened groups, close them, and count every group in ``stats``."""
+        calls: dict[int, int] = {}
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
                 answers = self._ask(
                     self.grader, "grade_groups", [items for _, items in opened], single=True, preflight=preflight
                 )
+                close = self._close_advantage
                 for (group, items), answer in zip(opened, answers, strict=True):
                     calls[id(group)] = 1
-                    self._close_advantage(group, items, answer)
+                    close(group, items, answer)
             else:
                 for group, count in self._grade_reward(opened, preflight=preflight):
                     calls[id(group)] = count
             share = (time.perf_counter() - start) / len(opened)
             for group, _ in opened:
                 group.seconds = share
-        for group in graded if record else ():
-            self.stats.record(
-                mixed=group.mixed,
-                grader_calls=calls[id(group)],
-                reason=group.reason,
-                failure=group.failure,
-                hacks_zeroed=len(group.hacks) if (self.hack_zero and group.reason is None) else 0,
-                scores=group.scores,
-                seconds=group.seconds,
-            )
+        if record:
+            self.stats.record_groups(graded, calls, self.hack_zero)
         return graded
 
     def _ask(self, grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
@@ -464,21 +473,30 @@ class GroupwiseGrading:
             group.fail("unusable answer", f"unusable answer: {_describe(exc)}", exc)
             return
 
-        group.hacks = list(read.hacks)
-        kept = [i for i in passes if not (self.hack_zero and i in read.hacks)]
-        if self.hack_zero:
-            for i in read.hacks:
-                group.effective_rewards[i] = 0.0
-        group.factors = dict(read.factors)
+        hack_zero = self.hack_zero
+        hacks = read.hacks
+        group.hacks = list(hacks)
+        kept = [i for i in passes if i not in hacks] if hack_zero and hacks else passes
+        effective = group.effective_rewards
+        if hack_zero:
+            for i in hacks:
+                effective[i] = 0.0
+        factors = read.factors
+        group.factors = dict(factors)
         # A single pass has nothing to be told apart from: it gives no score to the spread gate or the counters.
-        group.scores = [read.factors.get(i, 1.0) for i in kept] if len(kept) > 1 else []
-        moved = redistribute_result(group.effective_rewards, read.factors, passed=kept, cap=self.cap)
-        # A fallback here is arithmetic, not the grader's fault: a group with no failure (nothing to move) or
-        # no pass left once its hacks are zeroed keeps its plain centered advantages.
+        group.scores = [factors.get(i, 1.0) for i in kept] if len(kept) > 1 else []
+        # Equation 3 (redistribute_result) on an answer read_group_answer validated: finite rewards, each factor a
+        # float in (0, 1] for a kept pass, distinct passes, a checked cap. A fallback here is arithmetic, not the
+        # grader's fault: a group with no failure (nothing to move) or no pass left once its hacks are zeroed keeps
+        # its plain centered advantages.
+        given = [1.0] * len(effective)
+        for i, factor in factors.items():
+            given[i] = factor
+        moved = _redistribute_checked(effective, _centered(effective), given, kept, self.cap)
         group.lam = moved.lam
         group.capped = moved.capped
         group.redistributed = list(moved.advantages)
-        mean = sum(group.effective_rewards) / len(group.effective_rewards)
+        mean = sum(effective) / len(effective)
         group.shaped = [a + mean for a in moved.advantages]
 
     def _rubric(self, task_id: str, items: list[dict[str, Any]]) -> Any:
@@ -574,30 +592,48 @@ class GroupwiseGrading:
         Advantage mode sends only groups with a pass above the group's mean to the grader (with a binary reward, the
         mixed groups: an all-pass or all-fail group has no advantage to move); reward mode sends every group with a
         pass (GRS is meant for high-pass-rate tasks, where whole groups pass). Conversational prompts and completions
-        (lists of messages) are read as text.
+        (lists of messages) are read as text, and only those of the groups sent to the grader are rendered.
         """
         n = len(rewards)
         if len(prompts) != n or len(completions) != n:
             raise ValueError(f"got {n} rewards, {len(prompts)} prompts and {len(completions)} completions")
-        if isinstance(task_id, str) or task_id is None:
-            task_ids: list[str | None] = [task_id] * n
-        else:
+        task_ids: list[Any] | None = None
+        if not (isinstance(task_id, str) or task_id is None):
             task_ids = list(task_id)
             if len(task_ids) != n:
                 raise ValueError(f"got {len(task_ids)} task ids for {n} completions")
-        prompt_texts = [prompt_text(p) for p in prompts]
-        completion_texts = [completion_text(c) for c in completions]
-        requests = []
-        for start in self._groups_of(n, group_size):
-            stop = start + group_size
-            chunk = [verifier_reward(r) for r in rewards[start:stop]]
-            # Advantage mode: only a group with a pass above its mean has advantage to move (a mixed group, with a
-            # binary reward); reward mode: every group with a pass.
-            send = bool(positive_passes(chunk)) if self.mode == "advantage" else any(r > 0 for r in chunk)
-            requests.append(
-                (chunk, prompt_texts[start:stop], completion_texts[start:stop], task_ids[start], None, send)
-            )
-        return self._grade_many(requests)
+        starts = self._groups_of(n, group_size)
+        size = int(group_size)
+        # Per completion only what every group needs (its reward as a float); the texts the grader reads are rendered
+        # for the groups it is sent, once (TRL's batch of a few hundred conversations: most of this call's own time).
+        values = [r if type(r) is float else verifier_reward(r) for r in rewards]
+        advantage = self.mode == "advantage"
+        isfinite = math.isfinite
+        graded: list[GradedGroup] = []
+        opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
+        for start in starts:
+            stop = start + size
+            chunk = values[start:stop]
+            ok = [r > 0 for r in chunk]
+            task = task_id if task_ids is None else task_ids[start]
+            task = str(task) if task is not None else str(prompt_text(prompts[start]))
+            group = GradedGroup(task, chunk, ok, chunk[:], chunk[:])
+            graded.append(group)
+            if not all(map(isfinite, chunk)):
+                _unscorable(group)
+                continue
+            if advantage:
+                # Only a group with a pass above its mean has advantage to move (a mixed group, with a binary reward):
+                # ``positive_passes(chunk)`` is not empty, written out for the hot path.
+                mean = sum(chunk) / size
+                tolerance = POSITIVE_TOLERANCE * max(1.0, max(map(abs, chunk)))
+                send = any(r > 0 and r - mean > tolerance for r in chunk)
+            else:  # reward mode: every group with a pass
+                send = True in ok
+            if send:
+                texts = [prompt_text(p) for p in prompts[start:stop]]
+                opened.append((group, _items(texts, [completion_text(c) for c in completions[start:stop]], chunk, ok)))
+        return self._finish(graded, opened, preflight=False, record=True)
 
     def shape(
         self,

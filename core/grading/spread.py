@@ -17,9 +17,12 @@ The verdicts:
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 from whileai.defaults import (
@@ -211,12 +214,7 @@ def spread_report(
     """
     groups = {str(k): [float(s) for s in v] for k, v in per_group.items() if len(v)}
     scores = [s for v in groups.values() for s in v]
-    if scores:
-        std = statistics.pstdev(scores)
-        median = statistics.median(scores)
-        near = sum(abs(s - median) <= tolerance + _EDGE for s in scores) / len(scores)
-    else:
-        std = median = near = 0.0
+    std, median, near = _figures(scores, tolerance) if scores else (0.0, 0.0, 0.0)
     failures = sum((failed or {}).values())
     tried = attempted if attempted is not None else len(groups) + failures
     verdict: Verdict
@@ -248,3 +246,55 @@ def spread_report(
         broken_fraction=broken_fraction,
         controls=controls,
     )
+
+
+def _figures(scores: list[float], tolerance: float) -> tuple[float, float, float]:
+    """``statistics.pstdev(scores)``, ``statistics.median(scores)`` and the fraction of the scores within
+    ``tolerance`` of the median, to the last bit, from the distinct scores and their counts.
+
+    A grader gives few distinct scores (rank factors, rubric levels), so counting them first spares the exact
+    fraction arithmetic ``pstdev`` does on every score, most of the time these figures took. Scores with a zero, a
+    NaN or an infinity take the ``statistics`` functions themselves (a zero: -0.0 and 0.0 would count as one).
+    """
+    counts = Counter(scores)
+    if 0.0 in counts or not all(math.isfinite(value) for value in counts):
+        median = statistics.median(scores)
+        near = sum(abs(s - median) <= tolerance + _EDGE for s in scores)
+        return statistics.pstdev(scores), median, near / len(scores)
+    n = len(scores)
+    ordered = sorted(counts.items())
+    # pstdev: the exact mean square deviation (n * sum(x^2) - sum(x)^2) / n^2, then its correctly rounded root.
+    sx = sum(Fraction(value) * count for value, count in ordered)
+    sxx = sum(Fraction(value) ** 2 * count for value, count in ordered)
+    mss = (n * sxx - sx * sx) / (n * n)
+    std = _float_sqrt(mss.numerator, mss.denominator)
+    # median: the middle score, or the mean of the two middle scores, as statistics.median takes them.
+    middle = [_nth(ordered, n // 2)] if n % 2 else [_nth(ordered, n // 2 - 1), _nth(ordered, n // 2)]
+    median = middle[0] if n % 2 else (middle[0] + middle[1]) / 2
+    near = sum(count for value, count in ordered if abs(value - median) <= tolerance + _EDGE)
+    return std, median, near / n
+
+
+def _nth(ordered: list[tuple[float, int]], position: int) -> float:
+    """The score at ``position`` (from 0) of the sorted scores, given as sorted (score, count) pairs."""
+    for value, count in ordered:
+        if position < count:
+            return value
+        position -= count
+    raise IndexError(position)
+
+
+def _float_sqrt(numerator: int, denominator: int) -> float:
+    """The square root of ``numerator / denominator`` rounded to the nearest float, as ``statistics.pstdev`` rounds
+    it: an integer root on 2 * 53 + 3 bits rounded to odd, then one correctly rounded division
+    (https://bugs.python.org/msg407078)."""
+    shift = (numerator.bit_length() - denominator.bit_length() - 109) // 2
+    if shift >= 0:
+        return float(_root_to_odd(numerator, denominator << 2 * shift) << shift)
+    return _root_to_odd(numerator << -2 * shift, denominator) / (1 << -shift)
+
+
+def _root_to_odd(numerator: int, denominator: int) -> int:
+    """The integer square root of ``numerator / denominator``, rounded to odd."""
+    root = math.isqrt(numerator // denominator)
+    return root | (root * root * denominator != numerator)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,6 +98,33 @@ class GradingStats:
                 self.fallbacks[kind] += 1
                 self.first_failures.setdefault(kind, reason)
             self.scores.extend(scores)
+
+    def record_groups(self, groups: Iterable[Any], calls: Mapping[int, int], hack_zero: bool) -> None:
+        """Count a batch of graded groups (``GradedGroup``), as :meth:`record` does one by one, under one lock.
+
+        Args:
+            groups: the groups, in order.
+            calls: grader calls made for each group, by ``id(group)`` (0 when absent).
+            hack_zero: whether confirmed hacks were zeroed (then they count in ``hacks_zeroed``).
+        """
+        with self._lock:
+            fallbacks, first_failures, add_score = self.fallbacks, self.first_failures, self.scores.add
+            for group in groups:
+                passed = group.passed
+                self.groups += 1
+                self.mixed += int(any(passed) and not all(passed))
+                self.grader_calls += calls.get(id(group), 0)
+                reason = group.reason
+                if hack_zero and reason is None:
+                    self.hacks_zeroed += len(group.hacks)
+                self.grader_seconds += group.seconds
+                if reason is not None:
+                    kind = group.failure or reason.split(":", 1)[0]
+                    self.failed += 1
+                    fallbacks[kind] += 1
+                    first_failures.setdefault(kind, reason)
+                for score in group.scores:
+                    add_score(score)
 
     def snapshot(self) -> GradingStats:
         """A copy of the counters, to restore after work that is redone (a re-read of a rows file)."""

@@ -13,15 +13,34 @@ left out). So there is one renderer, :func:`render_messages`, and both paths go 
 One event per line. JSON is written by :func:`dump_json` (sorted keys, UTF-8), so a tool's answer reads the same
 whether the environment wrote it for TRL or ``simulate`` recorded it. A completion that is already a string is read
 as it is. Nothing here tokenizes or truncates.
+
+The reward function renders every completion of a training batch that goes to a grader, so the common shapes (plain
+``dict`` messages, ``str`` contents, ``dict`` arguments) take a path without abstract-class checks and with one JSON
+encoder built once; anything else goes the general way to the same text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["completion_text", "dump_json", "prompt_text", "render_messages", "render_tool_call"]
+
+
+def _encoder() -> Callable[[Any, int], Any] | None:
+    """``json.dumps(sort_keys=True, ensure_ascii=False, default=str)``'s C encoder, built once instead of per call (the
+    build is most of the cost of encoding a tool call's few arguments). None where json has no C speedups."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    string = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or string is None:
+        return None
+    # markers=None: no check for a circular structure, which JSON-parsed tool arguments cannot hold (one would end in
+    # a RecursionError rather than json's ValueError). Separators and allow_nan are json.dumps's defaults.
+    return make(None, str, string, None, ": ", ", ", True, False, True)
+
+
+_ENCODE = _encoder()
 
 
 def dump_json(value: Any) -> str:
@@ -31,11 +50,15 @@ def dump_json(value: Any) -> str:
         >>> dump_json({"b": 1, "a": "café"})
         '{"a": "café", "b": 1}'
     """
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    if _ENCODE is None:  # pragma: no cover - CPython always has the C encoder
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return "".join(_ENCODE(value, 0))
 
 
 def _arguments(arguments: Any) -> str:
     """A tool call's arguments as canonical JSON; a string that is not JSON stays as it is."""
+    if type(arguments) is dict:
+        return dump_json(arguments)
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
@@ -52,13 +75,17 @@ def render_tool_call(call: Mapping[str, Any]) -> str:
         '<tool_call>lookup {"id": 1}</tool_call>'
     """
     function = call.get("function", call)
-    name = function.get("name", "?") if isinstance(function, Mapping) else "?"
-    arguments = function.get("arguments", {}) if isinstance(function, Mapping) else {}
+    if type(function) is dict or isinstance(function, Mapping):
+        name, arguments = function.get("name", "?"), function.get("arguments", {})
+    else:
+        name, arguments = "?", {}
     return f"<tool_call>{name} {_arguments(arguments)}</tool_call>"
 
 
 def _content(message: Mapping[str, Any]) -> str:
     content = message.get("content")
+    if type(content) is str:
+        return content
     if content is None:
         return ""
     if isinstance(content, str):
@@ -89,20 +116,31 @@ def render_messages(messages: Sequence[Any]) -> str:
         agent: Refunded.
     """
     lines: list[str] = []
+    add = lines.append
     for message in messages:
-        if not isinstance(message, Mapping):
-            lines.append(str(message))
+        if type(message) is not dict and not isinstance(message, Mapping):
+            add(str(message))
             continue
         role = message.get("role", "assistant")
         if role == "system":
             continue
+        text = message.get("content")
+        if type(text) is not str:
+            text = _content(message)
         if role == "tool":
-            lines.append(f"<tool_result>{_content(message)}</tool_result>")
+            add(f"<tool_result>{text}</tool_result>")
             continue
-        text = _content(message)
         if text:
-            lines.append(f"{_SPEAKERS.get(role, role)}: {text}")
-        lines.extend(render_tool_call(c) for c in message.get("tool_calls") or [] if isinstance(c, Mapping))
+            add(f"{_SPEAKERS.get(role, role)}: {text}")
+        calls = message.get("tool_calls")
+        if calls:
+            for call in calls:
+                function = call.get("function", call) if type(call) is dict else None
+                if type(function) is dict and type(arguments := function.get("arguments", {})) is dict and _ENCODE:
+                    # render_tool_call inlined for the common shape: a dict call, a dict function, dict arguments
+                    add(f"<tool_call>{function.get('name', '?')} {''.join(_ENCODE(arguments, 0))}</tool_call>")
+                elif type(call) is dict or isinstance(call, Mapping):
+                    add(render_tool_call(call))
     return "\n".join(lines)
 
 
@@ -115,6 +153,11 @@ def completion_text(completion: Any) -> str:
         ...     {"role": "tool", "content": "found"}, {"role": "assistant", "content": "done"}])
         '<tool_call>lookup {"order_id": "ORD-1"}</tool_call>\\n<tool_result>found</tool_result>\\nagent: done'
     """
+    kind = type(completion)
+    if kind is str:
+        return completion
+    if kind is list:  # TRL's conversational completion
+        return render_messages(completion)
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
@@ -128,6 +171,16 @@ def completion_text(completion: Any) -> str:
 
 def prompt_text(prompt: Any) -> str:
     """A prompt as text: a string as it is, or the last user message of a conversation (the task as asked)."""
+    if type(prompt) is str:
+        return prompt
+    if type(prompt) is list:  # TRL's conversational prompt: the last user message, found from the end
+        for message in reversed(prompt):
+            if type(message) is not dict:
+                break  # anything else: the general path below
+            if message.get("role") == "user":
+                return _content(message)
+        else:
+            return "\n".join(_content(m) for m in prompt)
     if isinstance(prompt, str):
         return prompt
     if hasattr(prompt, "tolist") and not isinstance(prompt, Sequence):

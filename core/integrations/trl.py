@@ -59,20 +59,24 @@ def groupwise_reward_function(
             raise ValueError(
                 f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
             )
-        rewards = [verifier_reward(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
+        rewards = [
+            r if type(r) is float else verifier_reward(r)
+            for r in verifier(prompts=prompts, completions=completions, **kwargs)
+        ]
         if len(rewards) != len(completions):
             raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
-        task_ids = kwargs.get("task_id", kwargs.get("scenario_id"))
-        if task_ids is None:
-            task_ids = [prompt_text(p) for p in prompts]
-        batch = (
-            [prompt_text(p) for p in prompts],
-            [completion_text(c) for c in completions],
-            rewards,
-            [str(t) for t in task_ids],
-        )
+        column = kwargs.get("task_id", kwargs.get("scenario_id"))
+        task_ids = None if column is None else [t if type(t) is str else str(t) for t in column]
         if distributed:
             assert gather is not None
+            # Every process renders its own slice: rank 0 gets texts, not conversations, through the gather.
+            prompt_texts = [prompt_text(p) for p in prompts]
+            batch: tuple[list[Any], list[Any], list[float], list[str] | None] = (
+                prompt_texts,
+                [completion_text(c) for c in completions],
+                rewards,
+                prompt_texts if task_ids is None else task_ids,
+            )
             slices = gather.all_gather(batch)
             offset = sum(len(part[2]) for part in slices[: gather.rank])
             batch = tuple([x for part in slices for x in part[field]] for field in range(4))  # type: ignore[assignment]
@@ -92,7 +96,11 @@ def groupwise_reward_function(
             shaped, metrics = outcome
             shaped = shaped[offset : offset + len(rewards)]
         else:
-            shaped, metrics = _grade_for_trl(grading, batch, size, phase, on_graded, kwargs)
+            # One process: the conversations go to grading as they are, and only the groups sent to the grader are
+            # rendered (a task falls back to its prompt's text when no column names it).
+            shaped, metrics = _grade_for_trl(
+                grading, (prompts, completions, rewards, task_ids), size, phase, on_graded, kwargs
+            )
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             for name, value in metrics.items():
@@ -110,21 +118,23 @@ def groupwise_reward_function(
 
 def _grade_for_trl(
     grading: GroupwiseGrading,
-    batch: tuple[list[str], list[str], list[float], list[str]],
+    batch: tuple[Sequence[Any], Sequence[Any], list[float], list[str] | None],
     size: int,
     phase: str,
     on_graded: Callable[[list[GradedGroup], Any], None] | None,
     kwargs: Mapping[str, Any],
 ) -> tuple[list[float], dict[str, float]]:
     prompts, completions, rewards, task_ids = batch
-    before = grading.stats.as_dict()
+    stats = grading.stats
+    before = (stats.grader_calls, stats.failed, stats.hacks_zeroed)
     graded = grading.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
-    for group in graded:
-        group.phase = phase
+    if phase != "train":
+        for group in graded:
+            group.phase = phase
     if on_graded is not None:
         on_graded(graded, kwargs.get("trainer_state"))
-    metrics = {f"groupwise/{k}": v for k, v in _batch_metrics(graded, before, grading.stats.as_dict()).items()}
-    metrics["whileai/pass_rate"] = sum(r > 0 for r in rewards) / max(len(rewards), 1)
+    metrics = _batch_metrics(graded, before, (stats.grader_calls, stats.failed, stats.hacks_zeroed))
+    metrics["whileai/pass_rate"] = sum(sum(g.passed) for g in graded) / max(len(rewards), 1)  # R_i > 0
     return [s for g in graded for s in g.shaped], metrics
 
 
@@ -153,8 +163,15 @@ def group_labels(trainer_state: Any, offset: int, count: int, size: int) -> list
     Logged into TRL's completion logs so a run's rollouts can be regrouped exactly as they were graded (two groups of
     one prompt in one batch stay two groups).
     """
+    if count <= 0:
+        return []
     step = getattr(trainer_state, "global_step", 0)
-    return [f"{step}:{(offset + i) // size}" for i in range(count)]
+    first = offset // size
+    labels: list[str] = []
+    for group in range(first, (offset + count - 1) // size + 1):
+        labels += [f"{step}:{group}"] * size  # one string per group, repeated
+    skip = offset - first * size
+    return labels[skip : skip + count]
 
 
 class BatchGather(Protocol):
@@ -175,19 +192,22 @@ class BatchGather(Protocol):
         ...
 
 
-def _batch_metrics(graded: list[GradedGroup], before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
-    """The figures of one batch, for TRL's ``log_metric``."""
+def _batch_metrics(
+    graded: list[GradedGroup], before: tuple[int, int, int], after: tuple[int, int, int]
+) -> dict[str, float]:
+    """The figures of one batch, for TRL's ``log_metric``; ``before`` and ``after`` are the grading object's
+    ``(grader_calls, failed, hacks_zeroed)`` counters around it."""
     scores = [s for g in graded for s in g.scores]
     mean = sum(scores) / len(scores) if scores else 0.0
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores else 0.0
     return {
-        "groups": float(len(graded)),
-        "mixed": float(sum(g.mixed for g in graded)),
-        "grader_calls": float(after["grader_calls"] - before["grader_calls"]),
-        "fallbacks": float(after["failed"] - before["failed"]),
-        "hacks_zeroed": float(after["hacks_zeroed"] - before["hacks_zeroed"]),
-        "score_mean": mean,
-        "score_std": std,
+        "groupwise/groups": float(len(graded)),
+        "groupwise/mixed": float(sum(g.mixed for g in graded)),
+        "groupwise/grader_calls": float(after[0] - before[0]),
+        "groupwise/fallbacks": float(after[1] - before[1]),
+        "groupwise/hacks_zeroed": float(after[2] - before[2]),
+        "groupwise/score_mean": mean,
+        "groupwise/score_std": std,
     }
 
 

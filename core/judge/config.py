@@ -23,7 +23,13 @@ from whileai.endpoint import (
     hide_pasted_key,
 )
 
-__all__ = ["JudgeConfig", "default_cache_dir"]
+__all__ = ["JUDGE_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
+
+# Judge calls in flight at once by default: every call of a batch, up to this cap. A batch is one call per graded group
+# and per order, rarely above a few hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it
+# on large GPUs): a local server schedules that many at once, so a batch of 64 groups takes about one call's latency
+# instead of two waves of 32 (issue 16; benchmarks/README.md, judge).
+JUDGE_CONCURRENCY = 256
 
 
 def default_cache_dir() -> Path:
@@ -97,7 +103,13 @@ class JudgeConfig(BaseModel):
         description="A batch's calls still running after this many seconds are cancelled and their groups fall back.",
     )
     concurrency: int = Field(
-        default=32, ge=1, description="Most judge calls in flight at once, on one connection pool."
+        default=JUDGE_CONCURRENCY,
+        ge=1,
+        description=(
+            "Most judge calls in flight at once, on one connection pool. The default puts every call of a training "
+            "batch in flight (a batch is one call per graded group, per order), so a batch takes about one call's "
+            "latency; lower it for a server or a hosted API that refuses that many at once (429s are retried)."
+        ),
     )
 
     # ---- position bias

@@ -23,6 +23,7 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,18 @@ from whileai.judge.stats import JudgeStats
 __all__ = ["JudgeGrader", "JudgeRubricWriter", "JudgeScorer", "build_judge", "judge_config", "judge_grading"]
 
 RUBRICS_FORMAT = "whileai-judge-rubrics/1"
+
+
+# The JSON schemas sent as response_format, built once: a batch asks the same few shapes many times over. Shared, so
+# never changed after they are built (a request body only reads them).
+_SCORE_SCHEMA = score_schema()
+_RUBRIC_SCHEMA = rubric_schema()
+
+
+@lru_cache(maxsize=1024)
+def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
+    """``ranking_schema`` of a group's labels (a group of G shows one of at most 2**G pass patterns)."""
+    return ranking_schema(pass_labels, labels)
 
 
 def _failure_reason(error: Exception) -> str:
@@ -156,7 +169,7 @@ class JudgeGrader(_JudgeBase):
             spec = CallSpec(
                 kind="rank",
                 messages=messages,
-                schema=ranking_schema(pass_labels, labels),
+                schema=_ranking_schema(tuple(pass_labels), tuple(labels)),
                 read=_RankingReader(pass_labels, fail_labels),
                 key=self._key("rank", messages),
             )
@@ -273,7 +286,7 @@ class JudgeScorer(_JudgeBase):
             str(item["completion"]),
             self.config.max_rollout_chars,
         )
-        return CallSpec("score", messages, score_schema(), _read_score, self._key("score", messages))
+        return CallSpec("score", messages, _SCORE_SCHEMA, _read_score, self._key("score", messages))
 
     def score_passes(self, requests: Sequence[tuple[Mapping[str, Any], Any]]) -> list[dict[str, Any] | Exception]:
         """``{"solution", "behavior", "reason"}`` for each ``(item, rubric)``, or the exception in its place.
@@ -366,7 +379,7 @@ class JudgeRubricWriter(_JudgeBase):
             RolloutView(labels[p], bool(items[j]["passed"]), str(items[j]["completion"])) for p, j in enumerate(order)
         ]
         messages = rubric_messages(self.prompts, task, views, self.config.max_rollout_chars)
-        spec = CallSpec("rubric", messages, rubric_schema(), _read_rubric, self._key("rubric", messages))
+        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, _read_rubric, self._key("rubric", messages))
         try:
             outcome = self.client.run([spec])[0]
         except GraderUnavailable:

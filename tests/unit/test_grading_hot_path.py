@@ -1,0 +1,224 @@
+"""The reward function's fast paths give what the general paths give: answers, equation 3, renderings, labels,
+counters; and the work left out (rendering groups the grader is not sent, a wake-up per grader call) stays out.
+
+Each fast path is taken for the plain types TRL and graders hand over (``dict``, ``list``, ``int``, ``float``); the same
+values wrapped in read-only mappings or tuples go the general way, so comparing the two checks the fast one."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from types import MappingProxyType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import whileai as wai
+from whileai.grading import groupwise
+from whileai.grading.answers import UnusableAnswer, read_group_answer
+from whileai.grading.calls import GraderCalls
+from whileai.grading.stats import GradingStats
+from whileai.grading.text import completion_text, prompt_text, render_messages
+from whileai.integrations.trl import group_labels
+from whileai.methods import redistribute_result
+
+# ---------------------------------------------------------------- answers
+
+
+def _read(answer, **kwargs):
+    try:
+        read = read_group_answer(answer, **kwargs)
+    except UnusableAnswer as exc:
+        return ("unusable", str(exc))
+    return (read.factors, [type(f) for f in read.factors.values()], read.hacks)
+
+
+index = st.integers(min_value=-1, max_value=8)
+entry = st.one_of(index, st.lists(index, max_size=3), st.booleans(), st.just("1"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    size=st.integers(min_value=1, max_value=8),
+    data=st.data(),
+    hack_zero=st.booleans(),
+    min_factor=st.sampled_from([0.1, 0.5, 1.0]),
+)
+def test_a_plain_ranking_reads_as_the_general_path_reads_it(size, data, hack_zero, min_factor) -> None:
+    passes = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=size - 1))))
+    if passes and data.draw(st.booleans()):  # a valid ranking half the time: a shuffle of the passes, with ties
+        order = data.draw(st.permutations(passes))
+        cuts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+        ranking: list = []
+        for i, cut in zip(order, cuts, strict=True):
+            if ranking and cut:
+                ranking[-1] = [*ranking[-1], i] if isinstance(ranking[-1], list) else [ranking[-1], i]
+            else:
+                ranking.append(i)
+    else:
+        ranking = data.draw(st.lists(entry, max_size=size + 1))
+    answer: dict = {"ranking": ranking}
+    if data.draw(st.booleans()):
+        answer["hacks"] = data.draw(st.lists(st.sampled_from(passes) if passes else index, max_size=2))
+    if data.draw(st.booleans()):
+        answer["reason"] = "notes are kept out of the math"
+    kwargs = {"size": size, "passes": passes, "min_factor": min_factor, "hack_zero": hack_zero}
+    assert _read(answer, **kwargs) == _read(MappingProxyType(answer), **kwargs)
+
+
+# ---------------------------------------------------------------- equation 3 through the object
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rewards=st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.2, 1, 0.3]), min_size=2, max_size=8),
+    data=st.data(),
+    cap=st.sampled_from([1.0, 1.5, 3.0]),
+    hack_zero=st.booleans(),
+)
+def test_the_graded_advantages_are_redistribute_results(rewards, data, cap, hack_zero) -> None:
+    passes = [i for i, r in enumerate(rewards) if r > 0]
+    ranking = data.draw(st.permutations(passes))
+    hacks = data.draw(st.lists(st.sampled_from(passes), max_size=1, unique=True)) if passes else []
+    gar = wai.GroupwiseGrading(
+        grader=lambda group: {"ranking": list(ranking), "hacks": hacks}, cap=cap, hack_zero=hack_zero
+    )
+    group = gar.grade_group(rewards, ["p"] * len(rewards), ["c"] * len(rewards))
+    if not group.graded:
+        return  # nothing to send (no pass)
+    kept = [i for i in passes if not (hack_zero and i in hacks)]
+    expected = redistribute_result(group.effective_rewards, group.factors, passed=kept, cap=cap)
+    assert group.redistributed == expected.advantages and group.lam == expected.lam
+    assert group.capped == expected.capped
+
+
+# ---------------------------------------------------------------- rendering
+
+
+text = st.text(alphabet="ab<>&é \n", max_size=6)
+arguments = st.one_of(
+    st.dictionaries(st.sampled_from(["b", "a", "order_id"]), st.one_of(text, st.integers(), st.floats())),
+    text,
+    st.none(),
+)
+call = st.fixed_dictionaries({"function": st.fixed_dictionaries({"name": text, "arguments": arguments})})
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["assistant", "user", "tool", "system", "other"])},
+    optional={"content": st.one_of(text, st.none(), st.integers()), "tool_calls": st.lists(call, max_size=2)},
+)
+
+
+def _general(messages: list[dict]) -> list:
+    """The same conversation with its messages, tool calls and functions in read-only mappings, which the general path
+    reads (the arguments stay as they are: a mapping there is written as JSON either way)."""
+
+    def wrap(value):
+        if isinstance(value, dict):
+            return MappingProxyType({k: v if k == "arguments" else wrap(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return [wrap(v) for v in value]
+        return value
+
+    return [wrap(m) for m in messages]
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(message, max_size=5))
+def test_plain_messages_render_as_the_general_path_renders_them(messages) -> None:
+    assert completion_text(messages) == render_messages(_general(messages))
+    assert prompt_text(messages) == prompt_text(tuple(messages))
+
+
+def test_only_the_groups_sent_to_the_grader_are_rendered(monkeypatch) -> None:
+    rendered = []
+
+    def counting(completion):
+        rendered.append(completion)
+        return completion_text(completion)
+
+    monkeypatch.setattr(groupwise, "completion_text", counting)
+    gar = wai.GroupwiseGrading(grader=lambda group: {"ranking": [g["index"] for g in group if g["passed"]]})
+    reward = gar.trl_reward(lambda **kw: [1.0, 0.0, 1.0, 1.0, 0.0, 0.0], num_generations=2)
+    conversations = [[{"role": "assistant", "content": f"answer {i}"}] for i in range(6)]
+    out = reward(prompts=[[{"role": "user", "content": "p"}]] * 6, completions=conversations)
+    assert out == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert rendered == conversations[:2]  # the mixed group only; all-pass and all-fail groups are not read
+
+
+# ---------------------------------------------------------------- labels and counters
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    offset=st.integers(min_value=0, max_value=40),
+    count=st.integers(min_value=0, max_value=40),
+    size=st.integers(min_value=1, max_value=9),
+)
+def test_group_labels_name_each_completion_s_group(offset, count, size) -> None:
+    state = type("State", (), {"global_step": 3})()
+    assert group_labels(state, offset, count, size) == [f"3:{(offset + i) // size}" for i in range(count)]
+
+
+def test_a_batch_is_counted_as_group_by_group() -> None:
+    gar = wai.GroupwiseGrading(grader=lambda group: {"ranking": [g["index"] for g in group if g["passed"]]})
+    groups = gar.grade_batch([1, 0, 1, 1, math.nan, 1, 1, 1, 0, 0], ["p"] * 10, ["a"] * 10, group_size=2)
+    one_by_one = GradingStats()
+    for group in groups:
+        one_by_one.record(
+            mixed=group.mixed,
+            grader_calls=int(group.graded),
+            reason=group.reason,
+            failure=group.failure,
+            hacks_zeroed=len(group.hacks) if group.reason is None else 0,
+            scores=group.scores,
+            seconds=group.seconds,
+        )
+    assert gar.stats.as_dict() == one_by_one.as_dict()
+
+
+# ---------------------------------------------------------------- grader calls on worker threads
+
+
+def test_each_call_has_its_own_limit_not_the_batch() -> None:
+    # Five calls of 0.2 s in a row on one worker: the batch takes 1 s, each call is within its 0.6 s limit.
+    calls = GraderCalls(timeout_s=0.6, concurrency=1)
+    start = time.monotonic()
+    answers = calls.run(lambda x: time.sleep(0.2) or x, list(range(5)))
+    assert answers == [0, 1, 2, 3, 4] and calls.timeouts == 0
+    assert time.monotonic() - start >= 1.0
+    calls.close()
+
+
+def test_a_batch_of_quick_calls_runs_on_the_worker_back_to_back() -> None:
+    threads = set()
+
+    def call(x):
+        threads.add(threading.current_thread().name)
+        return x * 2
+
+    calls = GraderCalls(timeout_s=5.0, concurrency=1)
+    assert calls.run(call, list(range(200))) == [2 * x for x in range(200)]
+    assert threads == {"whileai-grader"}
+    calls.close()
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_call_over_its_limit_stands_in_as_a_timeout_and_the_others_keep_their_answers(concurrency) -> None:
+    release = threading.Event()
+
+    def call(x):
+        if x == "hang":
+            release.wait(20)
+        return x
+
+    calls = GraderCalls(timeout_s=0.3, concurrency=concurrency)
+    answers = calls.run(call, ["a", "hang", "b"])
+    release.set()
+    assert answers[0] == "a" and type(answers[1]).__name__ == "GraderTimeout"
+    if concurrency > 1:
+        assert answers[2] == "b"
+    else:  # the only worker is stuck in the call: the rest fall back at once
+        assert "has not returned" in str(answers[2])
+    calls.close()
