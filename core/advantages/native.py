@@ -1,6 +1,6 @@
 """A fused CPU kernel for masked GAE: one backward pass per row, reading rewards, values and the mask once.
 
-The vectorized torch scan of ``returns`` makes about a dozen passes over ``[B, T]``; the recursion itself needs one.
+The vectorized torch scan of ``returns`` makes 13 passes over ``[B, T]`` (in cache); the recursion itself needs one.
 When numba is installed (the ``fast`` extra), ``gae_native`` compiles that one pass (rows in parallel; it sets
 numba's thread count to torch's on every call) and ``gae_advantages`` uses it for CPU tensors that need no gradient.
 Everything else (CUDA tensors, inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch
@@ -19,6 +19,8 @@ import os
 from typing import Any
 
 import torch
+
+from whileai.advantages.memory import reusable_output
 
 __all__ = ["gae_native", "native_available"]
 
@@ -79,7 +81,8 @@ def gae_native(
         work: float32 or float64, the dtype the computation runs in.
 
     Returns:
-        ``(advantages, value_targets)`` as ``[B, T]`` tensors of dtype ``work``, or None.
+        ``(advantages, value_targets)`` as ``[B, T]`` tensors of dtype ``work``, or None. Their memory is this thread's
+        previous outputs' when nothing holds those any more (``memory.reusable_output``).
     """
     if rewards.device.type != "cpu" or values.device.type != "cpu" or mask.device.type != "cpu":
         return None
@@ -91,8 +94,8 @@ def gae_native(
     r = rewards.detach().to(work).contiguous()
     v = values.detach().to(work).contiguous()
     m = (mask if mask.dtype == torch.bool else mask != 0).contiguous()
-    advantages = torch.empty_like(r)
-    targets = torch.empty_like(r)
+    advantages = reusable_output(tuple(r.shape), work, r.device, "gae advantages")
+    targets = reusable_output(tuple(r.shape), work, r.device, "gae targets")
     try:
         import numba
 

@@ -13,10 +13,13 @@ after a few hundred tokens at ``g = 0.855``).
 
 ``chained_reverse_scan`` solves the same recursion with a decay that varies per step, ``y[n] = x[n] + d[n] * y[n+1]``
 with every ``d`` in ``[lo, 1]``: it links the chunk heads of ``returns``' unpacked GAE, whose per-chunk decays depend on
-how many policy tokens each chunk holds. Within a chunk of ``C`` steps it rescales by the running product ``P`` of the
-decays (``y[k] = sum_j P[j] x[j] / P[k]``), which stays above ``lo**C``, kept above ``2**-600`` in float64 (``2**-60``
-for a long first level of float32 input); rows short enough are solved with one small triangular matrix. The unpacked
-GAE (``returns.gae_advantages``) uses it and packs nothing; the other estimators still pack with ``PolicyLayout``.
+how many policy tokens each chunk holds. Within a group of ``G`` steps it rescales by the running product ``P`` of the
+decays (``y[k] = sum_j P[j] x[j] / P[k]``), which stays above ``lo**G``: ``G`` is the widest of 64, 32, 16, 8, 4 that
+keeps it above ``2**-100`` in float32 (a long first level of float32 input) or ``2**-600`` in float64; rows short
+enough are solved with one small triangular matrix. A chain of a few thousand heads costs its ops' fixed cost more than
+their arithmetic, so it makes few: two levels for a CPU block of 16 rows of 32,768 tokens at ``gamma * lambda = 0.94``.
+The unpacked GAE (``returns.gae_advantages``) uses it and packs nothing; the other estimators still pack with
+``PolicyLayout``.
 
 The matrix products run at the full precision of their dtype whatever the global float32 matmul setting
 (``full_precision_matmul``): with TF32 allowed (``torch.backends.cuda.matmul.allow_tf32``, TRL's ``tf32: true``,
@@ -27,8 +30,8 @@ Nothing global is switched (only read), so no other thread sees a change and tor
 and per-backend precision switches never fires.
 
 Garbage never meets a product: ``PolicyLayout.pack`` selects the policy tokens and zeroes every other column, and
-``zero_outside`` selects without multiplying, so a NaN or inf at a tool position never becomes ``NaN * 0`` (NaN) in a
-chunk's sum.
+``zero_outside`` (like the unpacked GAE's integer product of the bit patterns with the mask's 0 or 1) selects without
+a floating-point product, so a NaN or inf at a tool position never becomes ``NaN * 0`` (NaN) in a chunk's sum.
 
 This module does not know about rewards, values or groups; ``returns``, ``turns`` and ``groups`` do.
 """
@@ -211,9 +214,18 @@ def discounted_reverse_scan(x: torch.Tensor, g: float) -> torch.Tensor:
 # x * 2**-600 far from the subnormals for any |x| above 1e-120).
 _TINY64 = 2.0**-600
 _TINY32 = 2.0**-60  # the same for float32 (its subnormals start at 2**-126)
+# The same bound for a float32 group of chunk heads: a product down to 2**-100 keeps every term's absolute error below
+# 2**-149 / 2**-100 (1e-15) after the division, and lets one level of 64 heads cover gamma * lam >= 0.934 (one level
+# fewer than 2**-60 allows: fewer small ops, which dominate a chain of a few thousand heads).
+_GROUP_TINY32 = 2.0**-100
 
-# Largest [R, L, L] weight tensor ``chained_reverse_scan`` builds to solve short rows in one product.
-_DENSE_MAX = 2**16
+# Largest [R, L, L] weight tensor ``chained_reverse_scan`` builds to solve short rows in one product: about the cost of
+# one more level of groups.
+_DENSE_MAX = 2**14
+
+# Steps per group of ``chained_reverse_scan``, widest first: a wider group means fewer levels, as long as the running
+# product stays above the dtype's bound.
+_GROUPS = (64, 32, 16, 8, 4)
 
 _LOWER: dict[tuple[int, torch.dtype, torch.device, bool], torch.Tensor] = {}
 
@@ -257,19 +269,32 @@ def suffix_sums(x: torch.Tensor, out: torch.Tensor, negate: bool = False) -> tor
     return out if negate else out.neg_()
 
 
+_DENSE_MASKS: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _dense_masks(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 ``[L, L]`` masks of ``_chain_dense``, cached: 1 where ``i < n`` (else 0), and 1 where ``i >= n``."""
+    key = (length, device)
+    if key not in _DENSE_MASKS:
+        on_and_above = torch.ones(length, length, dtype=torch.float64, device=device).triu_()
+        _DENSE_MASKS[key] = (1.0 - on_and_above, on_and_above)
+    return _DENSE_MASKS[key]
+
+
 def _chain_dense(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """``chained_reverse_scan`` of a short row as one matrix: ``y = W x`` with ``W[n, j] = d[n] ... d[j-1]``."""
-    length = x.shape[1]
-    upper = torch.ones(length, length, dtype=torch.bool, device=x.device).triu_()  # [n, i]: i >= n
-    # prods[:, n, j] = d[n] * ... * d[j] for j >= n (the factors below the diagonal are 1).
-    prods = torch.where(upper, d[:, None, :], 1.0).cumprod_(-1)  # [R, n, n]
-    weights = torch.nn.functional.pad(prods[:, :, :-1], (1, 0), value=1.0).mul_(upper)  # [R, n, n]
-    return (weights @ x[:, :, None])[:, :, 0]
+    """``chained_reverse_scan`` of a short row as one matrix, in float64: ``y = x + C x_next`` with
+    ``C[n, i] = d[n] ... d[i]`` for ``i >= n`` and 0 below the diagonal, ``x_next[i] = x[i+1]`` (0 past the end)."""
+    x, d = x.to(torch.float64), d.to(torch.float64)
+    below, on_and_above = _dense_masks(x.shape[1], x.device)
+    # factors[:, n, i] = d[i] for i >= n and 1 below: their running product along i is C on and above the diagonal.
+    products = torch.addcmul(below, d[:, None, :], on_and_above).cumprod_(-1).mul_(on_and_above)  # [R, L, L]
+    following = torch.nn.functional.pad(x[:, 1:], (0, 1))  # [R, L], x[i+1]
+    return torch.baddbmm(x[:, :, None], products, following[:, :, None])[:, :, 0]
 
 
 def _chain_doubling(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """``chained_reverse_scan`` by recursive doubling: ``log2 L`` steps, products only (any decays, even 0)."""
-    y, reach = x.clone(), d.clone()
+    y, reach = x.to(torch.float64, copy=True), d.to(torch.float64, copy=True)
     length, step = x.shape[1], 1
     while step < length:
         y[:, : length - step] += reach[:, : length - step] * y[:, step:]
@@ -278,49 +303,65 @@ def _chain_doubling(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def _chain_group(lo: float, single: bool) -> tuple[int, torch.dtype] | None:
+    """The widest group of ``_GROUPS`` whose running product of decays (at least ``lo**group``) stays above float32's
+    bound (when ``single``) or float64's, with its dtype; None when even 4 steps fall below float64's."""
+    for dtype, tiny in ((torch.float32, _GROUP_TINY32), (torch.float64, _TINY64)):
+        if dtype == torch.float32 and not single:
+            continue
+        for group in _GROUPS:
+            if lo**group >= tiny:
+                return group, dtype
+    return None
+
+
 def chained_reverse_scan(x: torch.Tensor, d: torch.Tensor, lo: float) -> torch.Tensor:
     """Solve ``y[:, n] = x[:, n] + d[:, n] * y[:, n+1]`` backward along the last axis, with ``y[:, L] = 0``.
 
+    Groups of ``G`` steps are solved at once by rescaling with the running product ``P`` of the decays
+    (``y[k] = sum_{j >= k} P[j] x[j] / P[k]``, ``P[k] = d[0] ... d[k-1]`` within the group, one ``[N, G] @ [G, G]``
+    product); the group heads are linked by the same scan, recursively, and a short row is solved with one small
+    triangular matrix. ``G`` is the widest of 64, 32, 16, 8, 4 that keeps ``P`` (at least ``lo**G``) above ``2**-100``
+    in float32 or ``2**-600`` in float64; below that, recursive doubling. It links chunk heads (a few thousand per
+    row), where the fixed cost of each op dominates: it makes few of them.
+
     Args:
-        x: ``[R, L]`` floating tensor.
-        d: ``[R, L]`` decays, every one in ``[lo, 1]``.
-        lo: a lower bound of the decays (it sets the chunk sizes that keep the rescaling exact).
+        x: ``[R, L]`` floating tensor (any strides).
+        d: ``[R, L]`` decays, every one in ``[lo, 1]`` (any strides: a column of a chunk buffer is read once).
+        lo: a lower bound of the decays (it sets the group sizes that keep the rescaling exact).
 
     Returns:
-        ``[R, L]`` float64 tensor. It links chunk heads, so it is small: every level runs in float64 except a long
-        first level of float32 input (float32 rescaling bounded by ``2**-60``, like the chunks it links), and that
-        one only while float32 products are exact (``float32_matmul_is_exact``).
+        ``[R, L]``, float64, except after a long first level of float32 input (more than 256 steps) while float32
+        products are exact (``float32_matmul_is_exact``): float32 then.
 
     Example:
         >>> chained_reverse_scan(torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.5, 0.25, 1.0]]), 0.25)
         tensor([[1.6250, 1.2500, 1.0000]], dtype=torch.float64)
     """
     rows, length = x.shape
-    # A first level in float32 when its rescaling stays far from float32's limits (the long level, in cache) and its
-    # product keeps float32's precision (no TF32).
-    single = x.dtype == torch.float32 and d.dtype == torch.float32 and lo**16 >= _TINY32 and length > 256
-    single = single and float32_matmul_is_exact(x.device)
-    if not single:
-        x = x.to(torch.float64)
-        d = d.to(torch.float64)
-    x, d = x.contiguous(), d.contiguous()
     if length <= 16 or rows * length * length <= _DENSE_MAX:
         return _chain_dense(x, d)
-    if lo**16 < _TINY64:
+    single = x.dtype == torch.float32 and d.dtype == torch.float32 and length > 256
+    choice = _chain_group(lo, single and float32_matmul_is_exact(x.device))
+    if choice is None:
         return _chain_doubling(x, d)
-    chunk = 16
-    pad = -length % chunk
+    group, dtype = choice
+    n_groups = -(-length // group)
+    pad = n_groups * group - length
+    if x.dtype != dtype or d.dtype != dtype:
+        x, d = x.to(dtype), d.to(dtype)
     if pad:
         x = torch.nn.functional.pad(x, (0, pad))
         d = torch.nn.functional.pad(d, (0, pad), value=1.0)
-    n_chunks = (length + pad) // chunk
-    prods = d.view(rows, n_chunks, chunk).cumprod(-1)  # [R, n, C], d[0] * ... * d[k] within the chunk
-    before = torch.nn.functional.pad(prods[:, :, :-1], (1, 0), value=1.0)  # [R, n, C], d[0] * ... * d[k-1]
-    sums = (x.view(rows, n_chunks, chunk) * before) @ lower_ones(chunk, x.dtype, x.device)  # [R, n, C]
-    through = prods[:, :, -1]  # [R, n], the decay across a whole chunk
-    heads = chained_reverse_scan(sums[:, :, 0], through, lo**chunk)  # [R, n] float64, y at each chunk's first step
-    sums += torch.nn.functional.pad(through[:, :-1] * heads[:, 1:], (0, 1)).to(x.dtype)[:, :, None]
-    return sums.div_(before).view(rows, n_chunks * chunk)[:, :length].to(torch.float64)
+    prods = torch.cumprod(d.reshape(rows, n_groups, group), -1)  # [R, n, G], d[0] * ... * d[k] within the group
+    before = torch.nn.functional.pad(prods[:, :, :-1], (1, 0), value=1.0)  # [R, n, G], d[0] * ... * d[k-1]
+    sums = torch.empty_like(before)  # [R, n, G]
+    suffix_sums((x.reshape(rows, n_groups, group) * before).view(-1, group), out=sums.view(-1, group))
+    through = prods[:, :, -1]  # [R, n], the decay across a whole group
+    heads = chained_reverse_scan(sums[:, :, 0], through, lo**group)  # [R, n], y at each group's first step
+    carry = torch.mul(through[:, :-1], heads[:, 1:], out=through[:, :-1])  # [R, n-1], each group's incoming carry
+    sums[:, :-1] += carry[:, :, None]  # the next group's head, carried into every step of this one
+    return sums.div_(before).view(rows, n_groups * group)[:, :length]
 
 
 class PolicyLayout:

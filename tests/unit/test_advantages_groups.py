@@ -151,3 +151,62 @@ def test_dtypes_and_errors():
         rloo_advantages(ONE_IN_EIGHT, 1)
     with pytest.raises(ValueError):
         expected_group_push(1.5, 8, True)
+
+
+# --- the product path: float32 on the CPU, groups of 2, 4, 8 or 16 -----------------------------------------------
+
+
+@pytest.mark.parametrize("group", [2, 4, 8])
+@pytest.mark.parametrize("kind", ["binary", "partial credit", "continuous"])
+def test_product_path_equals_float64(group, kind):
+    """float32 on the CPU centers with one [N/16, 16] @ [16, 16] product: every estimator within float32 rounding of
+    the float64 path (which never takes it)."""
+    from whileai.advantages.groups import _mixes_by_product
+
+    gen = torch.Generator().manual_seed(group)
+    n = 16 * 50
+    rewards = {
+        "binary": (torch.rand(n, generator=gen) < 0.3).float(),
+        "partial credit": torch.randint(0, 5, (n,), generator=gen).float() / 4,
+        "continuous": torch.randn(n, generator=gen) * 3 + 10,
+    }[kind]
+    assert _mixes_by_product(rewards.view(-1, group))
+    cases = {
+        "group": lambda x: group_advantages(x, group),
+        "batch": lambda x: group_advantages(x, group, scale="batch"),
+        "none": lambda x: group_advantages(x, group, scale="none"),
+        "rloo": lambda x: rloo_advantages(x, group),
+        "center, batch scale": lambda x: group_center_batch_scale(x, group),
+    }
+    for name, estimator in cases.items():
+        fast, reference = estimator(rewards), estimator(rewards.double())
+        assert fast.dtype == torch.float32, name
+        scale = max(1.0, reference.abs().max().item())
+        assert (fast.double() - reference).abs().max().item() <= 2e-6 * scale, name
+
+
+def test_product_path_keeps_zero_variance_groups_at_zero():
+    rewards = torch.tensor([0.0] * 8 + [1.0] * 8 + [1.0] + [0.0] * 7 + [0.5] * 8)
+    adv = group_advantages(rewards, 8)
+    assert torch.equal(adv[:16], torch.zeros(16)) and torch.equal(adv[24:], torch.zeros(8))
+    assert torch.equal(rloo_advantages(rewards, 8)[:16], torch.zeros(16))
+    assert torch.isfinite(adv).all()
+
+
+def test_product_path_steps_aside_where_tf32_could_round():
+    """With a reduced float32 matmul precision the plain path runs: same numbers, no rounded product."""
+    from whileai.advantages.groups import _mixes_by_product
+
+    rewards = torch.randn(64, generator=torch.Generator().manual_seed(0)) + 100
+    exact = group_advantages(rewards, 8)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        assert not _mixes_by_product(rewards.view(-1, 8))
+        plain = group_advantages(rewards, 8)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert torch.allclose(plain, exact, atol=1e-5)
+    assert not _mixes_by_product(torch.zeros(24).view(-1, 8))  # N not a multiple of 16
+    assert not _mixes_by_product(torch.zeros(48).view(-1, 3))  # 3 does not divide 16
+    assert not _mixes_by_product(torch.zeros(64).view(-1, 16))  # 16: the plain path is faster
