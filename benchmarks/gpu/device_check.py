@@ -366,7 +366,7 @@ def build_agent_model(folder: Path, shape: dict[str, Any], device: str, warm: di
     from whileai.config import load_recipe
     from whileai.simulations.environment import environment_tools
     from whileai.training.tasks import load_task
-    from whileai.training.tiny import train_chat_tokenizer, trl_rollout_ids
+    from whileai.training.tiny import train_chat_tokenizer, trl_rollout_ids, warm_batch
 
     started = time.monotonic()
     task = load_task(load_recipe(AGENT_RECIPE))
@@ -398,14 +398,7 @@ def build_agent_model(folder: Path, shape: dict[str, Any], device: str, warm: di
         if time.monotonic() - warm_started > warm["max_seconds"]:
             break
         chosen = [encoded[rng.randrange(len(encoded))] for _ in range(warm["batch_size"])]
-        width = max(len(ids) for ids, _ in chosen)
-        inputs = torch.full((len(chosen), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, L]
-        labels = torch.full((len(chosen), width), -100, dtype=torch.long)  # [B, L]
-        attention = torch.zeros((len(chosen), width), dtype=torch.long)  # [B, L]
-        for row, (ids, mask) in enumerate(chosen):
-            inputs[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, : len(ids)] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
+        inputs, attention, labels = warm_batch(chosen, tokenizer.pad_token_id)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=device != "cpu"):
             loss = model(
                 input_ids=inputs.to(device), attention_mask=attention.to(device), labels=labels.to(device)

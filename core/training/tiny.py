@@ -254,6 +254,22 @@ def trl_rollout_ids(
     return ids, mask
 
 
+def warm_batch(chosen: Sequence[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """A padded supervised batch of (token ids, model-turn mask) pairs: ``input_ids``, ``attention_mask`` and
+    ``labels`` (the ids where the mask is 1, else -100), each ``[B, L]``."""
+    import torch
+
+    width = max(len(ids) for ids, _ in chosen)
+    inputs = torch.full((len(chosen), width), pad, dtype=torch.long)  # [B, L]
+    labels = torch.full((len(chosen), width), -100, dtype=torch.long)  # [B, L]
+    attention = torch.zeros((len(chosen), width), dtype=torch.long)  # [B, L]
+    for row, (ids, mask) in enumerate(chosen):
+        inputs[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
+    return inputs, attention, labels
+
+
 def _warm_start(model: Any, batches: list[tuple[list[int], list[int]]], pad: int, warm: WarmStart, seed: int) -> float:
     """Supervised steps on the model's turns; returns the last step's loss."""
     import torch
@@ -264,14 +280,7 @@ def _warm_start(model: Any, batches: list[tuple[list[int], list[int]]], pad: int
     loss_value = float("nan")
     for _ in range(warm.steps):
         chosen = [batches[rng.randrange(len(batches))] for _ in range(warm.batch_size)]
-        width = max(len(ids) for ids, _ in chosen)
-        inputs = torch.full((len(chosen), width), pad, dtype=torch.long)  # [B, L]
-        labels = torch.full((len(chosen), width), -100, dtype=torch.long)  # [B, L]
-        attention = torch.zeros((len(chosen), width), dtype=torch.long)  # [B, L]
-        for row, (ids, mask) in enumerate(chosen):
-            inputs[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, : len(ids)] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
+        inputs, attention, labels = warm_batch(chosen, pad)
         loss = model(input_ids=inputs, attention_mask=attention, labels=labels).loss
         loss.backward()
         optimizer.step()

@@ -26,16 +26,6 @@ GPU = REPO / "benchmarks" / "gpu"
 # What the wheel folder must cover: whileai's train-time packages that the GPU image lacks, and all of their own
 # requirements that the image lacks, on the target machine (CPython 3.12, x86-64 Linux).
 ROOTS = ("trl", "datasets", "pydantic", "openai")
-TARGET = {
-    "python_version": "3.12",
-    "python_full_version": "3.12.3",
-    "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-    "sys_platform": "linux",
-    "platform_system": "Linux",
-    "platform_machine": "x86_64",
-    "os_name": "posix",
-}
 
 
 def _load(name: str) -> ModuleType:
@@ -137,9 +127,10 @@ def test_the_float64_references_match_a_hand_computed_row(device_check: ModuleTy
 # ---------------------------------------------------------------- the wheel list
 
 
-def _closure(image: frozenset[str], normalize) -> tuple[set[str], set[str]]:
-    """Every distribution ROOTS need on the target machine that the image lacks (read from the installed packages'
-    ``requires``, extras followed), and those whose requirements could not be read here (not installed)."""
+def _closure(image: frozenset[str], normalize, target: dict[str, str]) -> tuple[set[str], set[str]]:
+    """Every distribution ROOTS need on the target machine (its marker environment ``target``) that the image lacks
+    (read from the installed packages' ``requires``, extras followed), and those whose requirements could not be read
+    here (not installed)."""
     from packaging.requirements import Requirement
 
     needed: set[str] = set()
@@ -160,7 +151,7 @@ def _closure(image: frozenset[str], normalize) -> tuple[set[str], set[str]]:
             continue
         for line in lines:
             requirement = Requirement(line)
-            if requirement.marker is not None and not requirement.marker.evaluate({**TARGET, "extra": extra}):
+            if requirement.marker is not None and not requirement.marker.evaluate({**target, "extra": extra}):
                 continue
             queue += [(requirement.name, "")] + [(requirement.name, e) for e in requirement.extras]
     return needed, unread
@@ -170,7 +161,7 @@ def test_wheel_list_covers_every_requirement_the_image_lacks(prepare_wheels: Mod
     for root in ROOTS:
         pytest.importorskip(root)
     listed = {prepare_wheels.normalize(w.name) for w in prepare_wheels.wheel_list() if w.group == "required"}
-    needed, unread = _closure(prepare_wheels.IMAGE_PACKAGES, prepare_wheels.normalize)
+    needed, unread = _closure(prepare_wheels.IMAGE_PACKAGES, prepare_wheels.normalize, prepare_wheels.TARGET_ENV)
     assert set(map(prepare_wheels.normalize, ROOTS)) <= needed  # the image has none of the four
     assert not unread, f"installed here without their metadata: {sorted(unread)}"
     assert not needed - listed, f"prepare_wheels.py's list lacks {sorted(needed - listed)}"
