@@ -133,7 +133,34 @@ def check_backoff(base_s: float, max_s: float) -> None:
         raise ValueError(f"backoff_max_s ({max_s}) is below backoff_base_s ({base_s}); raise it")
 
 
-class EndpointSettings(BaseModel):
+class EndpointChecks(BaseModel):
+    """The checks every endpoint model runs on its ``base_url``, ``api_key_env`` and backoff fields (the endpoint's
+    own settings and ``whileai.judge.JudgeConfig``), defined once."""
+
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return check_base_url(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mask_pasted_key(cls, data: Any) -> Any:
+        # A pasted key ("sk-...") is not a variable name. Swap it for a marker before field validation so that no
+        # error message, even one formatted by an enclosing recipe model, can echo it back.
+        return hide_pasted_key(data)
+
+    @field_validator("api_key_env", check_fields=False)
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_key_variable(value)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> Any:
+        check_backoff(self.backoff_base_s, self.backoff_max_s)  # type: ignore[attr-defined]
+        return self
+
+
+class EndpointSettings(EndpointChecks):
     """Where an OpenAI-compatible chat-completions server lives, how it is sampled, and how hard the client tries.
 
     The judge maps its ``JudgeConfig`` onto these fields; the offline path builds them from ``model_agent``'s and
@@ -182,26 +209,6 @@ class EndpointSettings(BaseModel):
         default=600.0, gt=0.0, description="Calls of one `run` still going after this many seconds are cancelled."
     )
     concurrency: int = Field(default=32, ge=1, description="Most calls in flight at once, on one connection pool.")
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        return check_base_url(value)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mask_pasted_key(cls, data: Any) -> Any:
-        return hide_pasted_key(data)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_key_variable(value)
-
-    @model_validator(mode="after")
-    def _backoff_order(self) -> EndpointSettings:
-        check_backoff(self.backoff_base_s, self.backoff_max_s)
-        return self
 
     def chat_request(self, messages: Sequence[Any], **fields: Any) -> dict[str, Any]:
         """The body of one chat completion: ``model``, ``messages``, ``temperature``, ``max_tokens``, then

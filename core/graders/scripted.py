@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.config.schema import ScriptedRule
+from whileai.grading.calls import each_or_error
 
 __all__ = ["ScriptedGrader"]
 
@@ -115,23 +116,11 @@ class ScriptedGrader:
         limit. That limit buys nothing here: a regular expression holds the interpreter lock until it returns, so
         the waiting thread could not give up on it anyway, and the threads cost more than the rule itself.
         """
-        answers: list[dict[str, Any] | Exception] = []
-        for group in groups:
-            try:
-                answers.append(self(group))
-            except Exception as exc:
-                answers.append(exc)
-        return answers
+        return each_or_error(self, groups)
 
     def score_passes(self, requests: Sequence[tuple[dict[str, Any], Any]]) -> list[dict[str, float] | Exception]:
         """Reward mode's batch: ``score(item, rubric)`` of every request, in one call (see ``grade_groups``)."""
-        answers: list[dict[str, float] | Exception] = []
-        for item, rubric in requests:
-            try:
-                answers.append(self.score(item, rubric))
-            except Exception as exc:
-                answers.append(exc)
-        return answers
+        return each_or_error(lambda request: self.score(*request), requests)
 
     def score(self, item: dict[str, Any], rubric: Any = None) -> dict[str, float]:
         """Reward mode: behaviour 1.0 for a pass that is no hack, 0.0 for one that is; solution 1.0.

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["GRADER_CONCURRENCY", "GRADER_TIMEOUT_S", "GraderCalls", "GraderTimeout"]
+__all__ = ["GRADER_CONCURRENCY", "GRADER_TIMEOUT_S", "GraderCalls", "GraderTimeout", "each_or_error"]
 
 # The longest one call of a plain grader function may take before its group falls back (a hung grader must not
 # hang training). Not from the report: a rule or a local function answers in well under a second, and a minute leaves
@@ -30,6 +30,22 @@ GRADER_TIMEOUT_S = 60.0
 
 # How many groups a grader that declares ``thread_safe = True`` is called on at once.
 GRADER_CONCURRENCY = 8
+
+
+def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:
+    """``call(request)`` for each request in turn, on this thread; an exception stands in for a call that raised.
+
+    Example:
+        >>> each_or_error(lambda x: 10 // x, [5, 0])
+        [2, ZeroDivisionError('integer division or modulo by zero')]
+    """
+    answers: list[Any] = []
+    for request in requests:
+        try:
+            answers.append(call(request))
+        except Exception as exc:
+            answers.append(exc)
+    return answers
 
 
 class GraderTimeout(TimeoutError):
@@ -152,13 +168,7 @@ class GraderCalls:
         """``call(request)`` for each request, in order; an exception (or a ``GraderTimeout``) stands in for the
         answer of a call that raised (or ran over)."""
         if self.timeout_s is None and self.concurrency == 1:
-            answers = []
-            for request in requests:
-                try:
-                    answers.append(call(request))
-                except Exception as exc:
-                    answers.append(exc)
-            return answers
+            return each_or_error(call, requests)
         if not requests:
             return []
         batch = _Batch(len(requests))

@@ -13,15 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field
 
-from whileai.endpoint import (
-    EndpointSettings,
-    check_backoff,
-    check_base_url,
-    check_key_variable,
-    hide_pasted_key,
-)
+from whileai.endpoint import EndpointChecks, EndpointSettings
 
 __all__ = ["JUDGE_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
 
@@ -38,7 +32,7 @@ def default_cache_dir() -> Path:
     return Path(root) / "whileai" / "judge"
 
 
-class JudgeConfig(BaseModel):
+class JudgeConfig(EndpointChecks):
     """Where the judge lives, how it is asked, and how hard the client tries.
 
     Example:
@@ -147,28 +141,6 @@ class JudgeConfig(BaseModel):
         ),
     )
     no_cache: bool = Field(default=False, description="Neither read nor write the answer cache (--no-cache).")
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        return check_base_url(value)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mask_pasted_key(cls, data: Any) -> Any:
-        # A pasted key ("sk-...") is not a variable name. Swap it for a marker before field validation so that no
-        # error message, even one formatted by an enclosing recipe model, can echo it back.
-        return hide_pasted_key(data)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_key_variable(value)
-
-    @model_validator(mode="after")
-    def _backoff_order(self) -> JudgeConfig:
-        check_backoff(self.backoff_base_s, self.backoff_max_s)
-        return self
 
     def endpoint_settings(self) -> EndpointSettings:
         """The endpoint's share of these settings: where the judge lives, how it is sampled, how hard the client
