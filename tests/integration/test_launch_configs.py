@@ -181,6 +181,7 @@ seen = {
 }
 with open(os.path.join(sys.argv[1], f"rank{state.process_index}.json"), "w") as f:
     json.dump(seen, f)
+state.destroy_process_group()  # gloo's threads left running at exit can end a process in std::terminate (SIGABRT)
 """
 
 
