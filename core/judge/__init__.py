@@ -14,20 +14,41 @@ Example (needs a server, e.g. ``vllm serve Qwen/Qwen3-8B``)::
     print(grading.grader.stats)
 """
 
-from whileai.judge.answers import JudgeAnswerError
-from whileai.judge.cache import JudgeCache
-from whileai.judge.client import JudgeCallError, JudgeClient
-from whileai.judge.config import JudgeConfig
-from whileai.judge.grader import (
-    JudgeGrader,
-    JudgeRubricWriter,
-    JudgeScorer,
-    build_judge,
-    judge_config,
-    judge_grading,
-)
-from whileai.judge.prompts import JudgePrompts, load_prompts
-from whileai.judge.stats import JudgeStats
+import importlib
+
+# Where each public name lives. They are imported on first use (PEP 562), so that ``whileai.judge.config``, which the
+# recipe schema reads for the judge section, does not bring in the HTTP client, asyncio and ssl with it: the spread
+# gate with a scripted grader never calls a judge and starts faster without them.
+_HOMES = {
+    "JudgeAnswerError": "whileai.judge.answers",
+    "JudgeCache": "whileai.judge.cache",
+    "JudgeCallError": "whileai.judge.client",
+    "JudgeClient": "whileai.judge.client",
+    "JudgeConfig": "whileai.judge.config",
+    "JudgeGrader": "whileai.judge.grader",
+    "JudgePrompts": "whileai.judge.prompts",
+    "JudgeRubricWriter": "whileai.judge.grader",
+    "JudgeScorer": "whileai.judge.grader",
+    "JudgeStats": "whileai.judge.stats",
+    "build_judge": "whileai.judge.grader",
+    "judge_config": "whileai.judge.grader",
+    "judge_grading": "whileai.judge.grader",
+    "load_prompts": "whileai.judge.prompts",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "JudgeAnswerError",

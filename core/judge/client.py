@@ -1,6 +1,6 @@
 """``JudgeClient``: judge calls, concurrent, retried, cached and bounded by a deadline, behind a sync method.
 
-The judge's layer on top of :class:`whileai.endpoint.EndpointClient`, which does the transport: one connection pool
+The judge's layer on top of :class:`whileai.http_client.EndpointClient`, which does the transport: one connection pool
 on a background event loop (so ``run(specs)`` is a plain synchronous method that works from any thread, including
 one whose own event loop is running, TRL's), the semaphore (``concurrency``), the per-call timeout, retries with
 backoff and jitter on connection errors, timeouts, 408, 409, 429 (honouring ``Retry-After``), 5xx and a 200 that is
@@ -30,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from whileai.endpoint import Call, CallError, EndpointClient, MalformedResponse, Outcome, first_choice
+from whileai.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.endpoint import read_api_key as _read_key_variable
 from whileai.errors import GraderUnavailable
+from whileai.http_client import EndpointClient
 from whileai.judge.answers import JudgeAnswerError
 from whileai.judge.cache import JudgeCache
 from whileai.judge.config import JudgeConfig

@@ -1,7 +1,7 @@
 """One chat completion at a time, with tools, over an OpenAI-compatible endpoint: the model agent's and the simulated
 customer's HTTP client.
 
-:class:`ChatClient` asks :class:`whileai.endpoint.EndpointClient` plain chat completions through its public
+:class:`ChatClient` asks :class:`whileai.http_client.EndpointClient` plain chat completions through its public
 interface, and so keeps everything that client does for a call: one connection pool on one background event loop
 (so ``chat`` is a plain synchronous method that any number of threads may call at once), the wall-clock timeout,
 retries with exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``),
@@ -35,13 +35,13 @@ from typing import Any
 from whileai.endpoint import (
     Call,
     CallError,
-    EndpointClient,
     EndpointSettings,
     EndpointStats,
     first_choice,
     read_api_key,
 )
 from whileai.errors import BadInput, EndpointUnavailable
+from whileai.http_client import EndpointClient
 
 __all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from whileai import GroupwiseGrading
-from whileai.endpoint import Call, EndpointClient, EndpointSettings, _plain_http, first_choice
+from whileai.endpoint import Call, EndpointSettings, first_choice
+from whileai.http_client import EndpointClient, _plain_http
 from whileai.judge import JudgeConfig
 
 # ---------------------------------------------------------------- a batch in flight

@@ -53,6 +53,21 @@ def test_import_whileai_is_light() -> None:
     assert json.loads(done.stdout) == []
 
 
+def test_the_recipe_schema_and_the_spread_gate_load_no_http_client() -> None:
+    # The spread gate with a scripted rule makes no call: the judge's settings in the schema must not bring the HTTP
+    # client, asyncio and ssl into its start-up (about 50 ms of it).
+    code = (
+        "import sys, json, whileai.config, whileai.graders, whileai.preflight, whileai.judge.config; "
+        "print(json.dumps([m for m in ('asyncio', 'ssl', 'urllib.request', 'openai', 'httpx', 'whileai.http_client', "
+        "'whileai.judge.client') if m in sys.modules]))"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    done = _run("import whileai.judge as j; print(j.JudgeGrader.__module__, 'judge_grading' in dir(j))")
+    assert done.stdout.split() == ["whileai.judge.grader", "True"], done.stderr
+
+
 def test_the_source_folder_refuses_its_own_name() -> None:
     done = _run("import core")
     assert done.returncode != 0
