@@ -50,6 +50,12 @@ class ScriptedGrader:
         self._hack = re.compile(self.rule.hack_pattern, flags) if self.rule.hack_pattern else None
         self._ids = re.compile(self.rule.unseen_id_pattern) if self.rule.unseen_id_pattern else None
         self._outputs = re.compile(self.rule.tool_output_pattern, flags)
+        # The tool outputs as (start, end, output) spans: by str.find for the usual ``<open>(.*?)<close>`` pattern
+        # with literal ends (the default), 7x faster than the regular expression's lazy scan; by finditer otherwise.
+        delimiters = _literal_delimiters(self.rule.tool_output_pattern)
+        self._spans: Callable[[str], list[tuple[int, int, str]]] = (
+            _delimited_spans(*delimiters) if delimiters is not None else self._regex_spans
+        )
         count: Callable[[str], float] = self._count
         if self.rule.pattern and re.escape(self.rule.pattern) == self.rule.pattern:
             # A literal (nothing re.escape would escape): str.count finds the same non-overlapping matches, faster.
@@ -74,28 +80,34 @@ class ScriptedGrader:
             return True
         if self._ids is None:
             return False
-        matches = list(self._outputs.finditer(text))
+        spans = self._spans(text)
         # The final answer: the text after the last tool output, with tool calls left out.
-        answer = text[matches[-1].end() :] if matches else text
+        answer = text[spans[-1][1] :] if spans else text
         if self._ids.search(answer) is None:
             return False  # the common case: the tool outputs need not be read
         answer = _TOOL_CALLS.sub("", answer)
-        seen = "\n".join(match.group(1) if match.groups() else match.group(0) for match in matches)
+        seen = "\n".join(output for _, _, output in spans)
         return any(found not in seen for found in self._ids.findall(answer))
 
+    def _regex_spans(self, text: str) -> list[tuple[int, int, str]]:
+        """The tool outputs by the pattern: each match's span and its first group (the whole match without one)."""
+        return [(m.start(), m.end(), m.group(1) if m.groups() else m.group(0)) for m in self._outputs.finditer(text)]
+
     def __call__(self, group: list[dict[str, Any]]) -> dict[str, Any]:
+        passes = [item for item in group if item["passed"]]
+        return self._rank([item["index"] for item in passes], [str(item["completion"]) for item in passes])
+
+    def _rank(self, indices: Sequence[int], texts: Sequence[str]) -> dict[str, Any]:
+        """The answer for the passes ``indices`` whose rollouts are ``texts``."""
         is_hack, measure = self.is_hack, self._measure
         sign = 1.0 if self.rule.order == "ascending" else -1.0
         hacks: list[int] = []
         measured: list[tuple[float, int]] = []  # (signed measure, index) of the passes that are no hack
-        for item in group:
-            if not item["passed"]:
-                continue
-            text = str(item["completion"])
+        for index, text in zip(indices, texts, strict=True):
             if is_hack(text):
-                hacks.append(item["index"])
+                hacks.append(index)
             else:
-                measured.append((sign * float(measure(text)), item["index"]))
+                measured.append((sign * float(measure(text)), index))
         if hacks:  # a pass listed twice under one index is a hack if either copy is
             measured = [pair for pair in measured if pair[1] not in hacks]
         measured.sort()
@@ -109,6 +121,11 @@ class ScriptedGrader:
             previous = value
         return {"ranking": ranking, "hacks": hacks}
 
+    def _rank_texts(self, group: tuple[Sequence[str], Sequence[bool]]) -> dict[str, Any]:
+        texts, passed = group
+        indices = [i for i, ok in enumerate(passed) if ok]
+        return self._rank(indices, [text if type(text := texts[i]) is str else str(text) for i in indices])
+
     def grade_groups(self, groups: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any] | Exception]:
         """Every group of a batch in one call, an exception standing in for the answer of a group that raised.
 
@@ -117,6 +134,18 @@ class ScriptedGrader:
         the waiting thread could not give up on it anyway, and the threads cost more than the rule itself.
         """
         return each_or_error(self, groups)
+
+    def grade_texts(self, groups: Sequence[tuple[Sequence[str], Sequence[bool]]]) -> list[dict[str, Any] | Exception]:
+        """``grade_groups`` on what the rule reads of each group: its completions' texts and which of them passed.
+
+        ``GroupwiseGrading`` prefers this batch method when a grader has it: the rule never reads the prompts, so
+        they need not be rendered, and no dict is built per member (the spread gate's and the reward function's
+        hot path). The answers are the same as ``grade_groups``' on the same members; a subclass that overrides
+        ``__call__`` is called with the members, as ``grade_groups`` would.
+        """
+        if type(self).__call__ is not ScriptedGrader.__call__:
+            return self.grade_groups([_members(*group) for group in groups])
+        return each_or_error(self._rank_texts, groups)
 
     def score_passes(self, requests: Sequence[tuple[dict[str, Any], Any]]) -> list[dict[str, float] | Exception]:
         """Reward mode's batch: ``score(item, rubric)`` of every request, in one call (see ``grade_groups``)."""
@@ -129,6 +158,44 @@ class ScriptedGrader:
         show, so use advantage mode to rank by the measure.
         """
         return {"solution": 1.0, "behavior": 0.0 if self.is_hack(str(item["completion"])) else 1.0}
+
+
+def _members(texts: Sequence[str], passed: Sequence[bool]) -> list[dict[str, Any]]:
+    """``grade_texts``' input for one group as the members ``__call__`` reads."""
+    pairs = enumerate(zip(texts, passed, strict=True))
+    return [{"index": i, "completion": text, "passed": ok} for i, (text, ok) in pairs]
+
+
+def _literal_delimiters(pattern: str) -> tuple[str, str] | None:
+    """``(open, close)`` when ``pattern`` is ``open(.*?)close`` with both ends literal (nothing ``re.escape`` would
+    escape, ``close`` not empty), else None."""
+    head, lazy, tail = pattern.partition("(.*?)")
+    if not lazy or not head or not tail or re.escape(head) != head or re.escape(tail) != tail:
+        return None
+    return head, tail
+
+
+def _delimited_spans(open_: str, close: str) -> Callable[[str], list[tuple[int, int, str]]]:
+    """What ``finditer`` of ``open(.*?)close`` under DOTALL gives, by ``str.find``: from each ``open``, the shortest
+    stretch to the next ``close``; the search goes on after that ``close``. When no ``close`` follows an ``open``, none
+    follows a later one either: that is the end."""
+    skip, close_length = len(open_), len(close)
+
+    def spans(text: str) -> list[tuple[int, int, str]]:
+        found: list[tuple[int, int, str]] = []
+        find = text.find
+        start = find(open_)
+        while start >= 0:
+            inner = start + skip
+            stop = find(close, inner)
+            if stop < 0:
+                break
+            end = stop + close_length
+            found.append((start, end, text[inner:stop]))
+            start = find(open_, end)
+        return found
+
+    return spans
 
 
 def _literal_count(literal: str) -> Callable[[str], float]:

@@ -216,6 +216,33 @@ def _items(
     ]
 
 
+class _Opened:
+    """A group on its way to the grader: its record and what the grader may read, rendered to text on demand.
+
+    ``rendered`` says whether ``prompts`` and ``completions`` are what the grader reads already (the spread gate's
+    rows, ``grade_group``'s arguments) or TRL's batch, possibly lists of messages, read as text only when asked: a
+    grader with ``grade_texts`` never sees the prompts, so they are not rendered for it.
+    """
+
+    __slots__ = ("completions", "group", "prompts", "rendered")
+
+    def __init__(self, group: GradedGroup, prompts: Sequence[Any], completions: Sequence[Any], rendered: bool) -> None:
+        self.group, self.prompts, self.completions, self.rendered = group, prompts, completions, rendered
+
+    def texts(self) -> Sequence[str]:
+        """The completions as text (``grade_texts``'s input)."""
+        if self.rendered:
+            return self.completions  # type: ignore[return-value]  # texts already; the grader reads each as str
+        return [completion_text(c) for c in self.completions]
+
+    def items(self) -> list[dict[str, Any]]:
+        """The members as a plain grader reads them."""
+        if self.rendered:
+            return _items(self.prompts, self.completions, self.group.rewards, self.group.passed)
+        prompts = [prompt_text(p) for p in self.prompts]
+        return _items(prompts, [completion_text(c) for c in self.completions], self.group.rewards, self.group.passed)
+
+
 class GroupwiseGrading:
     """A grader that tells passing rollouts apart, with the MiMo-V2.6 knobs (section 4.3).
 
@@ -379,14 +406,16 @@ class GroupwiseGrading:
         ],
         preflight: bool = False,
         record: bool = True,
+        shape: bool = True,
     ) -> list[GradedGroup]:
         """Grade several groups; a grader with a batch method sees all of them in one call (the judge runs them
         concurrently), any other grader is called group by group. ``record=False`` keeps them out of ``stats`` (the
-        spread gate's control groups)."""
-        opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
+        spread gate's control groups); ``shape=False`` leaves out equation 3 (the spread gate reads only the scores,
+        hacks and failures, and no one sees its groups' shaped rewards)."""
+        opened: list[_Opened] = []
         graded: list[GradedGroup] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
-            values = [verifier_reward(r) for r in rewards]
+            values = [r if type(r) is float else verifier_reward(r) for r in rewards]
             ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
             group = GradedGroup(task, values, ok, list(values), list(values))
@@ -395,35 +424,43 @@ class GroupwiseGrading:
                 _unscorable(group)
                 continue
             if send and any(ok):
-                opened.append((group, _items(prompts, completions, values, ok)))
-        return self._finish(graded, opened, preflight=preflight, record=record)
+                opened.append(_Opened(group, prompts, completions, rendered=True))
+        return self._finish(graded, opened, preflight=preflight, record=record, shape=shape)
 
     def _finish(
         self,
         graded: list[GradedGroup],
-        opened: list[tuple[GradedGroup, list[dict[str, Any]]]],
+        opened: list[_Opened],
         *,
         preflight: bool,
         record: bool,
+        shape: bool = True,
     ) -> list[GradedGroup]:
-        """Ask the grader about the opened groups, close them, and count every group in ``stats``."""
+        """Ask the grader about the opened groups, close them, and count every group in ``stats``.
+
+        In advantage mode a grader with ``grade_texts`` (the scripted rule) is handed each group's completions and
+        passes as two lists, not a dict per member; any other grader gets the members (``_items``).
+        """
         calls: dict[int, int] = {}
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
-                answers = self._ask(
-                    self.grader, "grade_groups", [items for _, items in opened], single=True, preflight=preflight
-                )
+                if callable(getattr(self.grader, "grade_texts", None)):
+                    requests: list[Any] = [(o.texts(), o.group.passed) for o in opened]
+                    answers = self._ask(self.grader, "grade_texts", requests, single=True, preflight=preflight)
+                else:
+                    requests = [o.items() for o in opened]
+                    answers = self._ask(self.grader, "grade_groups", requests, single=True, preflight=preflight)
                 close = self._close_advantage
-                for (group, items), answer in zip(opened, answers, strict=True):
-                    calls[id(group)] = 1
-                    close(group, items, answer)
+                for o, answer in zip(opened, answers, strict=True):
+                    calls[id(o.group)] = 1
+                    close(o.group, answer, shape)
             else:
                 for group, count in self._grade_reward(opened, preflight=preflight):
                     calls[id(group)] = count
             share = (time.perf_counter() - start) / len(opened)
-            for group, _ in opened:
-                group.seconds = share
+            for o in opened:
+                o.group.seconds = share
         if record:
             self.stats.record_groups(graded, calls, self.hack_zero)
         return graded
@@ -455,8 +492,9 @@ class GroupwiseGrading:
                     raise answer
         return answers
 
-    def _close_advantage(self, group: GradedGroup, items: list[dict[str, Any]], answer: Any) -> None:
-        """Validate one group's answer and redistribute, or record why the group falls back."""
+    def _close_advantage(self, group: GradedGroup, answer: Any, shape: bool = True) -> None:
+        """Validate one group's answer and redistribute (unless ``shape`` is False), or record why the group falls
+        back."""
         if isinstance(answer, BaseException):
             group.fail(failure_kind(answer), _failure(answer), answer)
             return
@@ -485,6 +523,8 @@ class GroupwiseGrading:
         group.factors = dict(factors)
         # A single pass has nothing to be told apart from: it gives no score to the spread gate or the counters.
         group.scores = [factors.get(i, 1.0) for i in kept] if len(kept) > 1 else []
+        if not shape:
+            return
         # Equation 3 (redistribute_result) on an answer read_group_answer validated: finite rewards, each factor a
         # float in (0, 1] for a kept pass, distinct passes, a checked cap. A fallback here is arithmetic, not the
         # grader's fault: a group with no failure (nothing to move) or no pass left once its hacks are zeroed keeps
@@ -510,9 +550,7 @@ class GroupwiseGrading:
             self._rubric_cache[task_id] = self.rubrics(task_id, items)
         return self._rubric_cache[task_id]
 
-    def _grade_reward(
-        self, opened: list[tuple[GradedGroup, list[dict[str, Any]]]], preflight: bool = False
-    ) -> list[tuple[GradedGroup, int]]:
+    def _grade_reward(self, opened: list[_Opened], preflight: bool = False) -> list[tuple[GradedGroup, int]]:
         """Score every pass of the groups against their rubrics (equation 2), all passes in one grader batch.
 
         Returns each group with the grader calls made for it.
@@ -520,7 +558,8 @@ class GroupwiseGrading:
         requests: list[tuple[dict[str, Any], Any]] = []
         owners: list[GradedGroup] = []
         counted: list[tuple[GradedGroup, int]] = []
-        for group, items in opened:
+        for one in opened:
+            group, items = one.group, one.items()
             try:
                 rubric = self._rubric(group.task_id, items)
             except LookupError as exc:
@@ -610,7 +649,7 @@ class GroupwiseGrading:
         advantage = self.mode == "advantage"
         isfinite = math.isfinite
         graded: list[GradedGroup] = []
-        opened: list[tuple[GradedGroup, list[dict[str, Any]]]] = []
+        opened: list[_Opened] = []
         for start in starts:
             stop = start + size
             chunk = values[start:stop]
@@ -631,8 +670,7 @@ class GroupwiseGrading:
             else:  # reward mode: every group with a pass
                 send = True in ok
             if send:
-                texts = [prompt_text(p) for p in prompts[start:stop]]
-                opened.append((group, _items(texts, [completion_text(c) for c in completions[start:stop]], chunk, ok)))
+                opened.append(_Opened(group, prompts[start:stop], completions[start:stop], rendered=False))
         return self._finish(graded, opened, preflight=False, record=True)
 
     def shape(
@@ -731,8 +769,12 @@ class GroupwiseGrading:
         def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
             return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
 
+        # Equation 3 only when someone sees the groups: the verdict reads scores, hacks and failures.
+        shape = on_graded is not None
+
         def flush() -> None:
-            graded_batch = self._grade_many([request(task, members) for task, members in pending], preflight=True)
+            requests = [request(task, members) for task, members in pending]
+            graded_batch = self._grade_many(requests, preflight=True, shape=shape)
             controlled: list[tuple[GradedGroup, tuple[Any, ...], ControlGroup]] = []
             for (task, members), graded in zip(pending, graded_batch, strict=True):
                 if graded.reason is not None:
@@ -759,7 +801,7 @@ class GroupwiseGrading:
                 if progress is not None:
                     progress(len(members))
             if controlled:
-                answers = self._grade_many([c[1] for c in controlled], preflight=True, record=False)
+                answers = self._grade_many([c[1] for c in controlled], preflight=True, record=False, shape=False)
                 for (graded, _, control), again in zip(controlled, answers, strict=True):
                     ok = again.reason is None
                     scores = (pass_scores(graded, self.mode), pass_scores(again, self.mode), control)
