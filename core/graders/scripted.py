@@ -13,6 +13,7 @@ whole batch in one call (``score_passes`` in reward mode) instead of one call pe
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -199,9 +200,5 @@ def _delimited_spans(open_: str, close: str) -> Callable[[str], list[tuple[int, 
 
 
 def _literal_count(literal: str) -> Callable[[str], float]:
-    """``text.count(literal)``: the matches of a pattern without special characters."""
-
-    def count(text: str) -> float:
-        return text.count(literal)
-
-    return count
+    """``text.count(literal)``: the matches of a pattern without special characters (a C call, no Python frame)."""
+    return operator.methodcaller("count", literal)

@@ -108,7 +108,8 @@ class GradingStats:
             hack_zero: whether confirmed hacks were zeroed (then they count in ``hacks_zeroed``).
         """
         with self._lock:
-            fallbacks, first_failures, add_score = self.fallbacks, self.first_failures, self.scores.add
+            fallbacks, first_failures, moments = self.fallbacks, self.first_failures, self.scores
+            count, mean, m2 = moments.count, moments.mean, moments._m2  # ScoreMoments.add, inlined below
             for group in groups:
                 passed = group.passed
                 self.groups += 1
@@ -124,7 +125,11 @@ class GradingStats:
                     fallbacks[kind] += 1
                     first_failures.setdefault(kind, reason)
                 for score in group.scores:
-                    add_score(score)
+                    count += 1
+                    delta = score - mean
+                    mean += delta / count
+                    m2 += delta * (score - mean)
+            moments.count, moments.mean, moments._m2 = count, mean, m2
 
     def snapshot(self) -> GradingStats:
         """A copy of the counters, to restore after work that is redone (a re-read of a rows file)."""

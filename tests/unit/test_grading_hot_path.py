@@ -222,3 +222,35 @@ def test_a_call_over_its_limit_stands_in_as_a_timeout_and_the_others_keep_their_
     else:  # the only worker is stuck in the call: the rest fall back at once
         assert "has not returned" in str(answers[2])
     calls.close()
+
+
+def test_counting_a_batch_adds_the_scores_as_one_by_one() -> None:
+    from whileai.grading.groupwise import GradedGroup
+    from whileai.grading.stats import GradingStats
+
+    groups = []
+    for g in range(40):
+        rewards = [float((g + i) % 3 > 0) for i in range(6)]
+        group = GradedGroup(f"t{g}", rewards, [r > 0 for r in rewards], rewards[:], rewards[:])
+        group.scores = [1.0 - 0.137 * ((g * i) % 5) for i in range(g % 4)]
+        if g % 7 == 0:
+            group.fail("unusable answer", "unusable answer: no ranking")
+        groups.append(group)
+    batch, single = GradingStats(), GradingStats()
+    batch.record_groups(groups, {id(g): 1 for g in groups}, hack_zero=True)
+    for group in groups:
+        single.record(
+            mixed=group.mixed,
+            grader_calls=1,
+            reason=group.reason,
+            failure=group.failure,
+            hacks_zeroed=len(group.hacks) if group.reason is None else 0,
+            scores=group.scores,
+            seconds=group.seconds,
+        )
+    assert batch.as_dict() == single.as_dict()
+    assert (batch.scores.count, batch.scores.mean, batch.scores._m2) == (
+        single.scores.count,
+        single.scores.mean,
+        single.scores._m2,
+    )
