@@ -259,6 +259,26 @@ def _mark_run(out: Path, status: str, **fields: Any) -> None:
     _write_json(path, summary)
 
 
+def _end_process_group() -> None:
+    """Destroy the torch.distributed process group of a multi-process run once every process has finished it.
+
+    Under ``accelerate launch`` the accelerate state that ``GRPOConfig`` builds joins the processes (gloo on a CPU)
+    and nothing ends that group: neither ``Trainer.train`` nor ``GRPOTrainer`` does, and TRL's own scripts call
+    ``trainer.end()`` after saving for this. A gloo group left alive at interpreter exit can end a process that has
+    finished its work in std::terminate ("terminate called without an active exception", SIGABRT). The barrier comes
+    first so that no process closes its connections while another still waits on them. A run that raised does not
+    come here: its peers may never reach the barrier, and the launcher ends them. With one process (no group, or
+    torch never imported) this does nothing.
+    """
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def run_training(
     loaded: LoadedRecipe,
     *,
@@ -270,7 +290,9 @@ def run_training(
     """Run the recipe: the spread gate, then GRPO with the groupwise grader.
 
     A run that stops on an error or on Ctrl-C is marked in ``whileai_run.json`` (``status``: ``failed`` with the
-    error, or ``interrupted`` with the newest checkpoint), so a half-made folder never reads as a finished run.
+    error, or ``interrupted`` with the newest checkpoint), so a half-made folder never reads as a finished run. A run
+    that returns (trained, or refused by the spread gate) ends with the process group of a multi-process launch
+    destroyed on every process: it is the process's last distributed work.
 
     Args:
         loaded: a validated recipe with model, data and verifier sections.
@@ -286,7 +308,7 @@ def run_training(
     """
     out = Path(loaded.recipe.output_dir)
     try:
-        return _train(loaded, skip_spread_gate, resume, say, callbacks)
+        result = _train(loaded, skip_spread_gate, resume, say, callbacks)
     except KeyboardInterrupt:
         checkpoint = last_checkpoint(out)
         _mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
@@ -294,6 +316,9 @@ def run_training(
     except Exception as error:
         _mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
         raise
+    # Outside the try: the run's folder already says how it ended, and a peer lost here does not undo that.
+    _end_process_group()
+    return result
 
 
 def _train(
