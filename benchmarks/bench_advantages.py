@@ -15,7 +15,8 @@ ratios):
    floor; verl's ``compute_gae_advantage_return`` (verl.trainer.ppo.core_algos) and OpenRLHF's
    ``RemoteExperienceMaker.get_advantages_and_returns``.
 3. GRPO (group std) and RLOO outcome advantages for N in {4096, 65536, 262144} episodes in groups of 8 and 16:
-   whileai's estimators on ``[N]`` rewards against the floor, and on verl's inputs (token-level rewards ``[N, 1]``, a
+   whileai's estimators on ``[N]`` rewards against the floor, on both paths (the numba kernel, the CPU default, and
+   the torch path, forced with ``WHILEAI_NO_NATIVE=1``), and on verl's inputs (token-level rewards ``[N, 1]``, a
    response mask, ``[N, 1]`` token advantages out) against verl's vectorized paths
    (``compute_grpo_vectorized_outcome_advantage``, ``compute_rloo_vectorized_outcome_advantage``) and, at N=4096
    only, its per-episode loops.
@@ -351,10 +352,10 @@ def bench_groups(
 ) -> list[str]:
     """The GRPO and RLOO table: whileai on [N] against the floor, and on verl's [N, 1] inputs against verl."""
     rows = [
-        "| estimator | N | G | whileai [N] ms | floor ms | / floor | target <= 2x floor "
+        "| estimator | N | G | whileai [N] ms | floor ms | / floor | target <= 2x floor | torch path ms | / floor "
         "| whileai [N, 1] ms | verl vectorized ms | verl / whileai | verl loop ms | loop / whileai |"
     ]
-    rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     core = peers.get("verl")
     gen = torch.Generator().manual_seed(1)
     probe = CopyProbe(device)
@@ -371,6 +372,7 @@ def bench_groups(
             for name, (estimator, vectorized, loop) in estimators.items():
                 contenders: dict[str, tuple[Callable[[], object], int]] = {
                     "bare": (partial(estimator, rewards, group), 3),
+                    "torch path": (partial(torch_path, partial(estimator, rewards, group)), 1),
                     "verl io": (partial(_ours_outcome, estimator, token_rewards, response_mask, group), 3),
                     "copy": (probe, 1),
                 }
@@ -381,7 +383,8 @@ def bench_groups(
                 ratio = times["bare"] / floor
                 verdicts[f"{name} floor N={episodes} G={group}"] = ratio
                 cells = [name, str(episodes), str(group), fmt_ms(times["bare"]), fmt_ms(floor), f"{ratio:.1f}"]
-                cells += [met(ratio), fmt_ms(times["verl io"])]
+                cells += [met(ratio), fmt_ms(times["torch path"]), f"{times['torch path'] / floor:.1f}"]
+                cells += [fmt_ms(times["verl io"])]
                 if core is None:
                     rows.append("| " + " | ".join([*cells, "not run", "-", "not run", "-"]) + " |")
                     continue
@@ -399,8 +402,13 @@ def bench_groups(
                     cells += ["-", "-"]
                 rows.append("| " + " | ".join(cells) + " |")
     rows.append("")
+    kernel = "the numba kernel, one pass per group on one thread" if native_available() else "the torch path (no numba)"
     rows.append(f"- whileai [N]: `group_advantages(rewards, G)` (group std) and `rloo_advantages(rewards, G)`, {how}, ")
-    rows[-1] += "vectorized, no whitening; the floor is 8 bytes per episode (4 in, 4 out) at the copy's bandwidth."
+    rows[-1] += f"{kernel}, no whitening; the floor is 8 bytes per episode (4 in, 4 out) at the copy's bandwidth."
+    rows.append(
+        "- torch path: the same with `WHILEAI_NO_NATIVE=1`, vectorized torch ops (what CUDA runs, and the CPU without "
+        "numba)."
+    )
     rows.append(
         "- whileai [N, 1]: the same on verl's inputs and outputs, `estimator(rewards.sum(-1), G)[:, None] * mask`."
     )
@@ -425,6 +433,10 @@ def check_agreement(peers: dict[str, object], device: torch.device) -> list[str]
     ours, targets = gae_advantages(rewards, values, mask, 0.99, 0.95)
     torch_adv, _ = torch_path(lambda: gae_advantages(rewards, values, mask, 0.99, 0.95))
     notes.append(f"whileai torch path vs default path: max |diff| {(torch_adv - ours).abs().max():.1e}")
+    scores = torch.randn(4096, generator=gen).to(device)
+    for name, estimator in (("GRPO", group_advantages), ("RLOO", rloo_advantages)):
+        diff = (torch_path(lambda e=estimator: e(scores, 8)) - estimator(scores, 8)).abs().max()
+        notes.append(f"whileai {name} torch path vs default path, G=8: max |diff| {diff:.1e}")
     if "verl" in peers:
         _, returns = peers["verl"].compute_gae_advantage_return(rewards, values, mask, 0.99, 0.95)
         notes.append(

@@ -18,13 +18,11 @@ group gets advantage 0 and not NaN. Broadcasting an episode's advantage to its t
 ``adv[:, None] * mask``. No I/O.
 
 On the CPU, torch is slow at what groups of 8 need: a sum over a last axis of 8 and a broadcast back over it each take
-3 to 5 elementwise passes' time. So for float32 on the CPU with groups of 2, 4 or 8 (``N`` a multiple of 16), the
-centering ``R - mean_group`` is one ``[N/16, 16] @ [16, 16]`` product with the block-diagonal matrix of blocks
-``I - J/G`` (its entries are powers of 2: a group of equal rewards centers to exactly 0), the group std's sums of
-squares one matrix-vector product, and the std goes back onto the members by a product with a 0/1 matrix; the rest is
-elementwise. The numbers agree with the plain path to float32 rounding
-(a test checks it); where TF32 or bfloat16 could round a float32 product (``scan.float32_matmul_is_exact``), the plain
-path runs. Groups of 16 and more are fast enough the plain way (measured: the product is slower there).
+3 to 5 elementwise passes' time. With numba installed (the ``fast`` extra), float32 and float64 rewards on the CPU that
+need no gradient go through ``native.centered_native``, one compiled pass that centers (and scales) every group;
+everything else (CUDA, inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch path below.
+Both give the same numbers to float32 rounding, a group of equal rewards exactly 0, and a NaN reward NaN in its own
+group and nowhere else (tests compare them).
 """
 
 from __future__ import annotations
@@ -34,7 +32,8 @@ from typing import Literal
 
 import torch
 
-from whileai.advantages.scan import float32_matmul_is_exact, zero_outside
+from whileai.advantages.native import centered_native
+from whileai.advantages.scan import zero_outside
 
 __all__ = [
     "STD_EPS",
@@ -62,60 +61,16 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def _center(grouped: torch.Tensor) -> torch.Tensor:
-    """``R - mean_group`` as a new tensor: ``[N/G, G]`` -> ``[N/G, G]``."""
-    if _mixes_by_product(grouped):
-        return _within_groups(grouped, "center")
-    return grouped - grouped.sum(1, keepdim=True).div_(grouped.shape[1])
+    """``R - mean_group`` as a new tensor: ``[N/G, G]`` -> ``[N/G, G]``.
 
-
-# Members a row of the block-diagonal products holds: the [N/16, 16] @ [16, 16] shape is the fastest product measured
-# on 2 CPU cores (8 columns are 3 times slower per element, 32 twice).
-_ROW = 16
-
-_MIXERS: dict[tuple[int, str, torch.device], torch.Tensor] = {}
-
-
-# Added under each square of the group std's product (see group_advantages).
-_SQUARE_FLOOR = torch.tensor(1e-30)
-
-
-def _mixer(group_size: int, kind: str, device: torch.device) -> torch.Tensor:
-    """The float32 matrices of the product path, cached per size, kind and device. ``"center"``: the ``[16, 16]``
-    block-diagonal matrix of ``16 / G`` blocks ``I - J/G`` (``J`` all ones) that ``_within_groups`` applies; its
-    entries are powers of 2, so a group of equal rewards centers to exactly 0. ``"variance"``: the ``[G]`` vector of
-    ``1/(G-1)``, Bessel's sum of squares as a matrix-vector product. ``"spread"``: the ``[16/G, 16]`` 0/1 matrix that
-    copies each group's value onto its ``G`` members."""
-    key = (group_size, kind, device)
-    if key not in _MIXERS:
-        g = group_size
-        if kind == "variance":
-            matrix = torch.full((g,), 1.0 / (g - 1), dtype=torch.float64)
-        elif kind == "spread":
-            matrix = torch.block_diag(*[torch.ones(1, g, dtype=torch.float64)] * (_ROW // g))
-        else:
-            block = torch.eye(g, dtype=torch.float64) - 1.0 / g
-            matrix = torch.block_diag(*[block] * (_ROW // g))
-        _MIXERS[key] = matrix.to(torch.float32).to(device)
-    return _MIXERS[key]
-
-
-def _mixes_by_product(grouped: torch.Tensor) -> bool:
-    """Whether ``_within_groups`` serves this ``[N/G, G]`` float32 CPU block (see the module docstring)."""
-    size = grouped.shape[1]
-    return (
-        grouped.dtype == torch.float32
-        and grouped.device.type == "cpu"
-        and size in (2, 4, 8)
-        and grouped.numel() % _ROW == 0
-        and grouped.is_contiguous()
-        and float32_matmul_is_exact(grouped.device)
-    )
-
-
-def _within_groups(grouped: torch.Tensor, kind: str) -> torch.Tensor:
-    """``grouped @ M`` group by group, as one ``[N/16, 16] @ [16, 16]`` product: ``[N/G, G]`` -> ``[N/G, G]``."""
-    rows = grouped.view(-1, _ROW)  # [N/16, 16], 16/G whole groups per row
-    return (rows @ _mixer(grouped.shape[1], kind, grouped.device)).view(grouped.shape)
+    Each group is shifted by its first reward before it is summed, as the kernel does: a group of equal rewards then
+    centers to exactly 0 at any size (a float32 sum of 5 copies of 123.456 is not 5 times it), and the centered values
+    keep their digits when the rewards share a large offset. An infinite first reward is no shift (``inf - inf``
+    would turn the group's finite rewards to NaN).
+    """
+    shift = torch.nan_to_num(grouped[:, :1], nan=0.0, posinf=0.0, neginf=0.0)  # [N/G, 1]
+    shifted = grouped - shift  # [N/G, G]
+    return shifted.sub_(shifted.sum(1, keepdim=True).div_(grouped.shape[1]))
 
 
 def _out(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -144,28 +99,27 @@ def group_advantages(
         tensor([ 2.4742, -0.3535])
     """
     grouped = _groups(rewards, group_size)  # [N/G, G]
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    if group_size < 2 and scale == "group":
+        raise ValueError("a group std needs group_size >= 2")
+    if scale == "batch":
+        std = grouped.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
+    if scale == "group":
+        fused = centered_native(grouped.view(-1), group_size, std_eps=STD_EPS)
+    elif scale == "batch" and grouped.device.type == "cpu":  # float(std) would wait for a GPU
+        fused = centered_native(grouped.view(-1), group_size, factor=1.0 / (float(std) + STD_EPS))
+    else:
+        fused = centered_native(grouped.view(-1), group_size)  # None off the CPU
+    if fused is not None:
+        return _out(fused, rewards)
     centered = _center(grouped)  # [N/G, G]
     if scale == "none":
         return _out(centered, rewards)
-    if group_size < 2 and scale == "group":
-        raise ValueError("a group std needs group_size >= 2")
-    if scale == "group" and _mixes_by_product(grouped):
-        # The sums of squares as one matrix-vector product (twice as fast as a sum over 8), Bessel's 1/(G-1) folded in.
-        # 1e-30 under each square keeps the square root off exact zeros, where MKL's takes a 6 times slower path;
-        # it moves the std by 1e-15 at most, below half of STD_EPS's last float32 bit: the quotient does not change.
-        squares = torch.addcmul(_SQUARE_FLOOR, centered, centered)  # [N/G, G]
-        std = torch.mv(squares, _mixer(group_size, "variance", grouped.device)).sqrt_().add_(STD_EPS)  # [N/G]
-        # Back onto every member by a product with a 0/1 matrix (exact; 3 times faster than broadcasting over 8).
-        spread = std.view(-1, _ROW // group_size) @ _mixer(group_size, "spread", grouped.device)  # [N/16, 16]
-        return _out(centered.div_(spread.view(grouped.shape)), rewards)
     if scale == "group":
         # Bessel-corrected std from the centered values, summed explicitly: torch.std over a tiny inner dim is
         # several times slower on CPU.
         std = centered.square().sum(1, keepdim=True).div_(group_size - 1).sqrt_()  # [N/G, 1]
-    elif scale == "batch":
-        std = grouped.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
-    else:
-        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     return _out(centered.div_(std + STD_EPS), rewards)
 
 
@@ -188,7 +142,11 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if group_size < 2:
         raise ValueError("RLOO needs group_size >= 2")
     grouped = _groups(rewards, group_size)  # [N/G, G]
-    return _out(_center(grouped).mul_(group_size / (group_size - 1)), rewards)
+    factor = group_size / (group_size - 1)
+    fused = centered_native(grouped.view(-1), group_size, factor=factor)
+    if fused is not None:
+        return _out(fused, rewards)
+    return _out(_center(grouped).mul_(factor), rewards)
 
 
 def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -210,7 +168,8 @@ def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Te
         tensor([ 1.2244, -1.2244,  0.0000,  0.0000])
     """
     grouped = _groups(rewards, group_size)  # [N/G, G]
-    centered = _center(grouped)  # [N/G, G]
+    fused = centered_native(grouped.view(-1), group_size)
+    centered = _center(grouped) if fused is None else fused.view(grouped.shape)  # [N/G, G]
     std = centered.std() if centered.numel() > 1 else centered.new_zeros(())  # []
     return _out(centered / (std + STD_EPS), rewards)
 

@@ -50,7 +50,7 @@ def reusable_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.de
         >>> reusable_output((2, 3), torch.float32, torch.device("cpu"), "doc").data_ptr() == address
         True
     """
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0 or nbytes > _MAX_BYTES:
         return torch.empty(shape, dtype=dtype, device=device)
     entry = getattr(_LOCAL, slot, None)

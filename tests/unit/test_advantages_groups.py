@@ -153,60 +153,119 @@ def test_dtypes_and_errors():
         expected_group_push(1.5, 8, True)
 
 
-# --- the product path: float32 on the CPU, groups of 2, 4, 8 or 16 -----------------------------------------------
+# --- the CPU kernel (native.centered_native) and the torch path -----------------------------------------------------
+
+ESTIMATORS = {
+    "group": lambda x, g: group_advantages(x, g),
+    "batch": lambda x, g: group_advantages(x, g, scale="batch"),
+    "none": lambda x, g: group_advantages(x, g, scale="none"),
+    "rloo": rloo_advantages,
+    "center, batch scale": group_center_batch_scale,
+}
 
 
-@pytest.mark.parametrize("group", [2, 4, 8])
-@pytest.mark.parametrize("kind", ["binary", "partial credit", "continuous"])
-def test_product_path_equals_float64(group, kind):
-    """float32 on the CPU centers with one [N/16, 16] @ [16, 16] product: every estimator within float32 rounding of
-    the float64 path (which never takes it)."""
-    from whileai.advantages.groups import _mixes_by_product
+def torch_path(fn, *args):
+    """``fn(*args)`` with the numba kernel switched off (``WHILEAI_NO_NATIVE=1``): the path CUDA takes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WHILEAI_NO_NATIVE", "1")
+        return fn(*args)
 
-    gen = torch.Generator().manual_seed(group)
-    n = 16 * 50
+
+def float64_reference(rewards: torch.Tensor, group: int, name: str) -> torch.Tensor:
+    """Each estimator from its definition, in float64, group by group (centered after subtracting the group's first
+    reward, exact in float64, so that a large common offset costs the reference no digits)."""
+    x = rewards.double().view(-1, group)  # [N/G, G]
+    shifted = x - x[:, :1]
+    centered = shifted - shifted.mean(1, keepdim=True)
+    if name == "group":
+        return (centered / (shifted.std(1, keepdim=True) + STD_EPS)).view(-1)
+    if name == "batch":
+        return (centered / ((x - x[0, 0]).std() + STD_EPS)).view(-1)
+    if name == "rloo":
+        return (centered * group / (group - 1)).view(-1)
+    if name == "center, batch scale":
+        return (centered / (centered.std() + STD_EPS)).view(-1)
+    return centered.view(-1)
+
+
+rewards_kinds = st.sampled_from(["binary", "partial credit", "continuous", "offset"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([2, 3, 4, 5, 7, 8, 9, 16, 24]),
+    st.integers(1, 150),  # groups: more than one block of the kernel (64 groups) and a partial last block
+    rewards_kinds,
+    st.sampled_from([torch.float32, torch.float64]),
+    st.integers(0, 2**31 - 1),
+)
+def test_kernel_and_torch_path_equal_the_float64_reference(group, groups, kind, dtype, seed):
+    """Both paths within float32 rounding (float64: 1e-12) of the definition, with ties and flat groups among them."""
+    gen = torch.Generator().manual_seed(seed)
+    n = group * groups
     rewards = {
-        "binary": (torch.rand(n, generator=gen) < 0.3).float(),
-        "partial credit": torch.randint(0, 5, (n,), generator=gen).float() / 4,
-        "continuous": torch.randn(n, generator=gen) * 3 + 10,
-    }[kind]
-    assert _mixes_by_product(rewards.view(-1, group))
-    cases = {
-        "group": lambda x: group_advantages(x, group),
-        "batch": lambda x: group_advantages(x, group, scale="batch"),
-        "none": lambda x: group_advantages(x, group, scale="none"),
-        "rloo": lambda x: rloo_advantages(x, group),
-        "center, batch scale": lambda x: group_center_batch_scale(x, group),
-    }
-    for name, estimator in cases.items():
-        fast, reference = estimator(rewards), estimator(rewards.double())
-        assert fast.dtype == torch.float32, name
+        "binary": (torch.rand(n, generator=gen) < 0.3).double(),
+        "partial credit": torch.randint(0, 5, (n,), generator=gen).double() / 4,
+        "continuous": torch.randn(n, generator=gen, dtype=torch.float64) * 3,
+        "offset": torch.randn(n, generator=gen, dtype=torch.float64) * 0.01 + 100,  # spread far below the offset
+    }[kind].to(dtype)
+    tolerance = 3e-6 if dtype == torch.float32 else 1e-12
+    for name, estimator in ESTIMATORS.items():
+        reference = float64_reference(rewards, group, name)
         scale = max(1.0, reference.abs().max().item())
-        assert (fast.double() - reference).abs().max().item() <= 2e-6 * scale, name
+        for path, out in (("kernel", estimator(rewards, group)), ("torch", torch_path(estimator, rewards, group))):
+            assert out.dtype == dtype, (name, path)
+            assert (out.double() - reference).abs().max().item() <= tolerance * scale, (name, path)
 
 
-def test_product_path_keeps_zero_variance_groups_at_zero():
-    rewards = torch.tensor([0.0] * 8 + [1.0] * 8 + [1.0] + [0.0] * 7 + [0.5] * 8)
-    adv = group_advantages(rewards, 8)
-    assert torch.equal(adv[:16], torch.zeros(16)) and torch.equal(adv[24:], torch.zeros(8))
-    assert torch.equal(rloo_advantages(rewards, 8)[:16], torch.zeros(16))
-    assert torch.isfinite(adv).all()
+@pytest.mark.parametrize("group", [2, 3, 5, 6, 7, 8, 12, 16, 33])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_rewards_give_exactly_zero(group, dtype):
+    """A zero-variance group carries no gradient: exactly 0 on both paths, at any group size (a float32 sum of five
+    copies of 123.456 is not five times it: the sum is shifted by the group's first reward)."""
+    for value in (0.1, 0.7, 1 / 3, 123.456, -5e6):
+        rewards = torch.cat([torch.full((group,), value), torch.arange(float(group))]).to(dtype)
+        for name, estimator in ESTIMATORS.items():
+            for out in (estimator(rewards, group), torch_path(estimator, rewards, group)):
+                if name in ("group", "none", "rloo"):
+                    assert torch.equal(out[:group], torch.zeros(group, dtype=dtype)), (name, value)
+                assert torch.isfinite(out).all(), (name, value)
 
 
-def test_product_path_steps_aside_where_tf32_could_round():
-    """With a reduced float32 matmul precision the plain path runs: same numbers, no rounded product."""
-    from whileai.advantages.groups import _mixes_by_product
+@pytest.mark.parametrize("group", [2, 4, 8, 16])
+def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
+    """A NaN reward makes its group NaN (an infinite one NaN or -inf), nowhere else with a group scale; with a batch
+    scale everything. The kernel gives exactly what the torch path gives."""
+    nan, inf = float("nan"), float("inf")
+    gen = torch.Generator().manual_seed(group)
+    rewards = (torch.rand(group * 80, generator=gen) < 0.5).float()  # 80 groups: more than one kernel block
+    rewards[1] = nan  # group 0
+    rewards[group] = inf  # group 1, first member
+    rewards[3 * group + 1] = inf  # group 3, not the first member
+    rewards[5 * group], rewards[5 * group + 1] = inf, -inf  # group 5
+    poisoned = {0, 1, 3, 5}
+    for name, estimator in ESTIMATORS.items():
+        fused, plain = estimator(rewards, group), torch_path(estimator, rewards, group)
+        torch.testing.assert_close(fused, plain, equal_nan=True, atol=3e-6, rtol=3e-6, msg=name)
+        finite_groups = torch.isfinite(fused).view(-1, group).all(1)
+        if name in ("batch", "center, batch scale"):
+            assert not finite_groups.any(), name
+        else:
+            assert {int(g) for g in torch.nonzero(~finite_groups)} == poisoned, name
 
-    rewards = torch.randn(64, generator=torch.Generator().manual_seed(0)) + 100
-    exact = group_advantages(rewards, 8)
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        assert not _mixes_by_product(rewards.view(-1, 8))
-        plain = group_advantages(rewards, 8)
-    finally:
-        torch.set_float32_matmul_precision(previous)
-    assert torch.allclose(plain, exact, atol=1e-5)
-    assert not _mixes_by_product(torch.zeros(24).view(-1, 8))  # N not a multiple of 16
-    assert not _mixes_by_product(torch.zeros(48).view(-1, 3))  # 3 does not divide 16
-    assert not _mixes_by_product(torch.zeros(64).view(-1, 16))  # 16: the plain path is faster
+
+def test_the_kernel_serves_the_cpu_and_steps_aside_where_it_must(monkeypatch):
+    from whileai.advantages.native import centered_native, native_available
+
+    rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+    if native_available():
+        torch.testing.assert_close(centered_native(rewards, 8), group_advantages(rewards, 8, scale="none"))
+    assert centered_native(rewards.to(torch.bfloat16), 8) is None  # the caller upcasts first
+    assert centered_native(rewards.requires_grad_(), 8) is None  # a gradient needs the torch path
+    adv = rloo_advantages(rewards, 8)
+    adv.sum().backward()
+    assert rewards.grad is not None
+    monkeypatch.setenv("WHILEAI_NO_NATIVE", "1")
+    assert not native_available()
+    assert centered_native(rewards.detach(), 8) is None
+    assert torch.equal(rloo_advantages(rewards.detach(), 8), adv.detach())
