@@ -399,37 +399,20 @@ def _members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> 
         yield position, group, member
 
 
-def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
-    """``_members`` of a JSONL file, in one loop: the hot path of the spread gate.
-
-    A plain row (``_plain``) parsed by orjson is taken as it is; any other line, and every line without orjson, goes
-    through the standard library and ``_member``, which name what is wrong with it.
-    """
-    fast = _fast_loads()
-    keys = (fields.group_key, fields.reward_key, fields.text_key, fields.prompt_key)
-    with path.open("rb", buffering=1 << 20) as handle:
-        offset = 0
-        for number, line in enumerate(handle, start=1):
-            start = offset
-            offset += len(line)
-            found = None
-            if fast is not None:
-                try:
-                    found = _plain(fast(line), *keys)  # type: ignore[arg-type]
-                except ValueError:  # orjson refused the line: the standard library decides, below
-                    pass
-            if found is None:
-                if not line.strip():
-                    continue
-                try:
-                    found = _checked(_parse_line(line), fields, path, number)
-                except BadInput as err:
-                    if not skip_bad:
-                        raise
-                    stats.skip(str(err))
-                    continue
-            stats.rows += 1
-            yield start, found[0], found[1]
+def _slow_line(
+    line: bytes, fields: RowFields, path: Path, number: int, stats: RowStats, skip_bad: bool
+) -> tuple[str, Member] | None:
+    """A JSONL line the fast path did not take, read by the standard library: its (group id, member), or None for a
+    blank line or a bad one skipped (counted in ``stats``); a bad line without ``skip_bad`` is a ``BadInput``."""
+    if not line.strip():
+        return None
+    try:
+        return _checked(_parse_line(line), fields, path, number)
+    except BadInput as err:
+        if not skip_bad:
+            raise
+        stats.skip(str(err))
+        return None
 
 
 def _index(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> tuple[dict[str, array], bool]:
@@ -487,80 +470,60 @@ def _read_indexed(
     yield from collected.items()
 
 
-def _jsonl_one_pass(
-    path: Path, fields: RowFields, stats: RowStats, skip_bad: bool
-) -> Iterator[tuple[str, list[Member]]]:
-    """``_one_pass`` of a JSONL file with orjson, in one loop: the spread gate's hot path.
+def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
+    """``_members`` of a JSONL file, in one loop: the hot path of the spread gate.
 
-    The lines are read a megabyte at a time and each plain row (``_plain``'s test, written out: a string group, a
-    finite float reward, string text, a string or no prompt) is taken as orjson parsed it; any other line goes
-    through ``_checked``, which reads it with the standard library and names what is wrong with it. 1.7 us a row
-    against 3.8 through the general generators (200,000 rows of benchmarks/bench_spread.py).
+    The lines are read a megabyte at a time. With orjson, a plain row (``_plain``'s test, written out for the common
+    case: a string group, a finite float reward, string text, a string or no prompt) is taken as orjson parsed it;
+    any other line, and every line without orjson, goes through the standard library and ``_member``, which name what
+    is wrong with it. 1.8 us a row with orjson, against 3.8 through a generator per stage (200,000 rows of
+    benchmarks/bench_spread.py).
     """
     loads = _fast_loads()
-    assert loads is not None
     group_key, reward_key, text_key = fields.group_key, fields.reward_key, fields.text_key
     prompt_key = fields.prompt_key
-    finished: set[str] = set()
-    current: str | None = None
-    members: list[Member] = []
-    number = 0
+    number = offset = 0
     with path.open("rb", buffering=1 << 20) as handle:
         while lines := handle.readlines(1 << 20):
             for line in lines:
                 number += 1
-                try:
-                    row = loads(line)
-                except ValueError:  # orjson refused the line: the standard library decides, below
-                    row = None
+                start = offset
+                offset += len(line)
                 found = None
-                if type(row) is dict:
-                    group, reward, text = row.get(group_key), row.get(reward_key), row.get(text_key)
-                    prompt = row.get(prompt_key)
-                    # reward - reward == 0.0: finite (inf - inf and NaN - NaN are NaN).
-                    if (
-                        type(reward) is float
-                        and reward - reward == 0.0
-                        and type(group) is str
-                        and type(text) is str
-                        and (prompt is None or type(prompt) is str)
-                    ):
-                        found = group, (reward, prompt or "", text)
-                    else:
-                        found = _plain(row, group_key, reward_key, text_key, prompt_key)  # type: ignore[arg-type]
-                if found is None:
-                    if not line.strip():
-                        continue
+                if loads is not None:
                     try:
-                        found = _checked(_parse_line(line), fields, path, number)
-                    except BadInput as err:
-                        if not skip_bad:
-                            raise
-                        stats.skip(str(err))
+                        row = loads(line)
+                    except ValueError:  # orjson refused the line: the standard library decides, below
+                        row = None
+                    if type(row) is dict:
+                        group, reward, text = row.get(group_key), row.get(reward_key), row.get(text_key)
+                        prompt = row.get(prompt_key)
+                        # reward - reward == 0.0: finite (inf - inf and NaN - NaN are NaN).
+                        if (
+                            type(reward) is float
+                            and reward - reward == 0.0
+                            and type(group) is str
+                            and type(text) is str
+                            and (prompt is None or type(prompt) is str)
+                        ):
+                            found = group, (reward, prompt or "", text)
+                        else:
+                            found = _plain(row, group_key, reward_key, text_key, prompt_key)  # type: ignore[arg-type]
+                if found is None:
+                    found = _slow_line(line, fields, path, number, stats, skip_bad)
+                    if found is None:
                         continue
-                group, member = found
                 stats.rows += 1
-                if group != current:
-                    if current is not None:
-                        finished.add(current)
-                        yield current, members
-                    if group in finished:
-                        raise GroupsNotContiguous(f"{path}: the rows of group {group!r} are not contiguous")
-                    current, members = group, []
-                members.append(member)
-    if current is not None:
-        yield current, members
+                yield start, found[0], found[1]
 
 
 def _one_pass(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[str, list[Member]]]:
     """Groups of a file whose groups are contiguous, in one pass; ``GroupsNotContiguous`` when one is split."""
-    if path.suffix == ".jsonl" and _fast_loads() is not None:
-        yield from _jsonl_one_pass(path, fields, stats, skip_bad)
-        return
     finished: set[str] = set()
     current: str | None = None
     members: list[Member] = []
-    for _, group, member in _members(path, fields, stats, skip_bad):
+    rows = _jsonl_members if path.suffix == ".jsonl" else _members  # the JSONL loop without a generator around it
+    for _, group, member in rows(path, fields, stats, skip_bad):
         if group != current:
             if current is not None:
                 finished.add(current)
