@@ -249,7 +249,10 @@ class GroupwiseGrading:
     Args:
         grader: advantage mode: ``grader(group) -> {"ranking": [...]} | {"factors": {...}}`` with optional
             ``"hacks"``, where ``group`` is a list of ``{"index", "prompt", "completion", "reward", "passed"}``.
-            Reward mode: ``grader(item, rubric) -> {"solution": s, "behavior": b}`` for one pass.
+            Reward mode: ``grader(item, rubric) -> {"solution": s, "behavior": b}`` for one pass. Optional batch
+            methods answer many at once: ``grade_groups(groups)`` (advantage mode), ``score_passes(requests)``
+            (reward mode), and ``grade_texts(groups)``, handed each group as ``(completion texts, passed)`` for a
+            grader that reads nothing else (the scripted rule; read-only, preferred over ``grade_groups``).
         mode: ``"advantage"`` (GAR) or ``"reward"`` (GRS).
         cap: upper bound on lambda in equation 3.
         min_factor: the factor of the worst-ranked pass.
