@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -126,10 +127,16 @@ def train(
         else:
             say(f"whileai: interrupted; {checkpoint[0]} is the newest checkpoint. Continue with: {again}")
         raise typer.Exit(130) from None
+    # Under accelerate or torchrun every process gets here; only the first one says how the run ended.
+    tell = say if int(os.environ.get("RANK", "0")) == 0 else _quiet
     if result.spread_failed:
         if result.spread_verdict == "broken":
-            say("whileai: the grader failed on (nearly) every group of the spread gate: not training")
+            tell("whileai: the grader failed on (nearly) every group of the spread gate: not training")
             raise typer.Exit(GraderUnavailable.exit_code)
-        say("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
+        tell("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
         raise typer.Exit(1)
-    say(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")
+    tell(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")
+
+
+def _quiet(message: str) -> None:
+    """``say`` for a process that is not the first of a launch: nothing."""
