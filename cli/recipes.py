@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -115,7 +114,7 @@ def train(
             table.add_row(step, what)
         out.print(table)
         return
-    from whileai.training.run import last_checkpoint, run_training
+    from whileai.training.run import first_process, last_checkpoint, run_training
 
     try:
         result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
@@ -128,7 +127,7 @@ def train(
             say(f"whileai: interrupted; {checkpoint[0]} is the newest checkpoint. Continue with: {again}")
         raise typer.Exit(130) from None
     # Under accelerate or torchrun every process gets here; only the first one says how the run ended.
-    tell = say if int(os.environ.get("RANK", "0")) == 0 else _quiet
+    tell = say if first_process() else _quiet
     if result.spread_failed:
         if result.spread_verdict == "broken":
             tell("whileai: the grader failed on (nearly) every group of the spread gate: not training")

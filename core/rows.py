@@ -473,11 +473,11 @@ def _read_indexed(
 def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
     """``_members`` of a JSONL file, in one loop: the hot path of the spread gate.
 
-    The lines are read a megabyte at a time. With orjson, a plain row (``_plain``'s test, written out for the common
-    case: a string group, a finite float reward, string text, a string or no prompt) is taken as orjson parsed it;
-    any other line, and every line without orjson, goes through the standard library and ``_member``, which name what
-    is wrong with it. 1.8 us a row with orjson, against 3.8 through a generator per stage (200,000 rows of
-    benchmarks/bench_spread.py).
+    The lines are read a megabyte at a time. With orjson, a plain row (``_plain``: a string group, a finite number
+    reward, string text, a string or no prompt) is taken as orjson parsed it; any other line, and every line without
+    orjson, goes through the standard library and ``_member``, which name what is wrong with it. Reading and grouping
+    the 200,000 rows of benchmarks/bench_spread.py: about 2.9 us a row (CPU), 3.8 with a loop per line and a
+    generator per stage.
     """
     loads = _fast_loads()
     group_key, reward_key, text_key = fields.group_key, fields.reward_key, fields.text_key
@@ -492,23 +492,9 @@ def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: boo
                 found = None
                 if loads is not None:
                     try:
-                        row = loads(line)
+                        found = _plain(loads(line), group_key, reward_key, text_key, prompt_key)  # type: ignore[arg-type]
                     except ValueError:  # orjson refused the line: the standard library decides, below
-                        row = None
-                    if type(row) is dict:
-                        group, reward, text = row.get(group_key), row.get(reward_key), row.get(text_key)
-                        prompt = row.get(prompt_key)
-                        # reward - reward == 0.0: finite (inf - inf and NaN - NaN are NaN).
-                        if (
-                            type(reward) is float
-                            and reward - reward == 0.0
-                            and type(group) is str
-                            and type(text) is str
-                            and (prompt is None or type(prompt) is str)
-                        ):
-                            found = group, (reward, prompt or "", text)
-                        else:
-                            found = _plain(row, group_key, reward_key, text_key, prompt_key)  # type: ignore[arg-type]
+                        pass
                 if found is None:
                     found = _slow_line(line, fields, path, number, stats, skip_bad)
                     if found is None:

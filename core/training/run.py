@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -246,10 +247,15 @@ def _log_arguments_as_json(trainer: Any) -> None:
     trainer.log = log_with_json_arguments
 
 
+def first_process() -> bool:
+    """Whether this is the first process of a launch (``RANK`` 0 under accelerate or torchrun), or the only one."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def _mark_run(out: Path, status: str, **fields: Any) -> None:
     """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted)."""
     path = out / "whileai_run.json"
-    if not out.is_dir() or int(os.environ.get("RANK", "0")) != 0:
+    if not out.is_dir() or not first_process():
         return
     try:
         summary = json.loads(path.read_text()) if path.is_file() else {}
@@ -270,8 +276,6 @@ def _end_process_group() -> None:
     come here: its peers may never reach the barrier, and the launcher ends them. With one process (no group, or
     torch never imported) this does nothing.
     """
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return
@@ -335,7 +339,7 @@ def _train(
     if resume and checkpoint is None:
         raise BadInput(f"--resume: {out} has no checkpoint-* folder to continue from")
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = first_process()
     if resume and main and checkpoint is not None:
         dropped = _forget_replayed_groups(out / "grading.jsonl", checkpoint[1])
         if dropped:
