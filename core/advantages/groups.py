@@ -49,15 +49,32 @@ __all__ = [
 STD_EPS = 1e-4
 
 
-def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def _group_size(rewards: torch.Tensor, group_size: int) -> int:
+    """``group_size`` as an int, once it is checked to split ``rewards`` ``[N]`` into whole groups."""
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be [N], got shape {tuple(rewards.shape)}")
     if int(group_size) != group_size or group_size < 1:
         raise ValueError(f"group_size must be a positive integer, got {group_size}")
     if rewards.shape[0] % group_size:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
-    work = torch.float64 if rewards.dtype == torch.float64 else torch.float32
-    return rewards.to(work).view(-1, int(group_size))  # [N/G, G]
+    return int(group_size)
+
+
+def _work(rewards: torch.Tensor) -> torch.Tensor:
+    """The rewards in the dtype the estimators compute in: float64 stays, anything else becomes float32."""
+    return rewards if rewards.dtype in (torch.float32, torch.float64) else rewards.to(torch.float32)
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    return _work(rewards).view(-1, _group_size(rewards, group_size))  # [N/G, G]
+
+
+def _fused(
+    rewards: torch.Tensor, group_size: int, factor: float = 1.0, std_eps: float | None = None
+) -> torch.Tensor | None:
+    """The kernel's answer (``native.centered_native``) in the rewards' dtype, or None where the torch path runs."""
+    fused = centered_native(_work(rewards), group_size, factor=factor, std_eps=std_eps)
+    return fused if fused is None or fused.dtype == rewards.dtype else _out(fused, rewards)
 
 
 def _center(grouped: torch.Tensor) -> torch.Tensor:
@@ -98,21 +115,24 @@ def group_advantages(
         >>> group_advantages(r, 8)[:2]
         tensor([ 2.4742, -0.3535])
     """
-    grouped = _groups(rewards, group_size)  # [N/G, G]
+    group_size = _group_size(rewards, group_size)
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     if group_size < 2 and scale == "group":
         raise ValueError("a group std needs group_size >= 2")
+    if scale == "group":
+        fused = _fused(rewards, group_size, std_eps=STD_EPS)
+        if fused is not None:
+            return fused
+    grouped = _groups(rewards, group_size)  # [N/G, G]
     if scale == "batch":
         std = grouped.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
-    if scale == "group":
-        fused = centered_native(grouped.view(-1), group_size, std_eps=STD_EPS)
-    elif scale == "batch" and grouped.device.type == "cpu":  # float(std) would wait for a GPU
-        fused = centered_native(grouped.view(-1), group_size, factor=1.0 / (float(std) + STD_EPS))
-    else:
-        fused = centered_native(grouped.view(-1), group_size)  # None off the CPU
-    if fused is not None:
-        return _out(fused, rewards)
+    if scale != "group":
+        # With a batch std on the CPU the kernel multiplies by its inverse (float(std) would wait for a GPU).
+        factor = 1.0 / (float(std) + STD_EPS) if scale == "batch" and grouped.device.type == "cpu" else 1.0
+        fused = _fused(rewards, group_size, factor=factor)  # None off the CPU
+        if fused is not None:
+            return fused
     centered = _center(grouped)  # [N/G, G]
     if scale == "none":
         return _out(centered, rewards)
@@ -139,14 +159,14 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         >>> rloo_advantages(torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0]), 8)[:2]
         tensor([ 1.0000, -0.1429])
     """
+    group_size = _group_size(rewards, group_size)
     if group_size < 2:
         raise ValueError("RLOO needs group_size >= 2")
-    grouped = _groups(rewards, group_size)  # [N/G, G]
     factor = group_size / (group_size - 1)
-    fused = centered_native(grouped.view(-1), group_size, factor=factor)
+    fused = _fused(rewards, group_size, factor=factor)
     if fused is not None:
-        return _out(fused, rewards)
-    return _out(_center(grouped).mul_(factor), rewards)
+        return fused
+    return _out(_center(_groups(rewards, group_size)).mul_(factor), rewards)
 
 
 def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

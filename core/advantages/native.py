@@ -221,16 +221,17 @@ def centered_native(
         or None. Its memory is this thread's previous output's when nothing holds that any more
         (``memory.reusable_output``).
     """
-    if rewards.dtype not in _NUMPY_SCALARS or rewards.device.type != "cpu" or rewards.dim() != 1:
+    scalar = _NUMPY_SCALARS.get(rewards.dtype)
+    if scalar is None or not rewards.is_cpu or rewards.dim() != 1:
         return None
-    if (rewards.requires_grad and torch.is_grad_enabled()) or not native_available():
+    if (rewards.requires_grad and torch.is_grad_enabled()) or os.environ.get("WHILEAI_NO_NATIVE"):
         return None
     kernel = _group_kernel(group_size)
     if kernel is None:
         return None
-    x = rewards.detach().contiguous().numpy()
+    given = rewards.detach() if rewards.requires_grad else rewards
+    x = (given if given.is_contiguous() else given.contiguous()).numpy()
     out = reusable_output(x.shape, rewards.dtype, rewards.device, "group advantages")
-    scalar = _NUMPY_SCALARS[rewards.dtype]
     std, eps = std_eps is not None, scalar(0.0 if std_eps is None else std_eps)
     try:
         kernel(x, out.numpy(), std, scalar(factor), eps)

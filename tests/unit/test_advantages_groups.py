@@ -254,6 +254,29 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
             assert {int(g) for g in torch.nonzero(~finite_groups)} == poisoned, name
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.bfloat16, torch.float16])
+def test_other_reward_dtypes_compute_in_float32_on_both_paths(dtype):
+    """Integer, bool and half rewards are upcast to float32 before either path runs, and come back in the rewards'
+    dtype (the default float dtype for integers and bools)."""
+    rewards = (torch.arange(48) % 5 == 0).to(dtype)  # [48], six groups of 8, some flat
+    expected = torch.get_default_dtype() if not dtype.is_floating_point else dtype
+    for name, estimator in ESTIMATORS.items():
+        fused, plain = estimator(rewards, 8), torch_path(estimator, rewards, 8)
+        reference = estimator(rewards.float(), 8).to(expected)
+        assert fused.dtype == plain.dtype == expected, name
+        torch.testing.assert_close(fused, reference, msg=name)
+        torch.testing.assert_close(plain, reference, msg=name)
+
+
+def test_a_strided_view_of_rewards_gives_what_its_copy_gives():
+    """The kernel reads a non-contiguous ``[N]`` (a column of a bigger tensor) through a contiguous copy."""
+    table = torch.rand(64, 3)
+    column = table[:, 1]  # stride 3
+    assert not column.is_contiguous()
+    for name, estimator in ESTIMATORS.items():
+        torch.testing.assert_close(estimator(column, 8), estimator(column.contiguous(), 8), msg=name)
+
+
 def test_the_kernel_serves_the_cpu_and_steps_aside_where_it_must(monkeypatch):
     from whileai.advantages.native import centered_native, native_available
 
