@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from whileai.advantages import (
     whiten,
     zero_variance_fraction,
 )
+from whileai.advantages.native import native_available
 
 ONE_IN_EIGHT = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
 
@@ -223,12 +225,16 @@ def test_kernel_and_torch_path_equal_the_float64_reference(group, groups, kind, 
 def test_equal_rewards_give_exactly_zero(group, dtype):
     """A zero-variance group carries no gradient: exactly 0 on both paths, at any group size (a float32 sum of five
     copies of 123.456 is not five times it: the sum is shifted by the group's first reward)."""
+    flat = (0, 5, 9)  # in the vector kernel's first block of 8 groups, and in its padded last block
     for value in (0.1, 0.7, 1 / 3, 123.456, -5e6):
-        rewards = torch.cat([torch.full((group,), value), torch.arange(float(group))]).to(dtype)
+        grouped = torch.arange(float(group)).repeat(10, 1)  # [10, G]
+        grouped[list(flat)] = value
+        rewards = grouped.view(-1).to(dtype)
         for name, estimator in ESTIMATORS.items():
             for out in (estimator(rewards, group), torch_path(estimator, rewards, group)):
                 if name in ("group", "none", "rloo"):
-                    assert torch.equal(out[:group], torch.zeros(group, dtype=dtype)), (name, value)
+                    for g in flat:
+                        assert torch.equal(out.view(10, group)[g], torch.zeros(group, dtype=dtype)), (name, value, g)
                 assert torch.isfinite(out).all(), (name, value)
 
 
@@ -238,12 +244,14 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
     scale everything. The kernel gives exactly what the torch path gives."""
     nan, inf = float("nan"), float("inf")
     gen = torch.Generator().manual_seed(group)
-    rewards = (torch.rand(group * 80, generator=gen) < 0.5).float()  # 80 groups: more than one kernel block
+    # 83 groups: more than one block of either kernel (8 groups, 64 groups) and a partial last block
+    rewards = (torch.rand(group * 83, generator=gen) < 0.5).float()
     rewards[1] = nan  # group 0
     rewards[group] = inf  # group 1, first member
     rewards[3 * group + 1] = inf  # group 3, not the first member
     rewards[5 * group], rewards[5 * group + 1] = inf, -inf  # group 5
-    poisoned = {0, 1, 3, 5}
+    rewards[81 * group] = -inf  # group 81, in the partial last block, first member
+    poisoned = {0, 1, 3, 5, 81}
     for name, estimator in ESTIMATORS.items():
         fused, plain = estimator(rewards, group), torch_path(estimator, rewards, group)
         torch.testing.assert_close(fused, plain, equal_nan=True, atol=3e-6, rtol=3e-6, msg=name)
@@ -252,6 +260,35 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
             assert not finite_groups.any(), name
         else:
             assert {int(g) for g in torch.nonzero(~finite_groups)} == poisoned, name
+
+
+@pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([8, 16, 24]),
+    st.integers(1, 40),  # groups: whole blocks of 8, a partial last block, or only that
+    st.booleans(),
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(0, 2**31 - 1),
+)
+def test_the_vector_kernel_equals_the_transposing_loop(group, groups, std, dtype, seed):
+    """Groups of a multiple of 8 run in the vector kernel; it gives what the scalar kernel gives, to rounding (its
+    group sum is a tree), with the same NaN positions."""
+    import numba
+
+    from whileai.advantages.native import _group_kernel, _group_rows
+
+    rng = np.random.default_rng(seed)
+    values, odds = [0.0, 0.25, 1.0, 3.5, -2.0, np.nan, np.inf], [0.4, 0.1, 0.3, 0.1, 0.06, 0.02, 0.02]
+    rewards = rng.choice(values, size=group * groups, p=odds).astype(dtype)
+    vector, loop = _group_kernel(group), numba.njit(error_model="numpy")(_group_rows(group))
+    assert "_vector_rows" in vector.py_func.__qualname__
+    outs = []
+    for kernel in (vector, loop):
+        out = np.full_like(rewards, 7.0)
+        kernel(rewards, out, std, dtype(8 / 7), dtype(STD_EPS))
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], outs[1], rtol=2e-6 if dtype == np.float32 else 1e-13, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.bfloat16, torch.float16])
@@ -278,7 +315,7 @@ def test_a_strided_view_of_rewards_gives_what_its_copy_gives():
 
 
 def test_the_kernel_serves_the_cpu_and_steps_aside_where_it_must(monkeypatch):
-    from whileai.advantages.native import centered_native, native_available
+    from whileai.advantages.native import centered_native
 
     rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
     if native_available():

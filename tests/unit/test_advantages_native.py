@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,3 +68,25 @@ def test_disabled_by_the_environment(monkeypatch) -> None:
         gae_native(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), 1.0, 1.0, torch.float32)
         is None
     )
+
+
+@needs_native
+def test_a_second_process_loads_the_group_kernels_from_numbas_cache(tmp_path) -> None:
+    """Each group kernel is compiled once per machine, not once per process: a kernel whose index key changed from
+    one process to the next (a closure numba cannot hash the same way twice) would cost every run seconds."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch\n"
+        "from whileai.advantages import group_advantages\n"
+        "from whileai.advantages.native import _group_kernel\n"
+        "for size in (8, 5):\n"
+        "    group_advantages(torch.rand(size * 3), size)\n"
+        "    print(size, sum(_group_kernel(size).stats.cache_hits.values()))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    assert runs[0].stdout.split() == ["8", "0", "5", "0"]  # compiled, then written to the cache
+    assert runs[1].stdout.split() == ["8", "1", "5", "1"]  # read back
