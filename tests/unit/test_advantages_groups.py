@@ -291,6 +291,19 @@ def test_the_vector_kernel_equals_the_transposing_loop(group, groups, std, dtype
     np.testing.assert_allclose(outs[0], outs[1], rtol=2e-6 if dtype == np.float32 else 1e-13, atol=1e-6)
 
 
+@pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
+def test_which_kernel_serves_which_group_size():
+    """Multiples of 8 up to 128 in the vector kernel, every other size in the transposing loop; both agree with the
+    torch path on a group past the vector kernel's cap."""
+    from whileai.advantages.native import _group_kernel
+
+    for size, kernel in ((8, "_vector_rows"), (128, "_vector_rows"), (12, "_group_rows"), (136, "_group_rows")):
+        assert kernel in _group_kernel(size).py_func.__qualname__, size
+    rewards = torch.rand(136 * 3, generator=torch.Generator().manual_seed(0))
+    for name, estimator in ESTIMATORS.items():
+        torch.testing.assert_close(estimator(rewards, 136), torch_path(estimator, rewards, 136), msg=name)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.bfloat16, torch.float16])
 def test_other_reward_dtypes_compute_in_float32_on_both_paths(dtype):
     """Integer, bool and half rewards are upcast to float32 before either path runs, and come back in the rewards'
