@@ -60,5 +60,4 @@ def reusable_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.de
         entry[1] = sys.getrefcount(entry[0])  # the count with no tensor on it, taken exactly as below
     if sys.getrefcount(entry[0]) != entry[1]:  # a tensor on it is still alive somewhere
         return torch.empty(shape, dtype=dtype, device=device)
-    out = torch.frombuffer(entry[0], dtype=dtype)  # [numel]
-    return out if len(shape) == 1 else out.view(shape)
+    return torch.frombuffer(entry[0], dtype=dtype).view(shape)
