@@ -3,6 +3,7 @@ property tests against per-group references written with the statistics module."
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 
@@ -262,6 +263,17 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
             assert {int(g) for g in torch.nonzero(~finite_groups)} == poisoned, name
 
 
+@functools.cache
+def _transposing_loop(group: int):
+    """The transposing loop kernel for ``group``, compiled once per size (the library serves these sizes with the
+    vector kernel)."""
+    import numba
+
+    from whileai.advantages.native import _group_rows
+
+    return numba.njit(error_model="numpy")(_group_rows(group))
+
+
 @pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
 @settings(max_examples=40, deadline=None)
 @given(
@@ -274,14 +286,12 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
 def test_the_vector_kernel_equals_the_transposing_loop(group, groups, std, dtype, seed):
     """Groups of a multiple of 8 run in the vector kernel; it gives what the scalar kernel gives, to rounding (its
     group sum is a tree), with the same NaN positions."""
-    import numba
-
-    from whileai.advantages.native import _group_kernel, _group_rows
+    from whileai.advantages.native import _group_kernel
 
     rng = np.random.default_rng(seed)
     values, odds = [0.0, 0.25, 1.0, 3.5, -2.0, np.nan, np.inf], [0.4, 0.1, 0.3, 0.1, 0.06, 0.02, 0.02]
     rewards = rng.choice(values, size=group * groups, p=odds).astype(dtype)
-    vector, loop = _group_kernel(group), numba.njit(error_model="numpy")(_group_rows(group))
+    vector, loop = _group_kernel(group), _transposing_loop(group)
     assert "_vector_rows" in vector.py_func.__qualname__
     outs = []
     for kernel in (vector, loop):
