@@ -148,8 +148,8 @@ def _group_kernel(group_size: int) -> Any:
             import numba
 
             vector = group_size % _WIDTH == 0 and group_size <= _MAX_VECTOR_GROUP
-            rows = _vector_rows(group_size) if vector else _group_rows(group_size)
             try:
+                rows = _vector_rows(group_size) if vector else _group_rows(group_size)
                 kernel = numba.njit(error_model="numpy", cache=True, nogil=True)(rows)
             except Exception:  # no writable cache location, an unsupported platform: the torch path serves
                 kernel = None

@@ -90,3 +90,20 @@ def test_a_second_process_loads_the_group_kernels_from_numbas_cache(tmp_path) ->
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     assert runs[0].stdout.split() == ["8", "0", "5", "0"]  # compiled, then written to the cache
     assert runs[1].stdout.split() == ["8", "1", "5", "1"]  # read back
+
+
+@needs_native
+def test_a_vector_kernel_that_cannot_be_built_leaves_the_torch_path(monkeypatch) -> None:
+    """An llvmlite or numba without what the vector kernel needs costs speed, never a result."""
+    from whileai.advantages import group_advantages, native
+
+    def unavailable() -> None:
+        raise ImportError("no numba.extending.intrinsic here")
+
+    monkeypatch.setattr(native, "_GROUP_KERNELS", {})
+    monkeypatch.setattr(native, "_BLOCK", None)
+    monkeypatch.setattr(native, "_vector_block", unavailable)
+    rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0] * 3)
+    assert native._group_kernel(8) is None
+    assert native.centered_native(rewards, 8) is None
+    torch.testing.assert_close(group_advantages(rewards, 8)[:2], torch.tensor([2.4742, -0.3535]), atol=1e-4, rtol=0)
