@@ -20,7 +20,9 @@ ratios):
    response mask, ``[N, 1]`` token advantages out) against verl's vectorized paths
    (``compute_grpo_vectorized_outcome_advantage``, ``compute_rloo_vectorized_outcome_advantage``) and, at N=4096
    only, its per-episode loops.
-4. From 7.1's hand-built row, whether each implementation carries its state across tool spans.
+4. Where a GRPO and an RLOO call spend their time at N=262144, G=8: the whole call, the group kernel alone (the vector
+   kernel, and the transposing loop that serves other sizes) and the Python around it.
+5. From 7.1's hand-built row, whether each implementation carries its state across tool spans.
 
 Every table says how each contender ran: device, threads, Python loop or vectorized, whether it whitens.
 
@@ -423,6 +425,50 @@ def bench_groups(
     return rows
 
 
+def time_split(device: torch.device, quick: bool) -> list[str]:
+    """Where a GRPO and an RLOO call spend their time at G=8: the whole call, the group kernel alone on the same arrays
+    (the vector kernel, and the transposing loop that serves sizes that are not multiples of 8) and the Python around
+    the kernel (the call less the kernel), in the same interleaved rounds as the copy that sets the floor."""
+    if device.type != "cpu" or not native_available():
+        return ["not measured: the group kernels run on the CPU with numba only"]
+    import numba
+
+    from whileai.advantages.native import _group_kernel, _group_rows
+
+    episodes, group = (65536 if quick else 262144), 8
+    rewards = (torch.rand(episodes, generator=torch.Generator().manual_seed(3)) < 0.3).float()  # [N]
+    x, out = rewards.numpy(), np.empty(episodes, dtype=np.float32)
+    one, eps = np.float32(group / (group - 1)), np.float32(1e-4)
+    vector, loop = _group_kernel(group), numba.njit(error_model="numpy")(_group_rows(group))
+    contenders: dict[str, Callable[[], object]] = {
+        "GRPO call": partial(group_advantages, rewards, group),
+        "vector kernel, group std": partial(vector, x, out, True, one, eps),
+        "transposing loop, group std": partial(loop, x, out, True, one, eps),
+        "RLOO call": partial(rloo_advantages, rewards, group),
+        "vector kernel, centered": partial(vector, x, out, False, one, eps),
+        "transposing loop, centered": partial(loop, x, out, False, one, eps),
+    }
+    # Every contender in the same conditions, as in the tables above: right after the 256 MiB copy, then twice more.
+    probe, copies = CopyProbe(device), []
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for fn in contenders.values():
+        fn()
+    for _ in range(15):
+        for name, fn in contenders.items():
+            copies.append(_once(probe, device))
+            samples[name] += [_once(fn, device) for _ in range(3)]
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    floor = 8 * episodes / (probe.bytes / statistics.median(copies))
+    rows = ["| N | G | what | median ms | / floor |", "|---|---|---|---|---|"]
+    rows.append(f"| {episodes} | {group} | floor | {fmt_ms(floor)} | 1.0 |")
+    rows += [f"| {episodes} | {group} | {name} | {fmt_ms(t)} | {t / floor:.2f} |" for name, t in times.items()]
+    rows.append("")
+    for name, kernel in (("GRPO", "vector kernel, group std"), ("RLOO", "vector kernel, centered")):
+        around = times[f"{name} call"] - times[kernel]
+        rows.append(f"- the Python around the {name} call (call less kernel): {around * 1e6:.0f} us")
+    return rows
+
+
 def check_agreement(peers: dict[str, object], device: torch.device) -> list[str]:
     """The numbers being timed agree where the methods agree (no tool spans; verl's std epsilon differs)."""
     notes = []
@@ -530,6 +576,8 @@ def main() -> None:
     )
     print(f"\nOutcome advantages in groups of G; every contender on {how} (median ms):\n")
     print("\n".join(bench_groups(peers, device, args.quick, verdicts, how)))
+    print(f"\nWhere a GRPO and an RLOO call spend their time at G=8; {how}, one thread for the kernels (median ms):\n")
+    print("\n".join(time_split(device, args.quick)))
     print("\nTargets:\n")
     print("\n".join(f"- {line}" for line in target_lines(verdicts, bool(peers))))
     print("\nAgreement checks:\n")

@@ -121,8 +121,9 @@ def gae_native(
     return advantages, targets
 
 
-# Groups per block of the group kernel: their rewards, transposed, are 8 KiB of float32 scratch for groups of 8
-# (32 and 128 groups measured slower, 256 slower still). Capped at 64 KiB of scratch for large groups.
+# Groups per block of the transposing loop: their rewards, transposed, are 8 KiB of float32 scratch for groups of 8
+# (32 and 128 groups measured slower, 256 slower still, when groups of 8 ran here; they run in the vector kernel
+# now). Capped at 64 KiB of scratch for large groups.
 _LANES = 64
 _SCRATCH = 2**16
 
@@ -265,9 +266,8 @@ def _vector_block() -> Any:
     loaded, with each group's shift, mean and scale broadcast from a small stack buffer, so nothing is transposed back:
     ``((R - shift) - mean) * scale``, the scalar kernel's arithmetic.
 
-    Measured against ``_group_rows`` at N = 262,144, G = 8, float32 on this project's 2-core VM, in
-    ``bench_advantages.py``'s conditions (each call after a 256 MiB copy, then twice warm): 0.19 -> 0.11 ms centered,
-    0.22 -> 0.14 ms with the group std.
+    ``bench_advantages.py`` times it beside ``_group_rows`` on the same arrays (its table of where a GRPO and an RLOO
+    call spend their time).
     """
     global _BLOCK
     if _BLOCK is not None:

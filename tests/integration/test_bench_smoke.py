@@ -40,6 +40,7 @@ def test_bench_advantages_quick_without_peers() -> None:
     out = bench("bench_advantages.py", "--quick", "--threads", "1", "--no-peers")
     assert "whileai, torch path" in out and "whileai, numba kernel" in out
     assert "target <= 2x floor" in out and "torch path vs default path: max |diff|" in out
+    assert "| vector kernel, group std |" in out and "the Python around the GRPO call (call less kernel)" in out
 
 
 @pytest.mark.slow
