@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -39,6 +40,49 @@ def test_native_equals_the_torch_scan(rows, length, gamma, lam, dtype, seed) -> 
     tolerance = 1e-4 if dtype == torch.float32 else 1e-9
     torch.testing.assert_close(fused[0], reference[0], atol=tolerance, rtol=tolerance)
     torch.testing.assert_close(fused[1], reference[1], atol=tolerance, rtol=tolerance)
+
+
+def _recursion(r: list[float], v: list[float], m: list[bool], gamma: float, lam: float) -> list[float]:
+    """Equation (7.1) one token at a time in Python floats, every IEEE special as it falls."""
+    out, next_value, next_advantage = [0.0] * len(r), 0.0, 0.0
+    for t in reversed(range(len(r))):
+        if m[t]:
+            out[t] = r[t] + gamma * next_value - v[t] + gamma * lam * next_advantage
+            next_value, next_advantage = v[t], out[t]
+    return out
+
+
+@needs_native
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 41),
+    st.sampled_from([(0.99, 0.95), (1.0, 1.0), (0.9, 0.0), (0.0, 0.5)]),
+    st.integers(0, 2**31 - 1),
+)
+def test_the_kernel_keeps_nan_and_inf_on_policy_tokens_where_the_recursion_puts_them(length, discounts, seed) -> None:
+    """The kernel takes two positions a step (the earlier one from ``e + c * A_next``); on policy tokens a NaN or an
+    infinite reward or value must still land where the token-by-token recursion puts NaN, +inf or -inf, and every
+    finite advantage must agree to rounding, odd and even lengths alike."""
+    gamma, lam = discounts
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(1, length, generator=generator) < 0.7
+    rewards = torch.randn(1, length, generator=generator, dtype=torch.float64)
+    values = torch.randn(1, length, generator=generator, dtype=torch.float64)
+    specials = torch.tensor([math.nan, math.inf, -math.inf], dtype=torch.float64)
+    for x in (rewards, values):
+        where = torch.rand(1, length, generator=generator) < 0.1
+        x[where] = specials[torch.randint(0, 3, (int(where.sum()),), generator=generator)]
+    fused = gae_native(rewards, values, mask, gamma, lam, torch.float64)
+    assert fused is not None
+    expected = torch.tensor(
+        _recursion(rewards[0].tolist(), values[0].tolist(), mask[0].tolist(), gamma, lam), dtype=torch.float64
+    )
+    got = fused[0][0]
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.isposinf(), expected.isposinf()) and torch.equal(got.isneginf(), expected.isneginf())
+    finite = expected.isfinite()
+    scale = max(1.0, expected[finite].abs().max().item()) if finite.any() else 1.0
+    assert (got[finite] - expected[finite]).abs().max().item() <= 1e-9 * scale if finite.any() else True
 
 
 @needs_native
