@@ -63,7 +63,7 @@ def _compile() -> Any:
             if length % 2:  # an odd row's last position alone; pairs from there
                 if m[b, t]:
                     value = v[b, t]
-                    advantage = r[b, t] - value
+                    advantage = r[b, t] + gamma * next_value - value + decay * next_advantage
                     adv[b, t] = advantage
                     tgt[b, t] = advantage + value
                     next_value = value
@@ -326,10 +326,10 @@ def _vector_block() -> Any:
         return rows
 
     def unpack_transpose(builder: Any, rows: list[Any]) -> list[Any]:
-        """The same transpose of 8 vectors of 8 for 32-bit elements (one 256-bit register each), in three steps
-        that x86 has one instruction for: interleave pairs of rows within 128-bit halves (``unpcklps``), then pairs
-        of those in 64-bit units (``unpcklpd``/``shufps``), then join 128-bit halves (``vperm2f128``). 24 shuffles;
-        ``swap_transpose`` costs 32 here (its single-element step takes two each)."""
+        """The same transpose of 8 vectors of 8 (its masks are written for 8 lanes) for 32-bit elements, one 256-bit
+        register each, in three steps that x86 has one instruction for: interleave pairs of rows within 128-bit halves
+        (``unpcklps``), then pairs of those in 64-bit units (``unpcklpd``/``shufps``), then join 128-bit halves
+        (``vperm2f128``). 24 shuffles; ``swap_transpose`` costs 32 here (its single-element step takes two each)."""
 
         def shuffle(a: Any, b: Any, indices: list[int]) -> Any:
             return builder.shuffle_vector(a, b, mask(indices))
