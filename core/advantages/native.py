@@ -156,7 +156,8 @@ _SCRATCH = 2**16
 # Lanes of the vector kernel: 8 groups side by side, one per lane of a 256-bit float32 vector.
 _WIDTH = 8
 # Largest group the vector kernel takes: its code is straight-line per block of 8 groups, so its size (and compile
-# time, 1.5 s at 128) grows with the group's. Measured 2.4x (G=32) to 9x (G=128) faster than the transposing loop.
+# time, seconds at 128) grows with the group's. Measured several times faster than the transposing loop up to here
+# (commit 15b46a8 has the figures).
 _MAX_VECTOR_GROUP = 128
 
 _GROUP_KERNELS: dict[int, Any] = {}
@@ -416,11 +417,13 @@ def _vector_block() -> Any:
                 for group in range(lanes):
                     builder.store(advantages[group], at(write, group * size), align=align)
                 return context.get_dummy_value()
-            # Each group's shift, mean and scale, read back one lane at a time as broadcasts.
+            # Each group's shift, mean and scale, read back one lane at a time as broadcasts. The buffer is an array
+            # of scalars, aligned for one: the vector stores say so (without it LLVM assumes a vector's alignment,
+            # and an unoptimized build, NUMBA_OPT=0, crashed on the aligned store).
             stats = cgutils.alloca_once(builder, ir.ArrayType(element, 3 * lanes))
             for k, value in enumerate((shift, mean, scale)):
                 slot = builder.gep(stats, [ir.Constant(i32, 0), ir.Constant(i32, k * lanes)])
-                builder.store(value, builder.bitcast(slot, vector.as_pointer()))
+                builder.store(value, builder.bitcast(slot, vector.as_pointer()), align=align)
 
             def lane(k: int, group: int) -> Any:
                 return splat(
@@ -481,9 +484,9 @@ def centered_native(
         return None
     given = rewards.detach() if rewards.requires_grad else rewards
     x = (given if given.is_contiguous() else given.contiguous()).numpy()
-    # A fresh array, not memory.reusable_output. Measured on float32 groups of 8: faster up to 262,144 episodes (1 MiB:
-    # the allocator serves it from its cache, and the reuse check cost more than the page faults it would save), 10%
-    # slower at 4M episodes and 60% slower at 16M, sizes no GRPO batch reaches.
+    # A fresh array, not memory.reusable_output. Measured once on float32 groups of 8: faster up to 262,144 episodes
+    # (1 MiB: the allocator serves it from its cache, and the reuse check cost more than the page faults it would
+    # save), slower from millions of episodes on, sizes no GRPO batch reaches.
     out = np.empty_like(x)
     std, eps = std_eps is not None, scalar(0.0 if std_eps is None else std_eps)
     try:

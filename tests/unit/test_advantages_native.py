@@ -151,3 +151,34 @@ def test_a_vector_kernel_that_cannot_be_built_leaves_the_torch_path(monkeypatch)
     assert native._group_kernel(8) is None
     assert native.centered_native(rewards, 8) is None
     torch.testing.assert_close(group_advantages(rewards, 8)[:2], torch.tensor([2.4742, -0.3535]), atol=1e-4, rtol=0)
+
+
+@needs_native
+def test_the_vector_kernels_run_unoptimized(tmp_path) -> None:
+    """Built with ``NUMBA_OPT=0`` (numba's debugging setting), every form of the vector kernel (groups of 8 and 16,
+    float32 and float64: transposed back, and broadcast from a stack buffer) gives the transposing loop's numbers. The
+    buffer's vector stores once assumed a vector's alignment; the optimizer removed the buffer, an unoptimized build
+    crashed on it. In a subprocess: a crash must fail the test, not end the run."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import numba, numpy as np\n"
+        "from whileai.advantages import native\n"
+        "rng = np.random.default_rng(0)\n"
+        "for size in (8, 16):\n"
+        "    vector = numba.njit(error_model='numpy')(native._vector_rows(size))\n"
+        "    loop = numba.njit(error_model='numpy')(native._group_rows(size))\n"
+        "    for dtype in (np.float32, np.float64):\n"
+        "        x = rng.normal(size=size * 8 * 3 + size * 3).astype(dtype)\n"
+        "        for std in (True, False):\n"
+        "            a, b = np.empty_like(x), np.empty_like(x)\n"
+        "            vector(x, a, std, dtype(1.25), dtype(1e-4))\n"
+        "            loop(x, b, std, dtype(1.25), dtype(1e-4))\n"
+        "            print(size, dtype.__name__, std, bool(np.allclose(a, b, rtol=1e-5, atol=1e-5)))\n"
+    )
+    env = {**os.environ, "NUMBA_OPT": "0", "NUMBA_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.split("\n")[:-1]
+    assert len(lines) == 8 and all(line.endswith("True") for line in lines), run.stdout
