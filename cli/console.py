@@ -19,7 +19,7 @@ from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
 
-__all__ = ["err", "guarded", "out", "print_json", "set_debug"]
+__all__ = ["err", "guarded", "hack_note", "out", "print_json", "set_debug"]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -41,6 +41,11 @@ def print_json(data: Any) -> None:
     """One JSON object on stdout, nothing else on that stream."""
     sys.stdout.write(json.dumps(data, default=str) + "\n")
     sys.stdout.flush()
+
+
+def hack_note(reward: float) -> str:
+    """The table note of a confirmed hack, given the failure's reward it was set to."""
+    return "hack (zeroed)" if reward == 0 else f"hack (a failure: R={reward:g})"
 
 
 def say(message: str) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from whileai.cli.console import guarded, out, say
+from whileai.cli.console import guarded, is_debug, out, say
 from whileai.errors import BadInput, GraderUnavailable
 
 Overrides = Annotated[
@@ -114,17 +115,21 @@ def train(
             table.add_row(step, what)
         out.print(table)
         return
-    from whileai.training.run import first_process, last_checkpoint, run_training
+    from whileai.training.folder import last_checkpoint
+    from whileai.training.run import first_process, run_training
 
     try:
         result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
     except KeyboardInterrupt:
         checkpoint = last_checkpoint(Path(loaded.recipe.output_dir))
-        again = " ".join(["whileai train", str(recipe), *(overrides or []), "--resume"])
+        # The command as it was given, every flag and override kept, plus --resume.
+        again = ["whileai", *(["--debug"] if is_debug() else []), "train", str(recipe), *(overrides or [])]
+        again += [*(["--skip-spread-gate"] if skip_spread_gate else []), "--resume"]
         if checkpoint is None:
-            say("whileai: interrupted before the first checkpoint; start again with the same command")
+            where = " before the first checkpoint (a resume starts the run over)"
         else:
-            say(f"whileai: interrupted; {checkpoint[0]} is the newest checkpoint. Continue with: {again}")
+            where = f"; {checkpoint[0]} is the newest checkpoint"
+        say(f"whileai: interrupted{where}. Continue with: {shlex.join(again)}")
         raise typer.Exit(130) from None
     # Under accelerate or torchrun every process gets here; only the first one says how the run ended.
     tell = say if first_process() else _quiet

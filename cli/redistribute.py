@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from whileai.cli.console import guarded, out, print_json, say
+from whileai.cli.console import guarded, hack_note, out, print_json, say
 from whileai.errors import BadInput
 
 
@@ -71,12 +71,12 @@ def _ranking(text: str) -> list[Any]:
     return ranking
 
 
-def _grade(answer: dict[str, Any], rewards: list[float], cap: float, min_factor: float, hack_zero: bool):
+def _grade(answer: dict[str, Any], rewards: list[float], knobs: dict[str, Any]):
     """One group through the same validation and math as training (GroupwiseGrading with a fixed answer)."""
     from whileai.grading import GroupwiseGrading
 
     try:
-        grading = GroupwiseGrading(lambda group: answer, cap=cap, min_factor=min_factor, hack_zero=hack_zero)
+        grading = GroupwiseGrading(lambda group: answer, **knobs)
     except ValueError as error:
         option = str(error).split(" ", 1)[0].replace("_", "-")
         raise BadInput(f"--{option}: {str(error).split(' ', 1)[1]}") from None
@@ -92,7 +92,12 @@ def redistribute(
     hacks: Annotated[str | None, typer.Option(help="Confirmed hacks, e.g. 2,3.")] = None,
     cap: Annotated[float, typer.Option(help="Upper bound on lambda.")] = 3.0,
     min_factor: Annotated[float, typer.Option(help="Factor of the worst-ranked pass.")] = 0.5,
-    hack_zero: Annotated[bool, typer.Option(help="Zero the reward of a confirmed hack.")] = True,
+    hack_zero: Annotated[
+        bool, typer.Option(help="Treat a confirmed hack as a failure (the lowest reward in its group, at most 0).")
+    ] = True,
+    hack_reward: Annotated[
+        float | None, typer.Option(help="The reward a confirmed hack gets instead of a failure's.")
+    ] = None,
     input_file: Annotated[
         Path | None, typer.Option("--in", help="Batch mode: a JSONL file, one graded group a line.")
     ] = None,
@@ -112,8 +117,9 @@ def redistribute(
     A batch line is {"rewards": [...], "factors": {...}} or {"rewards": [...], "ranking": [...]}, with optional
     "hacks"; the output line adds "advantages", "lambda" and "fell_back" (with "reason").
     """
+    knobs = {"cap": cap, "min_factor": min_factor, "hack_zero": hack_zero, "hack_reward": hack_reward}
     if input_file is not None:
-        _batch(input_file, out_file, cap, min_factor, hack_zero)
+        _batch(input_file, out_file, knobs)
         return
     if rewards is None:
         raise BadInput("give --rewards (one group) or --in FILE (batch mode)")
@@ -129,8 +135,8 @@ def redistribute(
         answer["factors"] = _factors(factors) if factors else {}
     if hacks:
         answer["hacks"] = _indices(hacks, "hacks")
-    group = _grade(answer, values, cap, min_factor, hack_zero)
-    # A is taken after confirmed hacks were zeroed, so a failure's A and A' agree as equation 3 says.
+    group = _grade(answer, values, knobs)
+    # A is taken after confirmed hacks got a failure's reward, so a failure's A and A' agree as equation 3 says.
     effective = group.effective_rewards
     original = [r - sum(effective) / len(effective) for r in effective]
     if as_json:
@@ -158,7 +164,7 @@ def redistribute(
     for i, reward in enumerate(values):
         factor = group.factors.get(i, 1.0) if group.passed[i] and i not in group.hacks else None
         if i in group.hacks and hack_zero:
-            note = "hack (zeroed)"
+            note = hack_note(effective[i])
         elif group.passed[i]:
             note = "pass" if i in moving else "pass, at or below the mean: not moved"
         else:
@@ -177,7 +183,7 @@ def redistribute(
         say(f"whileai: fell back to the original advantages: {group.reason}")
 
 
-def _batch(input_file: Path, out_file: Path | None, cap: float, min_factor: float, hack_zero: bool) -> None:
+def _batch(input_file: Path, out_file: Path | None, knobs: dict[str, Any]) -> None:
     if not input_file.is_file():
         raise BadInput(f"{input_file}: no such file")
     lines_out = []
@@ -203,7 +209,7 @@ def _batch(input_file: Path, out_file: Path | None, cap: float, min_factor: floa
             answer = {k: record[k] for k in ("ranking", "factors", "hacks") if k in record}
             if "ranking" not in answer and "factors" not in answer:
                 answer["factors"] = {}
-            group = _grade(answer, [float(v) for v in values], cap, min_factor, hack_zero)
+            group = _grade(answer, [float(v) for v in values], knobs)
             fell_back += group.reason is not None
             lines_out.append(
                 json.dumps(

@@ -97,7 +97,7 @@ def report(
                 ],
                 "interval": INTERVAL_METHOD,
                 "summary": window_summary(item, window),
-                "grader": grading_summary(item.path),
+                "grader": grading_summary(item.path, say),
                 "run": item.extra,
             }
         else:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from whileai.cli.console import err, guarded, is_debug, out, print_json, say
+from whileai.cli.console import err, guarded, hack_note, is_debug, out, print_json, say
 from whileai.errors import BadInput, GraderUnavailable
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def _group_table(group) -> Table:
     ranks = {i: distinct.index(f) + 1 for i, f in group.factors.items()}
     advantages = group.advantages
     for i, reward in enumerate(group.rewards):
-        note = "hack (zeroed)" if i in group.hacks else ("" if group.passed[i] else "fail")
+        note = hack_note(group.effective_rewards[i]) if i in group.hacks else ("" if group.passed[i] else "fail")
         factor = f"{group.factors[i]:.3f}" if i in group.factors else ""
         table.add_row(str(i), f"{reward:g}", str(ranks.get(i, "")), factor, f"{advantages[i]:+.3f}", note)
     if group.reason:

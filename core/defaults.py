@@ -26,8 +26,9 @@ GROUPWISE_CAP: Final[float] = 3.0
 # (convention, untested).
 GROUPWISE_MIN_FACTOR: Final[float] = 0.5
 
-# A confirmed hack is reset to zero and treated as a failure before the group statistics are recomputed
-# (MiMo-V2.6 report, section 4.3.2).
+# A confirmed hack is treated as a failure before the group statistics are recomputed (MiMo-V2.6 report, section
+# 4.3.2, which resets it to zero: a failure's reward under a binary verifier). whileai gives it the lowest reward in
+# its group, never above 0, so under a +-1 verifier a hack sits with the failures, not above them.
 GROUPWISE_HACK_ZERO: Final[bool] = True
 
 # Spread gate: a grader is refused when the std of its scores is below SPREAD_MIN_STD, or when more than

@@ -1,6 +1,7 @@
 """The math of groupwise grading (MiMo-V2.6 report, section 4.3), as pure functions on lists of floats.
 
-- ``redistribute``: Groupwise Advantage Redistribution, equation 3 (section 4.3.2).
+- ``redistribute``: Groupwise Advantage Redistribution, equation 3 (section 4.3.2), with confirmed hacks treated as
+  failures (``hack_rewards``).
 - ``rank_factors``: a grader's best-first ranking turned into quality factors (whileai's convention; the report does
   not publish its map).
 - ``synthesize_reward``: Groupwise Reward Synthesis, equation 2 (section 4.3.1).
@@ -21,6 +22,7 @@ from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTO
 __all__ = [
     "POSITIVE_TOLERANCE",
     "Redistribution",
+    "hack_rewards",
     "positive_passes",
     "rank_factors",
     "redistribute",
@@ -35,7 +37,7 @@ class Redistribution:
 
     Attributes:
         advantages: A'_i for every member of the group, summing to zero (the original advantages on fallback).
-        original: A_i = R_i - mean(R).
+        original: A_i = R_i - mean(R), with each confirmed hack's R_i a failure's (:func:`hack_rewards`).
         factors: the quality factor used for each member (1.0 for failures and for passes the grader left out).
         lam: the common factor lambda after the cap (1.0 on fallback).
         capped: whether the cap bound lambda.
@@ -107,19 +109,50 @@ def positive_passes(rewards: Sequence[float], passed: Iterable[int] | None = Non
     return sorted(set(chosen))
 
 
+def hack_rewards(rewards: Sequence[float], hacks: Iterable[int], hack_reward: float | None = None) -> list[float]:
+    """The rewards with each confirmed hack treated as a failure (MiMo-V2.6 report, section 4.3.2).
+
+    A hack gets a failure's reward: the lowest reward in its group, and never above 0. With a binary verifier that is
+    0 (the report's "reset to zero"); with a +-1 verifier it is -1, so a hack never ends up above the failures; with
+    partial credit it is the lowest credit given, or 0. ``hack_reward`` sets another value.
+
+    Args:
+        rewards: R_i, ``[G]``, finite.
+        hacks: indices of the confirmed hacks.
+        hack_reward: the reward a hack gets instead of a failure's.
+
+    Returns:
+        The rewards, ``[G]``, with every hack's replaced.
+
+    Example:
+        >>> hack_rewards([1, 1, -1, -1], hacks=[1])
+        [1.0, -1.0, -1.0, -1.0]
+    """
+    values = [float(r) for r in rewards]
+    chosen = sorted({int(i) for i in hacks})
+    if not chosen:
+        return values
+    value = min(0.0, min(values)) if hack_reward is None else float(hack_reward)
+    for i in chosen:
+        values[i] = value
+    return values
+
+
 def redistribute_result(
     rewards: Sequence[float],
     factors: Mapping[int, float] | None = None,
     *,
     passed: Iterable[int] | None = None,
+    hacks: Iterable[int] | None = None,
+    hack_reward: float | None = None,
     cap: float = GROUPWISE_CAP,
 ) -> Redistribution:
     """Equation 3 of the MiMo-V2.6 report on one group, with the reason when it falls back.
 
     Same arguments as :func:`redistribute`; returns a :class:`Redistribution` so that a caller can count fallbacks.
     Nothing here raises on a grader's bad answer: an unusable factor map returns the original advantages with a
-    ``reason``. Only a malformed group (empty, or a reward that is not a finite number) or a cap below 1 raises
-    ``ValueError``, because no advantage exists to fall back to.
+    ``reason``. Only a malformed group (empty, or a reward that is not a finite number), a bad ``hack_reward`` or a
+    cap below 1 raises ``ValueError``, because no advantage exists to fall back to.
     """
     values = [float(r) for r in rewards]
     if not values:
@@ -128,6 +161,8 @@ def redistribute_result(
         raise ValueError(f"rewards must be finite numbers, got {list(rewards)!r}")
     if not _is_number(cap) or not cap >= 1.0:
         raise ValueError(f"cap must be a number >= 1 (lambda is never below 1), got {cap!r}")
+    if hack_reward is not None and not (_is_number(hack_reward) and math.isfinite(hack_reward)):
+        raise ValueError(f"hack_reward must be a finite number or None, got {hack_reward!r}")
 
     n = len(values)
     original = _centered(values)
@@ -145,6 +180,16 @@ def redistribute_result(
                 return fallback(f"passed index {i!r} is not a member of the group of {n}")
             if int(i) not in passes:
                 passes.append(int(i))
+    # A confirmed hack is a failure: out of P, with a failure's reward, before A_i is formed.
+    confirmed: list[int] = []
+    for i in hacks or ():
+        if not _is_index(i) or int(i) not in passes:
+            return fallback(f"hack {i!r} is not a pass of the group")
+        confirmed.append(int(i))
+    if confirmed:
+        values = hack_rewards(values, confirmed, hack_reward)
+        original = _centered(values)
+        passes = [i for i in passes if i not in confirmed]
     pass_set = set(passes)
 
     # f_i in (0, 1] for the passes; a pass the map leaves out keeps factor 1.
@@ -204,6 +249,8 @@ def redistribute(
     factors: Mapping[int, float] | None = None,
     *,
     passed: Iterable[int] | None = None,
+    hacks: Iterable[int] | None = None,
+    hack_reward: float | None = None,
     cap: float = GROUPWISE_CAP,
 ) -> list[float]:
     """Groupwise Advantage Redistribution, equation 3 of the MiMo-V2.6 report (section 4.3.2).
@@ -223,22 +270,31 @@ def redistribute(
     binary reward ``P`` is every pass of a mixed group. ``lambda`` is at most ``cap``: when the factors are steeper
     than that, they are pulled toward 1 until ``lambda = cap`` (the mass stays conserved).
 
+    A confirmed hack is treated as a failure before ``A_i`` is formed: it leaves ``P`` and gets a failure's reward
+    (:func:`hack_rewards`: the lowest reward in the group, never above 0), so its advantage equals the failures'.
+
     Args:
         rewards: R_i for the G members of one group, ``[G]``.
         factors: quality factor by group index, for passes only; a pass missing here has factor 1.
         passed: the indices of the passes; by default those with ``R_i > 0``.
+        hacks: the indices of confirmed hacks, passes only.
+        hack_reward: the reward a hack gets instead of a failure's.
         cap: the upper bound on lambda, at least 1.
 
     Returns:
-        A'_i for every member, ``[G]``. Unusable input (a factor outside (0, 1] or NaN, a factor or pass index that is
-        not a pass of the group, no pass with a positive advantage) returns the original advantages ``A_i``; call
-        :func:`redistribute_result` to learn whether and why that happened.
+        A'_i for every member, ``[G]``. Unusable input (a factor outside (0, 1] or NaN, a factor, hack or pass index
+        that is not a pass of the group, no pass with a positive advantage) returns the original advantages ``A_i``;
+        call :func:`redistribute_result` to learn whether and why that happened.
 
     Example:
         >>> redistribute([1, 1, 0, 0], factors={0: 1.0, 1: 0.5})
         [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
+        >>> redistribute([1, 1, -1, -1], hacks=[1])
+        [1.5, -0.5, -0.5, -0.5]
     """
-    return redistribute_result(rewards, factors, passed=passed, cap=cap).advantages
+    return redistribute_result(
+        rewards, factors, passed=passed, hacks=hacks, hack_reward=hack_reward, cap=cap
+    ).advantages
 
 
 def rank_factors(

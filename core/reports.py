@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,6 +290,12 @@ def _read_completions(path: Path, columns: list[str]) -> list[dict[str, Any]]:
     return table.read(columns=present).to_pylist()
 
 
+def _scored(row: dict[str, Any]) -> bool:
+    """A completion the verifier scored: its logged reward is a number, not None or the NaN of "unscorable"."""
+    reward = row.get("whileai_reward")
+    return reward is not None and reward == reward
+
+
 def _task_of(row: dict[str, Any]) -> str:
     prompt = row.get("prompt")
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
@@ -305,7 +312,7 @@ def step_groups(folder: Path) -> dict[int, list[tuple[int, int]]]:
         rows = _read_completions(path, ["step", "prompt", "whileai_group", "whileai_reward"])
         counts: dict[str, list[int]] = {}
         for row in rows:
-            if row.get("whileai_reward") is None:
+            if not _scored(row):
                 continue
             key = row.get("whileai_group") or _task_of(row)
             count = counts.setdefault(str(key), [0, 0])
@@ -368,7 +375,7 @@ def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
     per_task: dict[str, tuple[int, int]] = {}
     for path in _completion_logs(folder)[-window:]:
         for row in _read_completions(path, ["prompt", "whileai_reward"]):
-            if row.get("whileai_reward") is None:
+            if not _scored(row):
                 continue
             passes, n = per_task.get(_task_of(row), (0, 0))
             per_task[_task_of(row)] = (passes + (row["whileai_reward"] > 0), n + 1)
@@ -378,10 +385,12 @@ def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
 # ---------------------------------------------------------------- the grader's figures and two arms compared
 
 
-def grading_summary(folder: Path) -> dict[str, Any] | None:
+def grading_summary(folder: Path, say: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by kind, hacks, factors (how many,
     their mean and std; the mean and std are None when nothing was ranked), latency. None when the run had no
-    grader."""
+    grader. A last line cut short (a killed run) is dropped, with a warning through ``say``."""
+    from whileai.training.folder import read_grading_log
+
     path = folder / "grading.jsonl"
     if not path.is_file():
         return None
@@ -389,27 +398,20 @@ def grading_summary(folder: Path) -> dict[str, Any] | None:
     fallbacks: dict[str, int] = {}
     scores: list[float] = []
     seconds: list[float] = []
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                group = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BadInput(f"{path} line {number}: not valid JSON ({err.msg}); a run cut short?") from None
-            groups += 1
-            passed = group.get("passed", [])
-            mixed += bool(passed) and any(passed) and not all(passed)
-            graded += bool(group.get("graded")) or bool(group.get("reason"))
-            reason = group.get("reason")
-            if reason:
-                kind = group.get("failure") or reason.split(":", 1)[0]  # older logs have no "failure"
-                fallbacks[kind] = fallbacks.get(kind, 0) + 1
-            else:
-                hacks += len(group.get("hacks", []))
-                scores.extend(group.get("scores", []))
-            if group.get("graded") or reason:
-                seconds.append(float(group.get("seconds", 0.0)))
+    for group in read_grading_log(path, say):
+        groups += 1
+        passed = [ok for ok, r in zip(group.get("passed", []), group.get("rewards", []), strict=False) if r == r]
+        mixed += bool(passed) and any(passed) and not all(passed)
+        graded += bool(group.get("graded")) or bool(group.get("reason"))
+        reason = group.get("reason")
+        if reason:
+            kind = group.get("failure") or reason.split(":", 1)[0]  # older logs have no "failure"
+            fallbacks[kind] = fallbacks.get(kind, 0) + 1
+        else:
+            hacks += len(group.get("hacks", []))
+            scores.extend(group.get("scores", []))
+        if group.get("graded") or reason:
+            seconds.append(float(group.get("seconds", 0.0)))
     mean = sum(scores) / len(scores) if scores else None
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores and mean is not None else None
     seconds.sort()

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import numbers
 import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput, MissingExtra
+from whileai.grading.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.grading.text import completion_text, prompt_text
 
 __all__ = [
@@ -229,13 +228,6 @@ def _group_value(value: Any) -> str:
     return str(value)
 
 
-def _finite(value: numbers.Real) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an integer too large for a float
-        return False
-
-
 def _plain(row: Any, group_key: str, reward_key: str, text_key: str, prompt_key: str) -> tuple[str, Member] | None:
     """(group id, member) of a plain row: a dict with a string group, a finite float (or an integer a float holds
     exactly) reward, string text and a string or no prompt. None for anything else (``_member`` decides).
@@ -249,7 +241,7 @@ def _plain(row: Any, group_key: str, reward_key: str, text_key: str, prompt_key:
     if (
         type(group) is str
         and (type(reward) is float or (type(reward) is int and -(2**53) <= reward <= 2**53))
-        and math.isfinite(reward)
+        and -FLOAT32_LIMIT < reward < FLOAT32_LIMIT
         and type(text) is str
         and (prompt is None or type(prompt) is str)
     ):
@@ -270,11 +262,12 @@ def _member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     group = row[fields.group_key]
     if group is None:
         raise BadInput(f"{where}: field {fields.group_key!r} is empty")
-    reward = row[fields.reward_key]
-    if isinstance(reward, bool):
-        reward = float(reward)
-    if not isinstance(reward, numbers.Real) or not _finite(reward):
-        raise BadInput(f"{where}: field {fields.reward_key!r} is not a finite number (got {reward!r})")
+    try:
+        # None, NaN and inf (TRL logs a verifier's None as NaN) are unscorable: the gate leaves them out, counted.
+        reward = verifier_reward(row[fields.reward_key])
+    except ValueError:
+        given = row[fields.reward_key]
+        raise BadInput(f"{where}: field {fields.reward_key!r} is not a number (got {given!r})") from None
     text = row[fields.text_key]
     if text is None or not isinstance(text, (str, list, dict)):
         raise BadInput(f"{where}: field {fields.text_key!r} is not text or a list of messages (got {text!r})")

@@ -174,7 +174,15 @@ class GradingSection(Section):
     )
     min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
     hack_zero: bool = Field(
-        GROUPWISE_HACK_ZERO, description="Reset a confirmed hack's reward to 0 and treat it as a failure."
+        GROUPWISE_HACK_ZERO,
+        description="Treat a confirmed hack as a failure: it gets a failure's reward (the lowest in its group, never "
+        "above 0), so its advantage is the failures'.",
+    )
+    hack_reward: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="The reward a confirmed hack gets instead of a failure's (null: the lowest reward in its group, "
+        "never above 0).",
     )
     floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
     timeout_s: float | None = Field(
@@ -382,6 +390,12 @@ class DataSection(Section):
 
     prompt_key: str = Field("prompt", description="Column holding the prompt.")
     num_prompts: int | None = Field(None, gt=0, description="Use only the first N prompts.")
+    eval_prompts: int | None = Field(
+        None,
+        gt=0,
+        description="Hold out N prompts as TRL's evaluation dataset (for trainer.eval_strategy): a built-in task "
+        "generates N more; a file gives the N rows after data.num_prompts, or its last N when num_prompts is unset.",
+    )
     seed: int = Field(0, description="Seed for generating built-in tasks.")
 
 
@@ -450,6 +464,11 @@ class TrainerSection(BaseModel):
     @model_validator(mode="after")
     def _known_fields(self) -> TrainerSection:
         extra = self.model_extra or {}
+        if "output_dir" in extra:
+            raise ValueError(
+                "output_dir belongs at the recipe's top level: here it would split the run in two (checkpoints "
+                "and completions in one folder, grading.jsonl and whileai_run.json in another)"
+            )
         for name, value in list(extra.items()):
             if name not in GRPO_CONFIG_KINDS:
                 close = difflib.get_close_matches(name, sorted(GRPO_CONFIG_KINDS), n=1)
@@ -550,6 +569,24 @@ class Recipe(Section):
             raise ValueError(
                 f"{problems[0]} (with a grader, TRL must train on equation 3 exactly; a binary comparison arm may "
                 "scale as it likes)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _evaluation_has_prompts(self) -> Recipe:
+        # TRL builds the trainer, then refuses an evaluation strategy without an eval_dataset: say it here instead.
+        extra = self.trainer.model_extra or {}
+        evaluates = extra.get("eval_strategy") not in (None, "no") or bool(extra.get("eval_on_start"))
+        held_out = self.data is not None and self.data.eval_prompts is not None
+        if evaluates and not held_out:
+            raise ValueError(
+                "trainer.eval_strategy (or eval_on_start) evaluates on prompts the recipe does not give: set "
+                "data.eval_prompts: N to hold out N prompts, or remove the evaluation settings"
+            )
+        if held_out and not evaluates:
+            raise ValueError(
+                "data.eval_prompts holds out prompts that nothing evaluates: set trainer.eval_strategy: steps (with "
+                "trainer.eval_steps), or remove data.eval_prompts"
             )
         return self
 

@@ -108,6 +108,7 @@ def build_grading(
         cap=grading.cap,
         min_factor=grading.min_factor,
         hack_zero=grading.hack_zero,
+        hack_reward=grading.hack_reward,
         floor=grading.floor,
         rubrics=rubrics,
         spread_min_std=recipe.spread.min_std,

@@ -35,6 +35,9 @@ GRADER_CONCURRENCY = 8
 def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:
     """``call(request)`` for each request in turn, on this thread; an exception stands in for a call that raised.
 
+    Any exception, ``SystemExit`` from a grader that calls ``sys.exit`` included, is an answer: a grader's misdeed
+    is its group's fallback, never the end of the run. Only Ctrl-C (``KeyboardInterrupt``) goes through.
+
     Example:
         >>> each_or_error(lambda x: 10 // x, [5, 0])
         [2, ZeroDivisionError('integer division or modulo by zero')]
@@ -43,7 +46,9 @@ def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[A
     for request in requests:
         try:
             answers.append(call(request))
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             answers.append(exc)
     return answers
 

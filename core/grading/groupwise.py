@@ -45,12 +45,13 @@ from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
 from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
 from whileai.grading.controls import ControlGroup, controls_report, make_control
+from whileai.grading.rewards import FLOAT32_LIMIT, scorable_members, verifier_reward
 from whileai.grading.spread import SpreadReport, spread_report
 from whileai.grading.stats import GradingStats
 from whileai.grading.text import completion_text, prompt_text
-from whileai.methods import POSITIVE_TOLERANCE, _centered, _redistribute_checked, synthesize_reward
+from whileai.methods import _centered, _redistribute_checked, hack_rewards, positive_passes, synthesize_reward
 
-__all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind", "verifier_reward"]
+__all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind"]
 
 
 Mode = Literal["advantage", "reward"]
@@ -66,7 +67,8 @@ class GradedGroup:
         task_id: the group's task (scenario id, or the prompt when none is given).
         rewards: R_i from the verifier.
         passed: whether each member passed the verifier.
-        effective_rewards: the rewards after confirmed hacks were zeroed (equal to ``rewards`` otherwise).
+        effective_rewards: the rewards with each confirmed hack given a failure's reward (``hack_rewards``; equal to
+            ``rewards`` otherwise).
         shaped: what the trainer receives: ``A'_i + mean(effective R)`` in advantage mode, equation 2 in reward mode,
             the original rewards when the group fell back or was not graded.
         factors: quality factor by index (advantage mode).
@@ -76,10 +78,15 @@ class GradedGroup:
         graded: whether the grader was called.
         reason: why the group fell back, or None.
         failure: the kind of that reason, for counting: the exception's type, a judge call's kind (``"http 429"``,
-            ``"timeout"``), ``"unusable answer"``, ``"grader timed out"``, ``"non-finite reward"``, ...
+            ``"timeout"``), ``"unusable answer"``, ``"grader timed out"``, ...
+        unscorable: members the verifier could not score (None, NaN, inf, beyond float32). They are NaN in
+            ``rewards`` and ``shaped``, never passes, and left out of everything else: the grader reads the others,
+            and TRL leaves a NaN member out of its group's mean and gives it advantage 0.
         error: the exception behind the reason, when there was one.
         seconds: time spent in the grader.
         phase: ``"train"``, or ``"eval"`` for a group of TRL's evaluation batches.
+        grader_calls: calls made to the grader for this group (one in advantage mode, one per pass in reward mode).
+        label: the group's name in TRL's completion logs (``whileai_group``), when TRL graded it.
     """
 
     task_id: str
@@ -99,6 +106,9 @@ class GradedGroup:
     failure: str | None = None
     error: BaseException | None = field(default=None, repr=False, compare=False)
     redistributed: list[float] | None = field(default=None, repr=False)
+    unscorable: int = 0
+    grader_calls: int = 0
+    label: str | None = None
 
     def fail(self, failure: str, reason: str, error: BaseException | None = None) -> None:
         """Record why the group falls back: its kind (``"ZeroDivisionError"``, ``"http 429"``, ``"unusable answer"``,
@@ -107,15 +117,19 @@ class GradedGroup:
 
     @property
     def mixed(self) -> bool:
-        return any(self.passed) and not all(self.passed)
+        """A pass and a failure among the scorable members."""
+        scored = [ok for ok, r in zip(self.passed, self.rewards, strict=True) if r == r]  # NaN: unscorable
+        return any(scored) and not all(scored)
 
     @property
     def advantages(self) -> list[float]:
-        """The advantages the trainer forms from ``shaped`` by group-mean subtraction (A'_i of equation 3)."""
+        """The advantages the trainer forms from ``shaped`` by group-mean subtraction (A'_i of equation 3), 0 for an
+        unscorable member as TRL gives it."""
         if self.redistributed is not None:
             return list(self.redistributed)
-        mean = sum(self.shaped) / len(self.shaped)
-        return [s - mean for s in self.shaped]
+        finite = [s for s in self.shaped if math.isfinite(s)]
+        mean = sum(finite) / len(finite) if finite else 0.0
+        return [s - mean if math.isfinite(s) else 0.0 for s in self.shaped]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,34 +146,34 @@ class GradedGroup:
             "failure": self.failure,
             "seconds": self.seconds,
             "phase": self.phase,
+            "unscorable": self.unscorable,
+            "grader_calls": self.grader_calls,
+            "group": self.label,
         }
 
-
-def _number(value: object, what: str) -> float:
-    if type(value) is float and math.isfinite(value):  # the common case, without the ABC check
-        return value  # type: ignore[return-value]
-    if isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, numbers.Real):
-        raise ValueError(f"{what} is not a number: {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{what} is not a finite number: {value!r}")
-    return number
-
-
-def verifier_reward(value: object) -> float:
-    """A verifier's reward as a float: None (TRL's "no reward") is NaN; anything not a number is a set-up error."""
-    if value is None:
-        return math.nan
-    if type(value) is float:
-        return value  # type: ignore[return-value]
-    if not isinstance(value, numbers.Real):
-        raise ValueError(f"a reward is not a number: {value!r}")
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> GradedGroup:
+        """A group back from its ``as_dict`` record (a line of ``grading.jsonl``)."""
+        rewards = [float(r) for r in record["rewards"]]
+        group = cls(
+            str(record["task_id"]),
+            rewards,
+            [bool(p) for p in record["passed"]],
+            list(rewards),
+            [float(s) for s in record["shaped"]],
+        )
+        group.factors = {int(k): float(v) for k, v in record.get("factors", {}).items()}
+        group.hacks = [int(i) for i in record.get("hacks", [])]
+        group.scores = [float(s) for s in record.get("scores", [])]
+        group.lam = float(record.get("lambda", 1.0))
+        group.graded = bool(record.get("graded"))
+        group.reason, group.failure = record.get("reason"), record.get("failure")
+        group.seconds = float(record.get("seconds", 0.0))
+        group.phase = str(record.get("phase", "train"))
+        group.unscorable = int(record.get("unscorable", 0))
+        group.grader_calls = int(record.get("grader_calls", 0))
+        group.label = record.get("group")
+        return group
 
 
 def _describe(exc: BaseException) -> str:
@@ -197,13 +211,52 @@ def _failure(exc: BaseException) -> str:
     return f"grader raised: {_describe(exc)}"
 
 
-def _unscorable(group: GradedGroup) -> None:
-    """A group with a non-finite reward: ungraded, counted, the non-finite members NaN."""
-    # TRL turns a verifier's None into NaN, "unscorable": advantage 0, left out of the group's mean. An inf is made
-    # NaN too (TRL's nan_to_num would turn it into -3.4e38 for the rest of the group); the group keeps its other
-    # rewards, ungraded, and is counted.
-    group.shaped = [v if math.isfinite(v) else math.nan for v in group.rewards]
-    group.fail("non-finite reward", "non-finite reward: the verifier gave None, NaN or inf")
+def _new_group(
+    task: str,
+    values: list[float],
+    passed: Sequence[bool] | None,
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+) -> tuple[GradedGroup, Sequence[Any], Sequence[Any], list[int] | None]:
+    """The record of one group, with the prompts and completions its grader reads.
+
+    A member the verifier could not score (NaN: ``verifier_reward``) is left out: TRL leaves it out of the group's
+    mean and gives it advantage 0, so the group is graded on its scorable members alone, and their positions come
+    back as the fourth value for :func:`_widen`. A group with one unscorable member in eight is still graded.
+    """
+    size = len(values)
+    members = scorable_members(values)
+    if members is not None:
+        values = [values[i] for i in members]
+        prompts = [prompts[i] for i in members]
+        completions = [completions[i] for i in members]
+        passed = None if passed is None else [passed[i] for i in members]
+    ok = [r > 0 for r in values] if passed is None else [bool(p) for p in passed]
+    group = GradedGroup(task, values, ok, values[:], values[:])
+    group.unscorable = size - len(values)
+    return group, prompts, completions, members
+
+
+def _widen(group: GradedGroup, members: list[int], rewards: list[float]) -> GradedGroup:
+    """A group graded on its scorable ``members`` back at its full size: its unscorable members NaN in ``rewards``,
+    ``effective_rewards`` and ``shaped``, never passes, advantage 0, and every index the grader named mapped back."""
+    n = len(rewards)
+
+    def placed(values: Sequence[Any], fill: Any) -> list[Any]:
+        full = [fill] * n
+        for position, value in zip(members, values, strict=True):
+            full[position] = value
+        return full
+
+    group.rewards = placed(group.rewards, math.nan)
+    group.passed = placed(group.passed, False)
+    group.effective_rewards = placed(group.effective_rewards, math.nan)
+    group.shaped = placed(group.shaped, math.nan)
+    group.factors = {members[i]: f for i, f in group.factors.items()}
+    group.hacks = [members[i] for i in group.hacks]
+    if group.redistributed is not None:
+        group.redistributed = placed(group.redistributed, 0.0)
+    return group
 
 
 def _items(
@@ -256,7 +309,10 @@ class GroupwiseGrading:
         mode: ``"advantage"`` (GAR) or ``"reward"`` (GRS).
         cap: upper bound on lambda in equation 3.
         min_factor: the factor of the worst-ranked pass.
-        hack_zero: reset a confirmed hack's reward to 0 and treat it as a failure.
+        hack_zero: treat a confirmed hack as a failure: out of the passes, with a failure's reward (the lowest reward
+            in its group, never above 0: 0 with a binary verifier, -1 with a +-1 one), so its advantage is the
+            failures'.
+        hack_reward: the reward a confirmed hack gets instead of a failure's (None: a failure's).
         floor: lower bound on each score in equation 2 (reward mode).
         rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
             task on the first group seen and cached; None hands the grader ``rubric=None``.
@@ -283,6 +339,7 @@ class GroupwiseGrading:
         cap: float = GROUPWISE_CAP,
         min_factor: float = GROUPWISE_MIN_FACTOR,
         hack_zero: bool = GROUPWISE_HACK_ZERO,
+        hack_reward: float | None = None,
         floor: float = GROUPWISE_FLOOR,
         rubrics: RubricSource = None,
         spread_min_std: float = SPREAD_MIN_STD,
@@ -320,6 +377,10 @@ class GroupwiseGrading:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if not isinstance(hack_zero, bool):
             raise ValueError(f"hack_zero must be True or False, got {hack_zero!r}")
+        if hack_reward is not None and (
+            isinstance(hack_reward, bool) or not isinstance(hack_reward, numbers.Real) or not math.isfinite(hack_reward)
+        ):
+            raise ValueError(f"hack_reward must be a finite number or None, got {hack_reward!r}")
         if rubrics is not None and not (isinstance(rubrics, Mapping) or callable(rubrics)):
             raise ValueError(f"rubrics must be a mapping task_id -> rubric or a callable, got {type(rubrics).__name__}")
 
@@ -328,6 +389,7 @@ class GroupwiseGrading:
         self.cap = float(cap)
         self.min_factor = float(min_factor)
         self.hack_zero = hack_zero
+        self.hack_reward = None if hack_reward is None else float(hack_reward)
         self.floor = float(floor)
         self.rubrics = rubrics
         self.spread_min_std = float(spread_min_std)
@@ -360,6 +422,8 @@ class GroupwiseGrading:
     def __repr__(self) -> str:
         if self.mode == "advantage":
             knobs = f"cap={self.cap}, min_factor={self.min_factor}, hack_zero={self.hack_zero}"
+            if self.hack_reward is not None:
+                knobs += f", hack_reward={self.hack_reward}"
         else:
             if self.rubrics is None:
                 rubrics = "None"
@@ -417,18 +481,20 @@ class GroupwiseGrading:
         hacks and failures, and no one sees its groups' shaped rewards)."""
         opened: list[_Opened] = []
         graded: list[GradedGroup] = []
+        partial: list[tuple[int, list[int], list[float]]] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
-            values = [r if type(r) is float else verifier_reward(r) for r in rewards]
-            ok = [bool(p) for p in passed] if passed is not None else [r > 0 for r in values]
+            values = [verifier_reward(r) for r in rewards]
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
-            group = GradedGroup(task, values, ok, list(values), list(values))
+            group, group_prompts, group_completions, members = _new_group(task, values, passed, prompts, completions)
+            if members is not None:
+                partial.append((len(graded), members, values))
             graded.append(group)
-            if not all(map(math.isfinite, values)):
-                _unscorable(group)
-                continue
-            if send and any(ok):
-                opened.append(_Opened(group, prompts, completions, rendered=True))
-        return self._finish(graded, opened, preflight=preflight, record=record, shape=shape)
+            if send and any(group.passed):
+                opened.append(_Opened(group, group_prompts, group_completions, rendered=True))
+        self._finish(graded, opened, preflight=preflight, record=record, shape=shape)
+        for position, members, values in partial:
+            _widen(graded[position], members, values)
+        return graded
 
     def _finish(
         self,
@@ -444,7 +510,6 @@ class GroupwiseGrading:
         In advantage mode a grader with ``grade_texts`` (the scripted rule) is handed each group's completions and
         passes as two lists, not a dict per member; any other grader gets the members (``_items``).
         """
-        calls: dict[int, int] = {}
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
@@ -456,16 +521,16 @@ class GroupwiseGrading:
                     answers = self._ask(self.grader, "grade_groups", requests, single=True, preflight=preflight)
                 close = self._close_advantage
                 for o, answer in zip(opened, answers, strict=True):
-                    calls[id(o.group)] = 1
+                    o.group.grader_calls = 1
                     close(o.group, answer, shape)
             else:
                 for group, count in self._grade_reward(opened, preflight=preflight):
-                    calls[id(group)] = count
+                    group.grader_calls = count
             share = (time.perf_counter() - start) / len(opened)
             for o in opened:
                 o.group.seconds = share
         if record:
-            self.stats.record_groups(graded, calls, self.hack_zero)
+            self.stats.record_groups(graded, self.hack_zero)
         return graded
 
     def _ask(self, grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
@@ -480,7 +545,9 @@ class GroupwiseGrading:
         if callable(batch):
             try:
                 answers = list(batch(requests))
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit too: a grader's misdeed is a fallback, not the run's end
                 if preflight and isinstance(exc, GraderUnavailable):
                     raise
                 return [exc] * len(requests)
@@ -489,10 +556,10 @@ class GroupwiseGrading:
                 return [error] * len(requests)
             return answers
         answers = self._calls.run(grader if single else lambda request: grader(*request), requests)
-        if preflight:
-            for answer in answers:
-                if isinstance(answer, GraderUnavailable):
-                    raise answer
+        for answer in answers:
+            # A KeyboardInterrupt raised inside a grader on a worker thread is still the user's Ctrl-C.
+            if isinstance(answer, KeyboardInterrupt) or (preflight and isinstance(answer, GraderUnavailable)):
+                raise answer
         return answers
 
     def _close_advantage(self, group: GradedGroup, answer: Any, shape: bool = True) -> None:
@@ -518,10 +585,9 @@ class GroupwiseGrading:
         hacks = read.hacks
         group.hacks = list(hacks)
         kept = [i for i in passes if i not in hacks] if hack_zero and hacks else passes
+        if hack_zero and hacks:
+            group.effective_rewards = hack_rewards(group.rewards, hacks, self.hack_reward)
         effective = group.effective_rewards
-        if hack_zero:
-            for i in hacks:
-                effective[i] = 0.0
         factors = read.factors
         group.factors = dict(factors)
         # A single pass has nothing to be told apart from: it gives no score to the spread gate or the counters.
@@ -567,7 +633,9 @@ class GroupwiseGrading:
                 rubric = self._rubric(group.task_id, items)
             except LookupError as exc:
                 group.fail("no rubric", f"no rubric: {exc}", exc)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
                 if preflight and isinstance(exc, GraderUnavailable):
                     raise
                 group.fail(failure_kind(exc), f"rubric writer raised: {_describe(exc)}", exc)
@@ -646,35 +714,34 @@ class GroupwiseGrading:
                 raise ValueError(f"got {len(task_ids)} task ids for {n} completions")
         starts = self._groups_of(n, group_size)
         size = int(group_size)
-        # Per completion only what every group needs (its reward as a float); the texts the grader reads are rendered
-        # for the groups it is sent, once (TRL's batch of a few hundred conversations: most of this call's own time).
-        values = [r if type(r) is float else verifier_reward(r) for r in rewards]
+        # Per completion only what every group needs (its reward as TRL stores it); the texts the grader reads are
+        # rendered for the groups it is sent, once (TRL's batch of a few hundred conversations: most of this call's
+        # own time).
+        values = [verifier_reward(r) for r in rewards]
         advantage = self.mode == "advantage"
-        isfinite = math.isfinite
         graded: list[GradedGroup] = []
         opened: list[_Opened] = []
+        partial: list[tuple[int, list[int], list[float]]] = []
         for start in starts:
             stop = start + size
             chunk = values[start:stop]
-            ok = [r > 0 for r in chunk]
             task = task_id if task_ids is None else task_ids[start]
             task = str(task) if task is not None else str(prompt_text(prompts[start]))
-            group = GradedGroup(task, chunk, ok, chunk[:], chunk[:])
+            group, group_prompts, group_completions, members = _new_group(
+                task, chunk, None, prompts[start:stop], completions[start:stop]
+            )
+            if members is not None:
+                partial.append((len(graded), members, chunk))
             graded.append(group)
-            if not all(map(isfinite, chunk)):
-                _unscorable(group)
-                continue
-            if advantage:
-                # Only a group with a pass above its mean has advantage to move (a mixed group, with a binary reward):
-                # ``positive_passes(chunk)`` is not empty, written out for the hot path.
-                mean = sum(chunk) / size
-                tolerance = POSITIVE_TOLERANCE * max(1.0, max(map(abs, chunk)))
-                send = any(r > 0 and r - mean > tolerance for r in chunk)
-            else:  # reward mode: every group with a pass
-                send = True in ok
+            # Advantage mode: only a group with a pass above its mean has advantage to move (a mixed group, with a
+            # binary reward). Reward mode: every group with a pass.
+            send = bool(positive_passes(group.rewards)) if advantage else True in group.passed
             if send:
-                opened.append(_Opened(group, prompts[start:stop], completions[start:stop], rendered=False))
-        return self._finish(graded, opened, preflight=False, record=True)
+                opened.append(_Opened(group, group_prompts, group_completions, rendered=False))
+        self._finish(graded, opened, preflight=False, record=True)
+        for position, members, chunk in partial:
+            _widen(graded[position], members, chunk)
+        return graded
 
     def shape(
         self,
@@ -734,9 +801,9 @@ class GroupwiseGrading:
                 if key not in row:
                     raise ValueError(f"row {position}: missing field {key!r}")
             try:
-                reward = _number(row[reward_key], f"row {position}: field {reward_key!r}")
-            except ValueError as exc:
-                raise ValueError(str(exc)) from None
+                reward = verifier_reward(row[reward_key])  # None, NaN, inf: unscorable, left out of the group
+            except ValueError:
+                raise ValueError(f"row {position}: field {reward_key!r} is not a number: {row[reward_key]!r}") from None
             groups.setdefault(str(row[group_key]), []).append(
                 (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
             )
@@ -766,7 +833,7 @@ class GroupwiseGrading:
         first_error: list[BaseException] = []
         hacks: dict[str, list[int]] = {}
         outcomes: list[tuple[dict[int, float], dict[int, float], ControlGroup] | None] = []
-        skipped = attempted = 0
+        skipped = attempted = unscorable = 0
         pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
 
         def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
@@ -812,7 +879,8 @@ class GroupwiseGrading:
             pending.clear()
 
         for task, members in groups:
-            if sum(m[0] > 0 for m in members) < 2:
+            unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
+            if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
                 skipped += 1
                 if progress is not None:
                     progress(len(members))
@@ -842,6 +910,7 @@ class GroupwiseGrading:
             broken_fraction=self.spread_broken_fraction,
             first_failures=first_failures,
             controls=control_figures,
+            unscorable=unscorable,
         )
         report.first_error = first_error[0] if first_error else None
         if strict and report.verdict == "broken":

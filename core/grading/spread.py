@@ -57,6 +57,8 @@ class SpreadReport:
         mode: the grading mode that produced the scores.
         min_std, tolerance, max_near_median: the thresholds applied.
         skipped: groups not sent to the grader (fewer than two passes).
+        unscorable: completions the verifier could not score (None, NaN, inf), left out of their groups: the
+            verifier's doing, never counted as a grader failure.
         failed: groups whose grading fell back, by kind (the exception's type, a judge call's ``"http 429"``,
             ``"unusable answer"``, ``"grader timed out"``, ...).
         first_failures: the first reason of each kind, whole.
@@ -85,6 +87,7 @@ class SpreadReport:
     attempted: int = 0
     broken_fraction: float = SPREAD_BROKEN_FRACTION
     controls: ControlsReport | None = None
+    unscorable: int = 0
     first_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -102,11 +105,18 @@ class SpreadReport:
 
     @property
     def fell_back(self) -> str:
-        """How many groups fell back and why (empty when none did)."""
-        if not self.failed:
-            return ""
-        reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
-        return f" {sum(self.failed.values())} group(s) fell back ({reasons})."
+        """How many groups fell back and why, and how many completions the verifier could not score (empty when
+        neither happened)."""
+        text = ""
+        if self.failed:
+            reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
+            text = f" {sum(self.failed.values())} group(s) fell back ({reasons})."
+        if self.unscorable:
+            text += (
+                f" {self.unscorable} completion(s) the verifier could not score (None, NaN or inf) were left out of "
+                "their groups."
+            )
+        return text
 
     @property
     def conclusion(self) -> str:
@@ -128,8 +138,8 @@ class SpreadReport:
                     f"{self.fell_back} Fix the grader first: --json lists the reasons, --debug shows tracebacks."
                 )
             return (
-                f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed). "
-                "Send more groups with at least two passes each."
+                f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
+                f"{self.fell_back} Send more groups with at least two passes each."
             )
         if self.std >= self.min_std and self.near_median <= self.max_near_median and self.controls is not None:
             return f"spread: no. The scores vary, but {self.controls.why}.{self.fell_back}"
@@ -173,6 +183,7 @@ class SpreadReport:
             },
             "mode": self.mode,
             "skipped_groups": self.skipped,
+            "verifier_unscorable": self.unscorable,
             "attempted_groups": self.attempted,
             "failed_groups": dict(self.failed),
             "first_failures": dict(self.first_failures),
@@ -199,6 +210,7 @@ def spread_report(
     broken_fraction: float = SPREAD_BROKEN_FRACTION,
     first_failures: Mapping[str, str] | None = None,
     controls: ControlsReport | None = None,
+    unscorable: int = 0,
 ) -> SpreadReport:
     """The verdict on a grader's scores, grouped by the group that produced them.
 
@@ -245,6 +257,7 @@ def spread_report(
         attempted=tried,
         broken_fraction=broken_fraction,
         controls=controls,
+        unscorable=unscorable,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,9 +53,11 @@ class GradingStats:
         grader_calls: calls made to the grader (one per group in advantage mode, one per pass in reward mode).
         failed: groups that fell back to their original advantages or rewards because the grader misbehaved.
         fallbacks: ``failed`` broken down by kind (the exception's type, a judge call's ``"http 429"``,
-            ``"unusable answer"``, ``"grader timed out"``, ``"non-finite reward"``, ...).
+            ``"unusable answer"``, ``"grader timed out"``, ...).
         first_failures: the first reason seen of each kind, whole.
-        hacks_zeroed: confirmed hacks whose reward was reset to 0.
+        hacks_zeroed: confirmed hacks treated as failures (given a failure's reward).
+        unscorable: completions the verifier could not score (None, NaN, inf), left out of their groups; the
+            verifier's doing, not the grader's, so never in ``failed``.
         scores: the grader's scores (factors in advantage mode).
         grader_seconds: wall time spent inside the grader.
     """
@@ -70,56 +72,31 @@ class GradingStats:
     hacks_zeroed: int = 0
     scores: ScoreMoments = field(default_factory=ScoreMoments)
     grader_seconds: float = 0.0
+    unscorable: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def score_name(self) -> str:
         return "factors" if self.mode == "advantage" else "scores"
 
-    def record(
-        self,
-        *,
-        mixed: bool,
-        grader_calls: int,
-        reason: str | None,
-        hacks_zeroed: int,
-        failure: str | None = None,
-        scores: list[float],
-        seconds: float,
-    ) -> None:
-        """Count one group."""
-        with self._lock:
-            self.groups += 1
-            self.mixed += int(mixed)
-            self.grader_calls += grader_calls
-            self.hacks_zeroed += hacks_zeroed
-            self.grader_seconds += seconds
-            if reason is not None:
-                kind = failure or reason.split(":", 1)[0]
-                self.failed += 1
-                self.fallbacks[kind] += 1
-                self.first_failures.setdefault(kind, reason)
-            self.scores.extend(scores)
-
-    def record_groups(self, groups: Iterable[Any], calls: Mapping[int, int], hack_zero: bool) -> None:
-        """Count a batch of graded groups (``GradedGroup``), as :meth:`record` does one by one, under one lock.
+    def record_groups(self, groups: Iterable[Any], hack_zero: bool) -> None:
+        """Count a batch of graded groups (``GradedGroup``, live or read back from ``grading.jsonl``) under one lock.
 
         Args:
             groups: the groups, in order.
-            calls: grader calls made for each group, by ``id(group)`` (0 when absent).
-            hack_zero: whether confirmed hacks were zeroed (then they count in ``hacks_zeroed``).
+            hack_zero: whether confirmed hacks were treated as failures (then they count in ``hacks_zeroed``).
         """
         with self._lock:
             fallbacks, first_failures, add_scores = self.fallbacks, self.first_failures, self.scores.extend
             for group in groups:
-                passed = group.passed
                 self.groups += 1
-                self.mixed += int(any(passed) and not all(passed))
-                self.grader_calls += calls.get(id(group), 0)
+                self.mixed += int(group.mixed)
+                self.grader_calls += group.grader_calls
                 reason = group.reason
                 if hack_zero and reason is None:
                     self.hacks_zeroed += len(group.hacks)
                 self.grader_seconds += group.seconds
+                self.unscorable += group.unscorable
                 if reason is not None:
                     kind = group.failure or reason.split(":", 1)[0]
                     self.failed += 1
@@ -137,6 +114,7 @@ class GradingStats:
             copy.hacks_zeroed = self.hacks_zeroed
             copy.scores = ScoreMoments(self.scores.count, self.scores.mean, self.scores._m2)
             copy.grader_seconds = self.grader_seconds
+            copy.unscorable = self.unscorable
         return copy
 
     def as_dict(self) -> dict[str, Any]:
@@ -154,6 +132,7 @@ class GradingStats:
             "score_mean": self.scores.mean if self.scores.count else None,
             "score_std": self.scores.std if self.scores.count else None,
             "grader_seconds": self.grader_seconds,
+            "unscorable": self.unscorable,
         }
 
     def __str__(self) -> str:
@@ -161,6 +140,8 @@ class GradingStats:
             f"groupwise grading ({self.mode}): {self.groups} groups, {self.mixed} mixed, "
             f"{self.grader_calls} grader calls, {self.failed} failed (fell back), {self.hacks_zeroed} hacks zeroed"
         )
+        if self.unscorable:
+            head += f", {self.unscorable} verifier unscorable"
         if not self.scores.count:
             return f"{head}; no {self.score_name} yet"
         return f"{head}; {self.score_name} mean {self.scores.mean:.3f} std {self.scores.std:.3f}"

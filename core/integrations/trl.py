@@ -23,10 +23,11 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from whileai.grading.groupwise import GradedGroup, GroupwiseGrading, verifier_reward
+from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.grading.rewards import verifier_reward
 from whileai.grading.text import completion_text, prompt_text
 
-__all__ = ["BatchGather", "binary_reward", "group_labels", "groupwise_reward_function", "trl_phase"]
+__all__ = ["BatchGather", "BatchNames", "binary_reward", "group_labels", "groupwise_reward_function", "trl_phase"]
 
 
 def groupwise_reward_function(
@@ -43,11 +44,13 @@ def groupwise_reward_function(
     if num_generations < 1:
         raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
     default_size = int(num_generations)
+    names = BatchNames()
 
     def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         distributed = gather is not None and gather.world_size > 1
         offset = 0
         phase, size = trl_phase(kwargs, default_size)  # num_generations_eval in an evaluation batch
+        batch_name = names.next(phase, kwargs.get("trainer_state"))
         if not distributed and not completions:
             return []
         if not distributed and len(completions) % size:
@@ -59,10 +62,7 @@ def groupwise_reward_function(
             raise ValueError(
                 f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
             )
-        rewards = [
-            r if type(r) is float else verifier_reward(r)
-            for r in verifier(prompts=prompts, completions=completions, **kwargs)
-        ]
+        rewards = _verifier_rewards(verifier(prompts=prompts, completions=completions, **kwargs))
         if len(rewards) != len(completions):
             raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
         column = kwargs.get("task_id", kwargs.get("scenario_id"))
@@ -87,7 +87,7 @@ def groupwise_reward_function(
             outcome: Any = None
             if gather.rank == 0:
                 try:
-                    outcome = _grade_for_trl(grading, batch, size, phase, on_graded, kwargs)
+                    outcome = _grade_for_trl(grading, batch, size, phase, batch_name, on_graded, kwargs)
                 except Exception as exc:  # tell the other processes instead of leaving them waiting
                     outcome = exc
             outcome = gather.broadcast(outcome)
@@ -99,7 +99,7 @@ def groupwise_reward_function(
             # One process: the conversations go to grading as they are, and only the groups sent to the grader are
             # rendered (a task falls back to its prompt's text when no column names it).
             shaped, metrics = _grade_for_trl(
-                grading, (prompts, completions, rewards, task_ids), size, phase, on_graded, kwargs
+                grading, (prompts, completions, rewards, task_ids), size, phase, batch_name, on_graded, kwargs
             )
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
@@ -108,7 +108,7 @@ def groupwise_reward_function(
         log_extra = kwargs.get("log_extra")
         if callable(log_extra):
             log_extra("whileai_reward", rewards)
-            log_extra("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
+            log_extra("whileai_group", group_labels(batch_name, offset, len(rewards), size))
         return shaped
 
     groupwise_reward.__name__ = f"groupwise_{grading.mode}"
@@ -121,6 +121,7 @@ def _grade_for_trl(
     batch: tuple[Sequence[Any], Sequence[Any], list[float], list[str] | None],
     size: int,
     phase: str,
+    name: str,
     on_graded: Callable[[list[GradedGroup], Any], None] | None,
     kwargs: Mapping[str, Any],
 ) -> tuple[list[float], dict[str, float]]:
@@ -128,9 +129,8 @@ def _grade_for_trl(
     stats = grading.stats
     before = (stats.grader_calls, stats.failed, stats.hacks_zeroed)
     graded = grading.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
-    if phase != "train":
-        for group in graded:
-            group.phase = phase
+    for index, group in enumerate(graded):
+        group.phase, group.label = phase, f"{name}:{index}"  # the label its completions are logged under
     if on_graded is not None:
         on_graded(graded, kwargs.get("trainer_state"))
     metrics = _batch_metrics(graded, before, (stats.grader_calls, stats.failed, stats.hacks_zeroed))
@@ -157,19 +157,43 @@ def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:
     return phase, size
 
 
-def group_labels(trainer_state: Any, offset: int, count: int, size: int) -> list[str]:
-    """``"step:group"`` for each of ``count`` completions starting at ``offset`` in a batch of groups of ``size``.
+class BatchNames:
+    """A name for each batch TRL hands a reward function, unique in the run and the same on every process.
 
-    Logged into TRL's completion logs so a run's rollouts can be regrouped exactly as they were graded (two groups of
-    one prompt in one batch stay two groups).
+    TRL can score several batches at one ``global_step``: gradient accumulation with ``steps_per_generation``, or
+    an evaluation over several batches. A name is the step, the batch's number at that step and phase, and the phase:
+    ``"3.0"``, ``"3.1"`` for training, ``"eval-4.0"`` for evaluation. Every process calls its reward function once
+    per batch, so the counters agree across processes.
+
+    Example:
+        >>> names, state = BatchNames(), type("State", (), {"global_step": 3})()
+        >>> names.next("train", state), names.next("train", state), names.next("eval", state)
+        ('3.0', '3.1', 'eval-3.0')
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int], int] = {}
+
+    def next(self, phase: str, trainer_state: Any) -> str:
+        step = getattr(trainer_state, "global_step", 0)
+        number = self._seen.get((phase, step), 0)
+        self._seen[(phase, step)] = number + 1
+        return f"{step}.{number}" if phase == "train" else f"{phase}-{step}.{number}"
+
+
+def group_labels(batch: str, offset: int, count: int, size: int) -> list[str]:
+    """``"batch:group"`` for each of ``count`` completions starting at ``offset`` in a batch of groups of ``size``.
+
+    Logged into TRL's completion logs (``whileai_group``) and beside each group in ``grading.jsonl`` (``group``), so
+    a run's rollouts can be regrouped exactly as they were graded and joined to their grading one to one (two groups
+    of one prompt in one batch stay two groups, and so do two batches at one step).
     """
     if count <= 0:
         return []
-    step = getattr(trainer_state, "global_step", 0)
     first = offset // size
     labels: list[str] = []
     for group in range(first, (offset + count - 1) // size + 1):
-        labels += [f"{step}:{group}"] * size  # one string per group, repeated
+        labels += [f"{batch}:{group}"] * size  # one string per group, repeated
     skip = offset - first * size
     return labels[skip : skip + count]
 
@@ -208,6 +232,7 @@ def _batch_metrics(
         "groupwise/hacks_zeroed": float(after[2] - before[2]),
         "groupwise/score_mean": mean,
         "groupwise/score_std": std,
+        "whileai/unscorable": float(sum(g.unscorable for g in graded)),
     }
 
 
@@ -217,13 +242,17 @@ def binary_reward(
     """The verifier's reward as it is (a binary arm), logging the same pass rate and completion columns as
     :func:`groupwise_reward_function` so two arms read alike.
 
-    None, NaN and inf are "unscorable" (NaN: TRL gives advantage 0 and leaves it out of the group mean); an inf left
-    as it is would turn the group's other advantages into -3.4e38 through TRL's ``nan_to_num``. ``gather`` places
-    this process's slice in the batch for the group labels (rank 0's slice first).
+    None, NaN, inf and values float32 holds only as inf are "unscorable" (NaN: TRL gives advantage 0 and leaves it
+    out of the group mean); an inf left as it is would turn the group's other advantages into -3.4e38 through TRL's
+    ``nan_to_num``. ``gather`` places this process's slice in the batch for the group labels (rank 0's slice first).
     """
 
+    names = BatchNames()
+
     def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        rewards = [_finite_or_nan(r) for r in verifier(prompts=prompts, completions=completions, **kwargs)]
+        phase, size = trl_phase(kwargs, num_generations)
+        batch_name = names.next(phase, kwargs.get("trainer_state"))
+        rewards = _verifier_rewards(verifier(prompts=prompts, completions=completions, **kwargs))
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
             kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))
@@ -232,18 +261,17 @@ def binary_reward(
             offset = 0
             if gather is not None and gather.world_size > 1:
                 offset = sum(gather.all_gather(len(rewards))[: gather.rank])
-            _, size = trl_phase(kwargs, num_generations)
-            kwargs["log_extra"]("whileai_group", group_labels(kwargs.get("trainer_state"), offset, len(rewards), size))
+            kwargs["log_extra"]("whileai_group", group_labels(batch_name, offset, len(rewards), size))
         return rewards
 
     return binary
 
 
-def _finite_or_nan(value: Any) -> float:
-    if value is None:
-        return math.nan
+def _verifier_rewards(rewards: Any) -> list[float]:
+    """A verifier's output read as TRL reads it (``verifier_reward``), with the verifier named in the error."""
     try:
-        number = float(value)
-    except OverflowError:
-        return math.nan
-    return number if math.isfinite(number) else math.nan
+        return [verifier_reward(r) for r in rewards]
+    except ValueError as error:
+        raise ValueError(f"the verifier's output: {error}") from None
+    except TypeError:
+        raise ValueError(f"the verifier returned {type(rewards).__name__}, not a list of rewards") from None

@@ -24,7 +24,7 @@ def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
     """
     recipe = loaded.recipe
     kwargs = recipe.trainer.grpo_kwargs()
-    kwargs.setdefault("output_dir", recipe.output_dir)
+    kwargs["output_dir"] = recipe.output_dir  # one run folder: the schema refuses trainer.output_dir
     kwargs.setdefault("log_completions", True)
     kwargs.setdefault("report_to", "none")
     kwargs.setdefault("num_completions_to_print", 0)

@@ -36,8 +36,9 @@ from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.trl import binary_reward
+from whileai.training.folder import GradingLog, forget_after, last_checkpoint, mark_run, training_output, write_json
 
-__all__ = ["Gate", "GradingLog", "TrainingResult", "binary_reward", "gate_source", "last_checkpoint", "run_training"]
+__all__ = ["Gate", "TrainingResult", "binary_reward", "gate_source", "run_training"]
 
 
 @dataclass
@@ -77,20 +78,6 @@ class Gate:
             "skipped": self.reason,
             "spread": self.report,
         }
-
-
-class GradingLog:
-    """Appends each graded group to ``grading.jsonl`` (a resumed run continues the same file)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, groups: list[GradedGroup], state: Any) -> None:
-        step = getattr(state, "global_step", None)
-        with self.path.open("a") as handle:
-            for group in groups:
-                handle.write(json.dumps({"step": step, **group.as_dict()}) + "\n")
 
 
 def gate_source(loaded: LoadedRecipe) -> str | None:
@@ -181,37 +168,6 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
         )
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def last_checkpoint(out: Path) -> tuple[Path, int] | None:
-    """The newest ``checkpoint-N`` folder of a run and its step N (what TRL's ``resume_from_checkpoint`` takes)."""
-    found = [(int(p.name.split("-", 1)[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
-    if not found:
-        return None
-    step, path = max(found)
-    return path, step
-
-
-def _forget_replayed_groups(log: Path, step: int) -> int:
-    """Drop the groups ``grading.jsonl`` holds from step ``step`` on: a resume from ``checkpoint-step`` grades them
-    again (a group is logged with the step its generation ran at, 0-based: checkpoint-N has graded steps 0..N-1).
-
-    Returns:
-        How many groups were dropped.
-    """
-    if not log.is_file():
-        return 0
-    lines = log.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if not line.strip() or (json.loads(line).get("step") or 0) < step]
-    if len(kept) != len(lines):
-        partial = log.with_suffix(".jsonl.partial")
-        partial.write_text("".join(kept))
-        partial.replace(log)
-    return len(lines) - len(kept)
-
-
 def json_tool_arguments(completions: Any) -> None:
     """Turn every dict ``arguments`` of the tool calls in logged conversations into its JSON string, in place.
 
@@ -247,22 +203,14 @@ def _log_arguments_as_json(trainer: Any) -> None:
     trainer.log = log_with_json_arguments
 
 
+def _refused(gate: dict[str, Any], skip_spread_gate: bool) -> bool:
+    """Whether the gate's verdict stops the run before training."""
+    return gate["verdict"] not in ("yes", "skipped") and not skip_spread_gate
+
+
 def first_process() -> bool:
     """Whether this is the first process of a launch (``RANK`` 0 under accelerate or torchrun), or the only one."""
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def _mark_run(out: Path, status: str, **fields: Any) -> None:
-    """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted)."""
-    path = out / "whileai_run.json"
-    if not out.is_dir() or not first_process():
-        return
-    try:
-        summary = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        summary = {}
-    summary.update(status=status, **fields)
-    _write_json(path, summary)
 
 
 def _end_process_group() -> None:
@@ -311,14 +259,25 @@ def run_training(
         KeyboardInterrupt: Ctrl-C, after the run folder was marked.
     """
     out = Path(loaded.recipe.output_dir)
+    # Refused before anything is written, so the folder's own record stays as it was.
+    used = training_output(out)
+    if used and not resume:
+        raise BadInput(
+            f"{out} holds a run already ({', '.join(used)}): continue it with --resume, or train into another "
+            f"folder with output_dir=NEW (or remove {out})"
+        )
+    if resume and not used and not (out / "recipe.yaml").is_file():
+        raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
     try:
         result = _train(loaded, skip_spread_gate, resume, say, callbacks)
     except KeyboardInterrupt:
-        checkpoint = last_checkpoint(out)
-        _mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
+        if first_process():
+            checkpoint = last_checkpoint(out)
+            mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
         raise
     except Exception as error:
-        _mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
+        if first_process():
+            mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
         raise
     # Outside the try: the run's folder already says how it ended, and a peer lost here does not undo that.
     _end_process_group()
@@ -335,24 +294,34 @@ def _train(
     recipe = loaded.recipe
     recipe.require("model", "data", "verifier", command="train")
     out = Path(recipe.output_dir)
-    checkpoint = last_checkpoint(out)
-    if resume and checkpoint is None:
-        raise BadInput(f"--resume: {out} has no checkpoint-* folder to continue from")
+    checkpoint = last_checkpoint(out) if resume else None
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     main = first_process()
-    if resume and main and checkpoint is not None:
-        dropped = _forget_replayed_groups(out / "grading.jsonl", checkpoint[1])
-        if dropped:
-            say(f"whileai: resuming from {checkpoint[0].name}: {dropped} graded group(s) after it will be graded again")
-    summary: dict[str, Any] = {"recipe": str(loaded.path), "skip_spread_gate": skip_spread_gate, "resumed": resume}
-    # The spread gate comes before any GPU is spent and before anything heavy is imported; on the initial model's
-    # own completions (spread.sample) it comes once that model exists, still before the first step.
+    graded_before: list[dict[str, Any]] = []
+    if resume and main:
+        if checkpoint is None:
+            say(f"whileai: {out} has no checkpoint yet: starting its run over from the first step")
+        else:
+            say(f"whileai: resuming from {checkpoint[0].name}")
+        graded_before = forget_after(out, 0 if checkpoint is None else checkpoint[1], say)
+    summary: dict[str, Any] = {
+        "recipe": str(loaded.path),
+        "skip_spread_gate": skip_spread_gate,
+        "resumed": resume,
+        "resumed_from": None if checkpoint is None else checkpoint[0].name,
+    }
+    # The spread gate comes before any GPU is spent and, on one process, before anything heavy is imported; on the
+    # initial model's own completions (spread.sample) it comes once that model exists, still before the first step.
+    # With several processes it runs on the first once they are joined, the others waiting for its verdict.
     sampled_gate = recipe.grader is not None and gate_source(loaded) == "sample"
+    early_gate = not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1
+    gate: dict[str, Any] | None = None
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(loaded.dump())
-        if not sampled_gate:
-            _write_json(out / "spread_gate.json", _spread_gate(loaded, say).as_dict())
+        if early_gate:
+            gate = _spread_gate(loaded, say).as_dict()
+            write_json(out / "spread_gate.json", gate)
 
     try:
         import datasets
@@ -372,7 +341,7 @@ def _train(
     # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
     from whileai.graders import build_grading
-    from whileai.training.distributed import TorchGather
+    from whileai.training.distributed import TorchGather, on_first_process
     from whileai.training.plan import cpu_threads, grpo_arguments
     from whileai.training.progress import RichProgress
     from whileai.training.tasks import load_task, load_verifier
@@ -408,43 +377,43 @@ def _train(
     model_path = str(out / "base_model") if model.tiny is not None else model.name_or_path
     assert model_path is not None
 
-    def build_model() -> None:
-        if model.tiny is not None and main:
+    def prepare() -> dict[str, Any]:
+        """On the first process: the spread gate and the tiny model, in the order that spends least on a refusal."""
+        verdict = gate
+        if verdict is None and not sampled_gate:
+            verdict = _spread_gate(loaded, say).as_dict()
+            write_json(out / "spread_gate.json", verdict)
+        if verdict is not None and _refused(verdict, skip_spread_gate):
+            return verdict
+        if model.tiny is not None:
             _build_tiny(model_path, model, task, recipe.trainer.seed, say)
-        state.wait_for_everyone()
-
-    if sampled_gate:
-        build_model()
-        if main:
+        if sampled_gate:
             from whileai.training.sample import sample_groups
 
             sample = recipe.spread.sample
             assert sample is not None
-            groups = sample_groups(
-                model_path,
-                [task.rows[i % len(task.rows)] for i in range(sample.prompts)],  # a short dataset is reused
-                verifier,
-                num_generations=args.num_generations,
-                max_new_tokens=args.max_completion_length,
-                temperature=args.temperature,
-                seed=sample.seed,
-            )
-            _write_json(out / "spread_gate.json", _spread_gate(loaded, say, groups).as_dict())
-    state.wait_for_everyone()
-    gate = json.loads((out / "spread_gate.json").read_text())
+            prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
+            groups = sample_groups(model_path, prompts, verifier, args, seed=sample.seed)
+            verdict = _spread_gate(loaded, say, groups).as_dict()
+            write_json(out / "spread_gate.json", verdict)
+        assert verdict is not None
+        return verdict
+
+    gate = on_first_process(prepare, state.num_processes, say)
     summary["spread"] = gate
-    if gate["verdict"] not in ("yes", "skipped") and not skip_spread_gate:
+    if _refused(gate, skip_spread_gate):
         summary["started"] = False
         summary["status"] = "refused by the spread gate"
         if main:
-            _write_json(out / "whileai_run.json", summary)
+            write_json(out / "whileai_run.json", summary)
         return TrainingResult(out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
     if gate["verdict"] not in ("yes", "skipped") and main:
         say("whileai: the spread gate did not pass; training anyway (--skip-spread-gate, recorded in the run)")
-    if not sampled_gate:
-        build_model()
 
     grading: GroupwiseGrading | None = build_grading(loaded) if recipe.grader is not None else None
+    if grading is not None and graded_before:
+        # The run's figures cover the whole run: the groups graded before the checkpoint count too.
+        grading.stats.record_groups([GradedGroup.from_dict(g) for g in graded_before], grading.hack_zero)
     if grading is not None:
         reward = grading.trl_reward(
             verifier, args.num_generations, gather=TorchGather(), on_graded=GradingLog(out / "grading.jsonl")
@@ -458,6 +427,7 @@ def _train(
         reward_funcs=[reward],
         args=args,
         train_dataset=datasets.Dataset.from_list(task.rows),
+        eval_dataset=datasets.Dataset.from_list(task.eval_rows) if task.eval_rows else None,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
         callbacks=[RichProgress(say), *callbacks],
@@ -477,7 +447,7 @@ def _train(
     _log_arguments_as_json(trainer)
     trainer.remove_callback(ProgressCallback)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
 
@@ -493,7 +463,7 @@ def _train(
         world_size=state.num_processes,  # the processes that trained; rank 0 graded every group for all of them
     )
     if trainer.is_world_process_zero():
-        _write_json(out / "whileai_run.json", summary)
+        write_json(out / "whileai_run.json", summary)
     if grading is not None and main:
         say(str(grading.stats))
     return TrainingResult(

@@ -1,47 +1,89 @@
 """The spread gate's most honest rows: groups the initial policy itself writes, before the first step.
 
 ``sample_groups`` takes a few training prompts, generates ``num_generations`` completions for each with the model the
-run starts from (plain ``generate`` with sampling, as TRL's transformers backend does; no vLLM), scores them with the
-recipe's verifier called the way TRL calls it (``prompts``, ``completions``, ``completion_ids`` and every dataset
-column), and returns them as the groups ``GroupwiseGrading.check_spread_groups`` grades. A grader that cannot tell
-these passes apart will not tell apart the ones training shows it.
+run starts from, scores them with the recipe's verifier called the way TRL calls it (``prompts``, ``completions``,
+``completion_ids`` and every dataset column), and returns them as the groups ``GroupwiseGrading.check_spread_groups``
+grades. A grader that cannot tell these passes apart will not tell apart the ones training shows it.
+
+It samples as TRL 1.16's transformers path does (``GRPOTrainer.__init__`` builds the ``GenerationConfig``,
+``_tokenize_prompts`` and ``_generate_single_turn`` use it), from the same ``GRPOConfig``: the length limit,
+temperature, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty``, ``cache_implementation`` and
+``generation_kwargs``; every end-of-sequence id the model declares; the prompt through the chat template with
+``chat_template_kwargs`` (or the tokenizer's special tokens for text); the completion cut after its first EOS.
+``generation_config`` is that configuration, and a test compares it with the one TRL builds.
 
 Single-turn tasks only: a multi-turn task (TRL's ``environment_factory``) needs the tool loop, so its gate samples
-with the ``simulate`` section instead. Imports torch and transformers inside the function.
+with the ``simulate`` section instead. Imports torch and transformers inside the functions.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.errors import MissingExtra
+from whileai.grading.rewards import verifier_reward
 from whileai.grading.text import completion_text, prompt_text
 
-__all__ = ["sample_groups"]
+__all__ = ["end_of_sequence_ids", "generation_config", "sample_groups"]
+
+
+def end_of_sequence_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every id that ends a completion: the model's generation config's, with the tokenizer's first (as TRL)."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id not in ids:
+        ids = [tokenizer.eos_token_id, *ids]
+    return ids
+
+
+def generation_config(args: Any, model: Any, tokenizer: Any) -> Any:
+    """The ``GenerationConfig`` TRL's transformers path samples with, from a ``GRPOConfig``."""
+    from transformers import GenerationConfig
+
+    settings = {
+        "max_new_tokens": args.max_completion_length,
+        "do_sample": True,
+        "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": end_of_sequence_ids(model, tokenizer),
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "cache_implementation": args.cache_implementation,
+    }
+    settings.update(args.generation_kwargs or {})
+    return GenerationConfig(**settings, disable_compile=True)
+
+
+def _prompt_ids(tokenizer: Any, prompt: Any, chat_template_kwargs: dict[str, Any]) -> list[int]:
+    """The prompt's token ids as TRL tokenizes a single-turn prompt without tools."""
+    if isinstance(prompt, str):
+        return list(tokenizer(text=prompt)["input_ids"])
+    tokenized = tokenizer.apply_chat_template(
+        conversation=[prompt], add_generation_prompt=True, tokenize=True, return_dict=True, **chat_template_kwargs
+    )
+    return list(tokenized["input_ids"][0])
 
 
 def sample_groups(
     model_path: str,
     rows: Sequence[dict[str, Any]],
     verifier: Callable[..., Sequence[float]],
+    args: Any,
     *,
-    num_generations: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
     seed: int = 0,
 ) -> list[tuple[str, list[tuple[float, str, str]]]]:
-    """``num_generations`` sampled completions per row, scored by ``verifier``, as ``(task, [(reward, prompt,
+    """``args.num_generations`` sampled completions per row, scored by ``verifier``, as ``(task, [(reward, prompt,
     completion), ...])`` groups.
 
     Args:
         model_path: the model folder (or id) the run starts from.
         rows: training rows with a ``prompt`` (text, or chat messages) and any columns the verifier reads.
         verifier: a TRL-style reward function.
-        num_generations: completions per prompt (the group size G).
-        max_new_tokens: the completion length limit (TRL's ``max_completion_length``).
-        temperature: the sampling temperature.
+        args: the run's ``GRPOConfig``: the group size and every generation setting come from it.
         seed: torch's seed for the sampling.
     """
     try:
@@ -53,42 +95,31 @@ def sample_groups(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     model.eval()
-    eos = tokenizer.eos_token_id
+    config = generation_config(args, model, tokenizer)
+    ends = set(end_of_sequence_ids(model, tokenizer))
+    size = args.num_generations
+    template_kwargs = dict(args.chat_template_kwargs or {})
     torch.manual_seed(seed)
     groups = []
     for index, row in enumerate(rows):
         prompt = row["prompt"]
-        chat = not isinstance(prompt, str)
-        if chat:
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-        else:
-            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        inputs = torch.tensor([ids])  # [1, P]
+        ids = _prompt_ids(tokenizer, prompt, template_kwargs)
+        inputs = torch.tensor([ids] * size)  # [G, P]: one row per completion, as TRL repeats each prompt
         with torch.no_grad():
             output = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                do_sample=True,
-                temperature=temperature,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=num_generations,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
-            )  # [G, P + L]
+                inputs, attention_mask=torch.ones_like(inputs), generation_config=config
+            )  # [G, P+L]
         completion_ids = []
         for sequence in output[:, len(ids) :].tolist():
-            cut = sequence.index(eos) + 1 if eos in sequence else len(sequence)  # up to and with EOS, as TRL keeps
+            cut = next((i + 1 for i, token in enumerate(sequence) if token in ends), len(sequence))  # EOS kept
             completion_ids.append(sequence[:cut])
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        chat = not isinstance(prompt, str)
         completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
-        columns = {k: [v] * num_generations for k, v in row.items() if k not in ("prompt", "completion")}
-        rewards = verifier(
-            prompts=[prompt] * num_generations, completions=completions, completion_ids=completion_ids, **columns
-        )
+        columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
+        rewards = verifier(prompts=[prompt] * size, completions=completions, completion_ids=completion_ids, **columns)
         task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
         shown = prompt_text(prompt)
-        scored = [
-            (math.nan if r is None else float(r), shown, completion_text(c))
-            for r, c in zip(rewards, completions, strict=True)
-        ]
+        scored = [(verifier_reward(r), shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)]
         groups.append((task, scored))
     return groups

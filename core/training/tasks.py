@@ -83,6 +83,7 @@ class TrainingTask:
 
     Attributes:
         rows: the training rows (a ``prompt`` column and any extra columns TRL passes to reward functions).
+        eval_rows: the prompts held out for TRL's evaluation (``data.eval_prompts``), empty when none are.
         corpus: text a tiny model's tokenizer is trained on.
         environment_factory: a TRL environment class for multi-turn tasks, or None.
         demonstrations: for a multi-turn task, ``demonstrations(rollouts, seed)`` gives that many seeded-agent
@@ -91,6 +92,7 @@ class TrainingTask:
 
     rows: list[dict[str, Any]]
     corpus: list[str] = field(default_factory=list)
+    eval_rows: list[dict[str, Any]] = field(default_factory=list)
     environment_factory: Any = None
     demonstrations: Callable[[int, int], list[list[dict[str, Any]]]] | None = None
 
@@ -129,14 +131,23 @@ def _support_demonstrations(scenarios: Sequence[Any], rollouts: int, seed: int) 
 
 
 def load_task(loaded: LoadedRecipe) -> TrainingTask:
-    """The training rows of the recipe's ``data`` section (a built-in task or a rows file)."""
+    """The training rows of the recipe's ``data`` section (a built-in task or a rows file), with the prompts
+    ``data.eval_prompts`` holds out for evaluation."""
     data = loaded.recipe.data
     if data is None:
         raise BadInput("the recipe has no data section")
-    if data.dataset == "builtin:echo_digits":
-        return _echo_digits(data.num_prompts or 64, data.seed)
-    if data.dataset == "builtin:support":
-        return _support(data.num_prompts, data.seed)
+    held_out = data.eval_prompts or 0
+    if data.dataset.startswith("builtin:"):
+        if data.dataset == "builtin:echo_digits":
+            task = _echo_digits((data.num_prompts or 64) + held_out, data.seed)
+        else:
+            # one environment knows every scenario, so an evaluation row resets to its own
+            task = _support(None if data.num_prompts is None else data.num_prompts + held_out, data.seed)
+        if held_out:
+            if held_out >= len(task.rows):
+                raise BadInput(f"data.eval_prompts {held_out} leaves no training prompt of {len(task.rows)}")
+            task.rows, task.eval_rows = task.rows[:-held_out], task.rows[-held_out:]
+        return task
     path = loaded.resolve(data.dataset)
     if not path.is_file():
         raise BadInput(f"data.dataset: no such file {path}")
@@ -148,10 +159,13 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
             raise BadInput(f"{path} row {number}: missing field {data.prompt_key!r}")
         if data.prompt_key != "prompt":
             row["prompt"] = row.pop(data.prompt_key)
-    if data.num_prompts:
-        rows = rows[: data.num_prompts]
-    corpus = [json.dumps(r["prompt"]) if not isinstance(r["prompt"], str) else r["prompt"] for r in rows]
-    return TrainingTask(rows, corpus=corpus)
+    available = len(rows) - held_out
+    count = available if data.num_prompts is None else min(data.num_prompts, available)
+    if count < 1:
+        raise BadInput(f"{path}: its {len(rows)} rows leave no training prompt beside data.eval_prompts {held_out}")
+    rows, eval_rows = rows[:count], rows[count : count + held_out]
+    corpus = [json.dumps(r["prompt"]) if not isinstance(r["prompt"], str) else r["prompt"] for r in rows + eval_rows]
+    return TrainingTask(rows, corpus=corpus, eval_rows=eval_rows)
 
 
 def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:

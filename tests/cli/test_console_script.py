@@ -46,7 +46,7 @@ def test_exit_2_on_bad_input_without_traceback(tmp_path: Path) -> None:
     rows.write_text('{"scenario_id": "s", "reward": "yes", "final_text": "x"}\n')
     done = run("spread", rows, "--recipe", RECIPE)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"whileai: error: {rows} line 1: field 'reward' is not a finite number (got 'yes')"
+    assert done.stderr.strip() == f"whileai: error: {rows} line 1: field 'reward' is not a number (got 'yes')"
     usage = run("spread", "--no-such-flag")
     assert usage.returncode == 2 and "No such option" in usage.stderr
 

@@ -40,9 +40,20 @@ def test_the_report_and_its_json_read_the_same(monkeypatch) -> None:
 
 def test_bad_rows_are_named_the_same(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "rows.jsonl"
-    path.write_text(ROWS.read_text() + '{"scenario_id": "z", "reward": NaN, "final_text": ""}\n{not json\n')
+    path.write_text(ROWS.read_text() + '{"scenario_id": "z", "reward": "NaN", "final_text": ""}\n{not json\n')
     plain, fast = outputs(monkeypatch, "spread", path, "--recipe", RECIPE)
     assert plain == fast and plain[0] == 2
-    assert f"{path} line 7: field 'reward' is not a finite number (got nan)" in plain[2]
+    assert f"{path} line 7: field 'reward' is not a number (got 'NaN')" in plain[2]
     plain, fast = outputs(monkeypatch, "spread", path, "--recipe", RECIPE, "--skip-bad-rows")
     assert plain == fast and plain[0] == 0 and "skipped 2 bad row(s) of 8" in plain[2]
+
+
+def test_an_unscorable_reward_is_counted_not_bad(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(ROWS.read_text() + '{"scenario_id": "refund-17", "reward": NaN, "final_text": ""}\n')
+    plain, fast = outputs(monkeypatch, "spread", path, "--recipe", RECIPE, "--json")
+    assert plain[0] == fast[0] == 0
+    report, other = json.loads(plain[1]), json.loads(fast[1])
+    report["grader"].pop("grader_seconds"), other["grader"].pop("grader_seconds")
+    assert report == other and report["grader"]["unscorable"] == 1
+    assert report["verifier_unscorable"] == 1 and report["failed_groups"] == {} and report["verdict"] == "yes"

@@ -131,22 +131,35 @@ def page_rows() -> list[dict]:
 
 def _advantages_by_group(run_dir: Path, size: int) -> list[tuple[list[float], list[float]]]:
     """(whileai_reward, TRL's logged advantage) of every group in a run's completion logs, in order."""
+    return [(rewards, advantages) for _, rewards, advantages in _logged_groups(run_dir, size)]
+
+
+def _logged_groups(run_dir: Path, size: int) -> list[tuple[str, list[float], list[float]]]:
+    """(whileai_group, whileai_reward, TRL's logged advantage) of every group in a run's completion logs, in order
+    (a generation logged in two files, with steps_per_generation > 1, is read once)."""
     import pandas as pd
 
-    groups = []
+    groups, seen = [], set()
     for path in sorted((run_dir / "completions").glob("completions_*.parquet")):
         frame = pd.read_parquet(path)
         assert len(frame) % size == 0
         for start in range(0, len(frame), size):
             rows = frame.iloc[start : start + size]
             assert rows["whileai_group"].nunique() == 1  # one group: the rows TRL normalized together
-            groups.append((rows["whileai_reward"].tolist(), rows["advantage"].tolist()))
+            label = rows["whileai_group"].iloc[0]
+            if label not in seen:
+                seen.add(label)
+                groups.append((label, rows["whileai_reward"].tolist(), rows["advantage"].tolist()))
     return groups
 
 
-def _assert_equation_3(run_dir: Path, size: int) -> int:
-    """Group by group, TRL's own logged advantage equals ``redistribute`` of the logged rewards (hacks zeroed) and
-    the grader's factors from ``grading.jsonl``: the signal checked from outside the reward function.
+def _assert_equation_3(
+    run_dir: Path, size: int, hack_reward: float | None = None, every_group_logged: bool = True
+) -> int:
+    """Group by group, TRL's own logged advantage equals ``redistribute`` of the logged rewards and hacks and
+    the grader's factors from ``grading.jsonl``, joined by the group's label: the signal checked from outside the
+    reward function. ``every_group_logged=False`` for a run whose TRL logs keep only the last generation of a step
+    (gradient accumulation over several generations: TRL's log holds one generation batch).
 
     Returns the number of groups whose passes the grader told apart.
     """
@@ -154,19 +167,36 @@ def _assert_equation_3(run_dir: Path, size: int) -> int:
 
     from whileai.methods import redistribute
 
-    graded = [json.loads(line) for line in (run_dir / "grading.jsonl").read_text().splitlines()]
-    graded = [g for g in graded if g["phase"] == "train"]
-    logged = _advantages_by_group(run_dir, size)
-    assert len(logged) == len(graded) > 0
+    records = [json.loads(line) for line in (run_dir / "grading.jsonl").read_text().splitlines()]
+    graded = {g["group"]: g for g in records}  # training and evaluation: TRL forms both advantages alike
+    assert len(graded) == len(records)  # one label, one group
+    logged = _logged_groups(run_dir, size)
+    labels = {label for label, _, _ in logged}
+    assert logged and (labels == set(graded) if every_group_logged else labels <= set(graded))
     told_apart = 0
-    for (rewards, advantages), group in zip(logged, graded, strict=True):
-        assert rewards == group["rewards"]
+    for label, rewards, advantages in logged:
+        group = graded[label]
+        assert rewards == pytest.approx(group["rewards"], nan_ok=True)
         factors = {int(k): v for k, v in group["factors"].items()}
+        # An unscorable member (NaN) is out of the group: TRL gives it 0 and the rest form equation 3 alone.
+        kept = [i for i, r in enumerate(rewards) if r == r]
+        if not kept:
+            assert advantages == [0.0] * len(rewards)
+            continue
+        position = {i: k for k, i in enumerate(kept)}
+        scored = [rewards[i] for i in kept]
         if group["graded"] and not group["reason"]:
-            effective = [0.0 if i in group["hacks"] else r for i, r in enumerate(rewards)]
-            expected = redistribute(effective, factors)
+            moved = redistribute(
+                scored,
+                {position[i]: f for i, f in factors.items()},
+                hacks=[position[i] for i in group["hacks"]],
+                hack_reward=hack_reward,
+            )
         else:
-            expected = redistribute(rewards)
+            moved = redistribute(scored)
+        expected = [0.0] * len(rewards)
+        for i in kept:
+            expected[i] = moved[position[i]]
         assert advantages == pytest.approx(expected, abs=1e-5), (rewards, factors, group["hacks"])
         told_apart += len(set(factors.values())) > 1
     return told_apart
@@ -174,5 +204,8 @@ def _assert_equation_3(run_dir: Path, size: int) -> int:
 
 @pytest.fixture(scope="session")
 def trl_signal() -> SimpleNamespace:
-    """``advantages_by_group(run_dir, size)`` and ``assert_equation_3(run_dir, size)`` on a training run's folder."""
-    return SimpleNamespace(advantages_by_group=_advantages_by_group, assert_equation_3=_assert_equation_3)
+    """``advantages_by_group(run_dir, size)``, ``logged_groups(run_dir, size)`` and ``assert_equation_3(run_dir,
+    size)`` on a training run's folder."""
+    return SimpleNamespace(
+        advantages_by_group=_advantages_by_group, logged_groups=_logged_groups, assert_equation_3=_assert_equation_3
+    )

@@ -45,7 +45,7 @@ def test_evaluation_batches_are_graded_in_their_own_groups(
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from whileai.training.run import GradingLog
+    from whileai.training.folder import GradingLog
     from whileai.training.tasks import _echo_digits, echoes_digits
 
     rows = _echo_digits(8, seed=0).rows

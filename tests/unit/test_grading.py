@@ -315,7 +315,6 @@ def test_failed_groups_give_no_scores_and_are_reported() -> None:
         ({"scenario_id": "a", "final_text": "x"}, "row 1: missing field 'reward'"),
         ({"scenario_id": "a", "reward": 1}, "row 1: missing field 'final_text'"),
         ({"scenario_id": "a", "reward": "1", "final_text": "x"}, "row 1: field 'reward' is not a number"),
-        ({"scenario_id": "a", "reward": float("nan"), "final_text": "x"}, "row 1: field 'reward' is not a finite"),
         ("not a row", "row 1: not a dict"),
     ],
 )
@@ -396,6 +395,7 @@ def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
         "groupwise/score_mean": 0.75,
         "groupwise/score_std": 0.25,
         "whileai/pass_rate": 2 / 3,
+        "whileai/unscorable": 0.0,
     }
 
 
@@ -563,7 +563,7 @@ def test_trl_reward_logs_the_verifier_reward_per_completion() -> None:
     extras = {}
     reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=2)
     reward(prompts=["p"] * 2, completions=["done", "x"], log_extra=lambda c, v: extras.__setitem__(c, v))
-    assert extras == {"whileai_reward": [1.0, 0.0], "whileai_group": ["0:0", "0:0"]}
+    assert extras == {"whileai_reward": [1.0, 0.0], "whileai_group": ["0.0:0", "0.0:0"]}
 
 
 class ThreadGather:
@@ -621,13 +621,14 @@ def count_calls_by_length(group):
     return {"ranking": [g["index"] for g in passes]}
 
 
-def test_a_verifier_none_or_nan_falls_back_for_that_group_only() -> None:
+def test_a_verifier_none_is_left_out_of_its_group_and_the_rest_is_graded() -> None:
     gar = wai.GroupwiseGrading(grader=by_order)
-    reward = gar.trl_reward(lambda **kw: [None, 1.0, 1.0, 0.0], num_generations=2)
-    out = reward(prompts=["p"] * 4, completions=["a", "b", "c", "d"])
-    assert out[0] != out[0] and out[1] == 1.0  # NaN passes through for TRL's nansum; the group is not graded
-    assert out[2:] == [1.0, 0.0]
-    assert gar.stats.fallbacks == {"non-finite reward": 1}
+    reward = gar.trl_reward(lambda **kw: [None, 1.0, 0.0, 1.0, 1.0, 0.0], num_generations=3)
+    out = reward(prompts=["p"] * 6, completions=["a", "b", "c", "d", "e", "f"])
+    # the first group is [1, 0] once its None is left out: one pass, one failure, nothing to redistribute
+    assert out[0] != out[0] and out[1:3] == [1.0, 0.0]  # NaN passes through: TRL leaves it out of the mean
+    assert gar.stats.failed == 0 and gar.stats.unscorable == 1 and gar.stats.mixed == 2
+    assert "1 verifier unscorable" in str(gar.stats)
     with pytest.raises(ValueError, match="not a number"):
         gar.trl_reward(lambda **kw: ["yes", 0.0], num_generations=2)(prompts=["p"] * 2, completions=["a", "b"])
 
@@ -683,3 +684,23 @@ def test_any_json_answer_is_used_or_falls_back(answer) -> None:
     for mode, grader in (("advantage", lambda group: answer), ("reward", lambda item, rubric: answer)):
         out = wai.GroupwiseGrading(grader=grader, mode=mode).shape([1, 1, 0], ["p"] * 3, ["a"] * 3, group_size=3)
         assert len(out) == 3 and all(math.isfinite(v) for v in out)
+
+
+def test_two_batches_at_one_step_get_labels_of_their_own_that_grading_shares() -> None:
+    graded, logged = [], []
+    gar = wai.GroupwiseGrading(grader=by_order)
+    reward = gar.trl_reward(lambda **kw: [1.0, 0.0] * 2, num_generations=2, on_graded=lambda g, s: graded.extend(g))
+    state = type("State", (), {"global_step": 5})()
+    for _ in range(2):  # gradient accumulation: two generations at step 5
+        extras: dict = {}
+        reward(
+            prompts=["p"] * 4,
+            completions=list("abcd"),
+            trainer_state=state,
+            log_extra=lambda key, values, extras=extras: extras.__setitem__(key, values),
+            log_metric=lambda name, value: None,
+        )
+        logged += extras["whileai_group"]
+    assert logged == ["5.0:0", "5.0:0", "5.0:1", "5.0:1", "5.1:0", "5.1:0", "5.1:1", "5.1:1"]
+    assert [g.label for g in graded] == ["5.0:0", "5.0:1", "5.1:0", "5.1:1"]
+    assert [g.as_dict()["group"] for g in graded] == [g.label for g in graded]

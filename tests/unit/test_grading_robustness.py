@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import whileai as wai
+from whileai.methods import redistribute
 
 
 def returning(answer):
@@ -66,16 +67,17 @@ def test_hacks_given_as_an_array_are_zeroed() -> None:
 # ---------------------------------------------------------------- non-finite rewards
 
 
-@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, None, 10**400])
-def test_a_non_finite_reward_is_unscorable_and_the_rest_of_its_group_keeps_its_signal(bad) -> None:
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, None, 10**400, 1e39, -3.5e38])
+def test_an_unscorable_reward_is_left_out_and_the_rest_of_its_group_is_graded(bad) -> None:
     gar = wai.GroupwiseGrading(grader=by_order)
-    reward = gar.trl_reward(lambda **kw: [bad, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0], num_generations=4)
+    reward = gar.trl_reward(lambda **kw: [bad, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0], num_generations=4)
     shaped = reward(prompts=["p"] * 4 + ["q"] * 4, completions=list("abcdefgh"))
-    assert math.isnan(shaped[0]) and shaped[1:4] == [1.0, 0.0, 0.0]
+    assert math.isnan(shaped[0])  # TRL leaves a NaN member out of the group's mean and gives it advantage 0
     advantages = trl_advantages(shaped, 4)
-    assert advantages[:4] == pytest.approx([0.0, 2 / 3, -1 / 3, -1 / 3])  # TRL: NaN is left out of the mean
+    # the scorable members [1, 1, 0] are graded as a group of three, by the grader that saw only them
+    assert advantages[:4] == pytest.approx([0.0, *redistribute([1, 1, 0], {0: 1.0, 1: 0.5})])
     assert advantages[4:] == pytest.approx([2 / 3, 1 / 3, -0.5, -0.5])  # the other group is graded as usual
-    assert gar.stats.fallbacks == {"non-finite reward": 1}
+    assert gar.stats.fallbacks == {} and gar.stats.unscorable == 1 and gar.stats.grader_calls == 2
 
 
 # ---------------------------------------------------------------- hung and concurrent graders
@@ -243,3 +245,30 @@ def test_a_grading_object_that_goes_away_takes_its_worker_threads_with_it() -> N
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= before
+
+
+# ---------------------------------------------------------------- a grader that exits
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+@pytest.mark.parametrize("mode", ["advantage", "reward"])
+def test_a_grader_s_system_exit_is_its_group_s_fallback(timeout_s, mode) -> None:
+    def leaves(*args):
+        raise SystemExit(3)
+
+    gar = wai.GroupwiseGrading(grader=leaves, mode=mode, timeout_s=timeout_s)
+    assert gar.shape([1, 1, 0, 0], ["p"] * 4, list("abcd"), group_size=4) == [1.0, 1.0, 0.0, 0.0]
+    assert gar.stats.fallbacks == {"SystemExit": 1}
+    report = gar.check_spread(
+        [{"scenario_id": "s", "reward": 1, "final_text": t} for t in "ab"], strict=False
+    )  # fmt: skip
+    assert report.verdict == "broken" and report.failed == {"SystemExit": 1}
+
+
+def test_ctrl_c_inside_a_grader_still_stops_the_run() -> None:
+    def interrupted(group):
+        raise KeyboardInterrupt
+
+    for timeout_s in (None, 5.0):
+        with pytest.raises(KeyboardInterrupt):
+            wai.GroupwiseGrading(grader=interrupted, timeout_s=timeout_s).shape([1, 0], ["p"] * 2, "ab", group_size=2)

@@ -70,7 +70,7 @@ def test_bad_rows_named_and_skipped(tmp_path: Path) -> None:
     ("bad", "message"),
     [
         ({"scenario_id": None, "reward": 1, "final_text": "x"}, "field 'scenario_id' is empty"),
-        ({"scenario_id": "a", "reward": float("inf"), "final_text": "x"}, "not a finite number"),
+        ({"scenario_id": "a", "reward": "high", "final_text": "x"}, "field 'reward' is not a number"),
         ({"scenario_id": "a", "reward": 1, "final_text": 3}, "not text or a list of messages"),
         ([1, 2], "a row is a JSON object"),
     ],
@@ -132,8 +132,8 @@ def test_files_of_one_name_in_two_folders_stay_apart(tmp_path: Path) -> None:
 def test_oversized_and_non_utf8_input_is_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     path.write_text('{"scenario_id": "a", "reward": 1' + "0" * 400 + ', "final_text": "x"}\n')
-    with pytest.raises(BadInput, match="not a finite number"):
-        list(iter_groups(path))
+    [(_, [(reward, _, _)])] = list(iter_groups(path))  # beyond float: unscorable, not a crash
+    assert reward != reward
     broken = tmp_path / "latin.json"
     broken.write_bytes(b'[{"scenario_id": "\xe9"}]')
     with pytest.raises(BadInput, match="not UTF-8"):

@@ -34,9 +34,8 @@ AWKWARD = [
 
 BAD = [
     ("{oops", "not valid JSON"),
-    ('{"scenario_id": "a", "reward": NaN, "final_text": "x"}', "not a finite number"),
-    ('{"scenario_id": "a", "reward": 1e999, "final_text": "x"}', "not a finite number"),
-    ('{"scenario_id": "a", "reward": 1' + "0" * 400 + ', "final_text": "x"}', "not a finite number"),
+    ('{"scenario_id": "a", "reward": "1", "final_text": "x"}', "field 'reward' is not a number"),
+    ('{"scenario_id": "a", "reward": [1], "final_text": "x"}', "field 'reward' is not a number"),
     ('{"scenario_id": "a", "final_text": "x"}', "missing field 'reward'"),
     ('{"scenario_id": "a", "reward": 1, "final_text": "x"} trailing', "not valid JSON"),
     ("[1, 2]", "a row is a JSON object"),
@@ -77,6 +76,23 @@ def test_both_parsers_name_a_bad_line_alike(tmp_path: Path, monkeypatch, line: s
         assert list(iter_groups(path, skip_bad=True, stats=stats)) == [("a", [(1.0, "", "x")] * 2)]
         assert stats.skipped == 1 and stats.examples == [errors[-1]]
     assert errors[0] == errors[1] and f"{path} line 2: " in errors[0] and message in errors[0]
+
+
+# A verifier's None, and what float32 cannot hold: unscorable (NaN) members, not bad rows.
+UNSCORABLE = ["null", "NaN", "Infinity", "-Infinity", "1e999", "1e39", "-3.5e38", "1" + "0" * 400]
+
+
+@pytest.mark.parametrize("reward", UNSCORABLE)
+def test_both_parsers_read_an_unscorable_reward_as_nan(tmp_path: Path, monkeypatch, reward: str) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        f'{{"scenario_id": "a", "reward": 1, "final_text": "x"}}\n'
+        f'{{"scenario_id": "a", "reward": {reward}, "final_text": "y"}}\n'
+    )
+    for parser in PARSERS:
+        monkeypatch.setenv(JSON_ENV, parser)
+        [(_, members)] = list(iter_groups(path, contiguous=True))
+        assert members[0] == (1.0, "", "x") and members[1][0] != members[1][0] and members[1][1:] == ("", "y")
 
 
 def test_non_utf8_lines_are_named_alike(tmp_path: Path, monkeypatch) -> None:

@@ -1,0 +1,144 @@
+"""A training run's folder: what is in it, how a run continues in it, and how it says the way a run ended.
+
+One folder holds the whole run: ``recipe.yaml``, ``spread_gate.json``, ``whileai_run.json``, ``grading.jsonl`` (a
+line per graded group, ``step`` being the step its generation ran at, counted from 0), TRL's
+``completions/completions_NNNNN.parquet`` (named by the step they were logged at, counted from 1), ``checkpoint-N``,
+``trainer_state.json``, ``final/``. A folder that holds a run's training output is used: a new run goes elsewhere,
+or continues it with ``--resume``. A resume from ``checkpoint-N`` replays the steps after N, so what they logged is
+dropped first and every step is logged once.
+
+Plain files only: no torch, no TRL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BadInput
+
+__all__ = [
+    "GradingLog",
+    "forget_after",
+    "last_checkpoint",
+    "mark_run",
+    "read_grading_log",
+    "training_output",
+    "write_json",
+]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def training_output(out: Path) -> list[str]:
+    """What in ``out`` a training run wrote (empty for a new folder, or one whose run stopped before training:
+    refused by the spread gate, say)."""
+    if not out.is_dir():
+        return []
+    found = [name for name in ("grading.jsonl", "completions", "trainer_state.json", "final") if (out / name).exists()]
+    checkpoints = sorted(p.name for p in out.glob("checkpoint-*") if p.is_dir())
+    return found + checkpoints[-1:]
+
+
+def last_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest ``checkpoint-N`` folder of a run and its step N (what TRL's ``resume_from_checkpoint`` takes)."""
+    found = [(int(p.name.split("-", 1)[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def read_grading_log(path: Path, say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The groups of a ``grading.jsonl``, in order.
+
+    A last line cut short (the process was killed while writing it) is dropped, with a warning through ``say`` that
+    names it; the group it held is graded again if its step is replayed. A bad line anywhere else is a ``BadInput``
+    naming the file and line.
+    """
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    groups = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                if say is not None:
+                    say(f"whileai: {path} line {number} was cut short (a run killed while writing it): dropped")
+                break
+            raise BadInput(f"{path} line {number}: not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise BadInput(f"{path} line {number}: a graded group is a JSON object")
+        groups.append(record)
+    return groups
+
+
+def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Drop what a run logged from step ``step`` on, before a resume from ``checkpoint-step`` replays it.
+
+    ``grading.jsonl`` keeps the groups generated before ``step`` (checkpoint-N has graded steps 0..N-1), and TRL's
+    completion logs of later steps are removed (``completions_NNNNN.parquet`` with NNNNN > N), so a second
+    interruption leaves no stale rows for ``whileai spread`` or ``whileai report``.
+
+    Returns:
+        The groups kept, as records.
+    """
+    log = out / "grading.jsonl"
+    groups = read_grading_log(log, say)
+    kept = [g for g in groups if (g.get("step") or 0) < step]
+    dropped = len(groups) - len(kept)
+    if log.is_file():
+        partial = log.with_suffix(".jsonl.partial")
+        partial.write_text("".join(json.dumps(g) + "\n" for g in kept))
+        partial.replace(log)
+    for path in (out / "completions").glob("completions_*.parquet"):
+        number = path.stem.rpartition("_")[2]
+        if number.isdigit() and int(number) > step:
+            path.unlink()
+    if dropped:
+        say(f"whileai: {dropped} graded group(s) from step {step} on will be graded again")
+    return kept
+
+
+def mark_run(out: Path, status: str, **fields: Any) -> None:
+    """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted).
+
+    A run that finished keeps its record: an attempt that fails after it (a resume that could not start, say) is
+    noted under ``last_attempt`` and never makes the finished run read as failed.
+    """
+    path = out / "whileai_run.json"
+    if not out.is_dir():
+        return
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        summary = {}
+    if summary.get("status") == "finished":
+        summary["last_attempt"] = {"status": status, **fields}
+    else:
+        summary.update(status=status, **fields)
+    write_json(path, summary)
+
+
+class GradingLog:
+    """Appends each graded group to ``grading.jsonl`` (a resumed run continues the same file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, groups: list[Any], state: Any) -> None:
+        step = getattr(state, "global_step", None)
+        with self.path.open("a") as handle:
+            for group in groups:
+                handle.write(json.dumps({"step": step, **group.as_dict()}) + "\n")

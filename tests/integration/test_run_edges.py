@@ -1,0 +1,290 @@
+"""``whileai train`` on the tiny CPU recipe at its edges: what a verifier, a grader or a run folder does never changes
+the signal or loses a run.
+
+- A +-1 verifier that returns tensors, numpy scalars and None, with a grader that names hacks: the gate and training
+  take the same values, a hack's advantage is the failures', a None is the verifier's (counted, never a fallback)
+  and TRL trains on equation 3 over the scorable members.
+- Gradient accumulation over two generations a step and an evaluation split: every group's label is its own and
+  joins the completion logs to ``grading.jsonl``.
+- A used folder is refused; a cut last line of ``grading.jsonl`` is dropped on resume; the run's figures cover the
+  whole run; a failed attempt never rewrites a finished run.
+- Ctrl-C prints a command that resumes the run with every flag it started with (run here as printed).
+- The gate samples with every generation setting training uses; a grader's ``SystemExit`` is a counted fallback;
+  two processes wait for a gate longer than the process group's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+pytest.importorskip("trl")
+pd = pytest.importorskip("pandas")
+
+from whileai.cli.main import app  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
+SMOKE = ["trainer.max_steps=2", "trainer.save_steps=2", "data.num_prompts=8", "spread.sample.prompts=8"]
+runner = CliRunner()
+
+VERIFIER = '''
+import numpy as np
+import torch
+
+from whileai.training.tasks import echoes_digits
+
+
+def plus_minus_one(prompts, completions, **kwargs):
+    """echoes_digits as +1 / -1, in every type TRL takes, with None for one completion in eight."""
+    out = []
+    for i, passed in enumerate(echoes_digits(prompts, completions, max_length=32, **kwargs)):
+        value = 1 if passed else -1
+        out.append(None if i % 8 == 5 else [torch.tensor(float(value)), np.float32(value), value][i % 3])
+    return out
+'''
+
+
+def recipe_with(tmp_path: Path, name: str, **sections) -> Path:
+    recipe = yaml.safe_load(RECIPE.read_text())
+    for key, value in sections.items():
+        recipe[key] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def train(*args: str) -> object:
+    return runner.invoke(app, ["train", *map(str, args)])
+
+
+def grading_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "grading.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_plus_minus_one_verifier_with_nones_and_tensors_trains_on_equation_3(tmp_path: Path, trl_signal) -> None:
+    (tmp_path / "verify.py").write_text(VERIFIER)
+    grader = {"kind": "scripted", "rule": {"measure": "chars", "order": "ascending", "hack_pattern": r"\bready\b"}}
+    verifier = {"function": f"{tmp_path / 'verify.py'}:plus_minus_one"}
+    recipe = recipe_with(tmp_path, "pm1", grader=grader, verifier=verifier)
+    out = tmp_path / "pm1"
+    result = train(recipe, *SMOKE, "trainer.max_steps=3", f"output_dir={out}", "--skip-spread-gate")
+    assert result.exit_code == 0, result.stderr
+    # the gate read the same rewards: the Nones are the verifier's, and no group fell back for them
+    gate = json.loads((out / "spread_gate.json").read_text())["spread"]
+    assert gate["verdict"] in ("yes", "no") and gate["failed_groups"] == {} and gate["verifier_unscorable"] > 0
+    figures = json.loads((out / "whileai_run.json").read_text())["grader"]
+    assert figures["failed"] == 0 and figures["unscorable"] > 0 and figures["hacks_zeroed"] > 0
+    assert trl_signal.assert_equation_3(out, size=8) > 0
+    # a hack sits with the failures, not above them
+    graded = {g["group"]: g for g in grading_log(out)}
+    compared = 0
+    for label, rewards, advantages in trl_signal.logged_groups(out, 8):
+        hacks = graded[label]["hacks"] if graded[label]["reason"] is None else []
+        failures = [a for a, r in zip(advantages, rewards, strict=True) if r == -1]
+        for i in hacks:
+            assert all(advantages[i] == pytest.approx(a, abs=1e-6) for a in failures)
+            compared += bool(failures)
+    assert compared > 0, "no group held both a hack and a failure: the test would prove nothing"
+
+
+@pytest.mark.slow
+def test_every_group_label_is_its_own_with_gradient_accumulation_and_evaluation(tmp_path: Path, trl_signal) -> None:
+    out = tmp_path / "ga"
+    settings = [
+        "trainer.max_steps=1",
+        "trainer.per_device_train_batch_size=16",
+        "trainer.gradient_accumulation_steps=4",
+        "trainer.steps_per_generation=2",
+        "trainer.eval_strategy=steps",
+        "trainer.eval_steps=1",
+        "trainer.per_device_eval_batch_size=8",
+        "data.eval_prompts=4",
+    ]
+    result = train(RECIPE, *SMOKE, *settings, f"output_dir={out}")
+    assert result.exit_code == 0, result.stderr
+    groups = grading_log(out)
+    labels = [g["group"] for g in groups]
+    assert len(labels) == len(set(labels))  # two generations at step 0, four evaluation batches at step 1
+    train_labels = {g["group"].rsplit(":", 1)[0] for g in groups if g["phase"] == "train"}
+    eval_labels = {g["group"].rsplit(":", 1)[0] for g in groups if g["phase"] == "eval"}
+    assert train_labels == {"0.0", "0.1"} and eval_labels == {f"eval-1.{k}" for k in range(4)}
+    # every logged completion's group is one graded group of 8, joined one to one
+    trl_signal.assert_equation_3(out, size=8, every_group_logged=False)
+    frames = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
+    for label, rows in frames.groupby("whileai_group"):
+        assert len(rows) % 8 == 0 and label in labels
+    spread = runner.invoke(app, ["spread", str(out), "--recipe", str(RECIPE), "--json"])
+    data = json.loads(spread.stdout)
+    assert data["groups"] + data["skipped_groups"] == frames["whileai_group"].nunique()  # no two merged
+
+
+def test_the_recipe_refuses_an_evaluation_without_prompts_and_a_second_run_folder() -> None:
+    for override, says in [
+        ("trainer.eval_strategy=steps", "set data.eval_prompts"),
+        ("trainer.output_dir=elsewhere", "output_dir belongs at the recipe's top level"),
+    ]:
+        result = runner.invoke(app, ["validate", str(RECIPE), override])
+        assert result.exit_code == 2 and says in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_a_used_folder_a_cut_log_line_and_a_failed_attempt_lose_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = [RECIPE, *SMOKE, "trainer.save_steps=1", f"output_dir={out}"]
+    assert train(*first).exit_code == 0
+    before = (out / "grading.jsonl").read_text()
+    summary = (out / "whileai_run.json").read_text()
+
+    again = train(*first)  # the same command again, without --resume
+    assert again.exit_code == 2 and "--resume" in again.stderr and "output_dir=NEW" in again.stderr
+    assert (out / "grading.jsonl").read_text() == before and (out / "whileai_run.json").read_text() == summary
+
+    lines = before.count("\n")
+    with (out / "grading.jsonl").open("a") as handle:
+        handle.write('{"step": 1, "task_id": "echo-3", "rewa')  # killed mid-write
+    resumed = train(*first, "trainer.max_steps=3", "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert f"{out / 'grading.jsonl'} line {lines + 1} was cut short" in resumed.stderr
+    groups = grading_log(out)  # every line reads now
+    run = json.loads((out / "whileai_run.json").read_text())
+    assert run["status"] == "finished" and run["steps"] == 3
+    assert run["grader"]["groups"] == len(groups) == 12  # the whole run, not the part after the resume
+    report = json.loads(runner.invoke(app, ["report", str(out), "--json"]).stdout)["reports"][0]
+    assert report["grader"]["groups"] == len(groups)
+
+    failed = train(*first, "trainer.max_steps=4", "trainer.optim=no_such_optimizer", "--resume")
+    assert failed.exit_code == 2 and "no_such_optimizer" in failed.stderr
+    kept = json.loads((out / "whileai_run.json").read_text())
+    assert kept["status"] == "finished" and kept["steps"] == 3 and kept["last_attempt"]["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_the_printed_continue_command_resumes_with_every_flag(tmp_path: Path) -> None:
+    whileai = shutil.which("whileai") or str(Path(sys.executable).with_name("whileai"))
+    (tmp_path / "flat.py").write_text(
+        "import time\n\n\ndef flat(group):\n    time.sleep(0.3)\n    return {'factors': {}}\n"
+    )
+    recipe = recipe_with(tmp_path, "flat", grader={"kind": "python", "function": f"{tmp_path / 'flat.py'}:flat"})
+    out = tmp_path / "interrupted"
+    command = [whileai, "train", str(recipe), *SMOKE, "trainer.max_steps=12", "trainer.save_steps=2"]
+    command += [f"output_dir={out}", "--skip-spread-gate"]  # a flat grader: refused without the flag
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint-2").is_dir() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, stderr
+    line = re.search(r"Continue with: (.+)$", stderr, re.MULTILINE)
+    assert line is not None and "--skip-spread-gate" in line.group(1), stderr
+    resumed = subprocess.run(
+        ["bash", "-c", line.group(1)], cwd=tmp_path, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    run = json.loads((out / "whileai_run.json").read_text())
+    assert run["status"] == "finished" and run["steps"] == 12 and run["skip_spread_gate"] is True
+
+
+@pytest.mark.slow
+def test_the_gate_samples_as_training_generates(tmp_path: Path) -> None:
+    # top_k=1: every completion of a prompt is the same, so no group has passes to tell apart
+    result = train(RECIPE, *SMOKE, "trainer.top_k=1", f"output_dir={tmp_path / 'greedy'}")
+    assert result.exit_code == 1, result.stderr
+    gate = json.loads((tmp_path / "greedy" / "spread_gate.json").read_text())
+    assert gate["verdict"] in ("no", "too few") and not (tmp_path / "greedy" / "grading.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_gate_s_generation_config_is_the_one_trl_builds(tmp_path: Path) -> None:
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from whileai.training.sample import generation_config
+    from whileai.training.tasks import _echo_digits
+    from whileai.training.tiny import build_tiny_model
+
+    task = _echo_digits(8, seed=0)
+    path = str(build_tiny_model(tmp_path / "model", task.corpus, seed=0))
+    for settings in (
+        {},
+        {"top_k": 3, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.2, "temperature": 0.7},
+        {"generation_kwargs": {"no_repeat_ngram_size": 2, "top_k": 5}, "max_completion_length": 7},
+    ):
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"), num_generations=2, per_device_train_batch_size=2, use_cpu=True,
+            report_to="none", **settings,
+        )  # fmt: skip
+        trainer = GRPOTrainer(
+            model=path,
+            reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+            args=args,
+            train_dataset=datasets.Dataset.from_list(task.rows),
+            processing_class=AutoTokenizer.from_pretrained(path),
+        )
+        ours = generation_config(args, AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+        assert ours.to_dict() == trainer.generation_config.to_dict(), settings
+
+
+@pytest.mark.slow
+def test_a_grader_s_system_exit_is_a_counted_fallback(tmp_path: Path) -> None:
+    (tmp_path / "bye.py").write_text("import sys\n\n\ndef bye(group):\n    sys.exit(3)\n")
+    grader = {"kind": "python", "function": f"{tmp_path / 'bye.py'}:bye"}
+    recipe = recipe_with(tmp_path, "bye", grader=grader, grading={"mode": "advantage", "timeout_s": None})
+    out = tmp_path / "bye"
+    refused = train(recipe, *SMOKE, f"output_dir={out}")
+    assert refused.exit_code == 4 and "SystemExit" in refused.stderr, refused.stderr
+    result = train(recipe, *SMOKE, f"output_dir={tmp_path / 'anyway'}", "--skip-spread-gate")
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads((tmp_path / "anyway" / "whileai_run.json").read_text())["grader"]
+    assert set(figures["fallbacks"]) == {"SystemExit"} and figures["failed"] == figures["grader_calls"] > 0
+
+
+@pytest.mark.slow
+def test_two_processes_wait_for_a_gate_longer_than_the_process_group_timeout(tmp_path: Path, trl_signal) -> None:
+    accelerate = Path(sys.executable).with_name("accelerate")
+    executable = str(accelerate) if accelerate.exists() else shutil.which("accelerate")
+    assert executable is not None
+    # The gate's first eight groups take a second each; the process group gives up on a peer after five.
+    (tmp_path / "slow.py").write_text(
+        "import time\n\nCALLS = [0]\n\n\ndef slow(group):\n    CALLS[0] += 1\n    if CALLS[0] <= 8:\n"
+        "        time.sleep(1.0)\n"
+        "    passes = sorted((g for g in group if g['passed']), key=lambda g: len(g['completion']))\n"
+        "    return {'ranking': [g['index'] for g in passes]}\n"
+    )
+    recipe = recipe_with(tmp_path, "slow", grader={"kind": "python", "function": f"{tmp_path / 'slow.py'}:slow"})
+    out = tmp_path / "two"
+    command = [executable, "launch", "--config_file", str(REPO / "configs/accelerate/cpu_2proc.yaml")]
+    command += ["-m", "whileai.cli.main", "train", str(recipe), *SMOKE, "trainer.ddp_timeout=5", f"output_dir={out}"]
+    command += ["--skip-spread-gate"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, stderr[-3000:]
+    assert "wait for it (at most 24 h, not the process group's timeout)" in stderr
+    run = json.loads((out / "whileai_run.json").read_text())
+    assert run["world_size"] == 2 and run["steps"] == 2
+    trl_signal.assert_equation_3(out, size=8)
