@@ -61,3 +61,36 @@ def test_two_processes_grade_whole_groups_once(tmp_path: Path) -> None:
     assert rank0["graded"] == [2] and rank1["graded"] == []  # rank 0 graded both groups, once
     assert rank0["groups"] == 2 and rank1["groups"] == 0
     assert rank0["metrics"] == rank1["metrics"]  # every process logs the batch's figures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["wait", "barrier"])
+def test_the_others_wait_for_rank_0_s_gate_beyond_the_process_group_timeout(tmp_path: Path, how: str) -> None:
+    """Rank 0 is busy for 6 s before training, the process group's timeout is 3 s: ``on_first_process`` hands both
+    processes rank 0's verdict; a plain barrier (the control) is ended by the timeout."""
+    port = str(_free_port())
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(rank), port, str(tmp_path), how],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [worker.communicate(timeout=180) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    if how == "barrier":
+        assert workers[1].returncode != 0 and not (tmp_path / "rank1.json").exists()
+        return
+    for worker, (_, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, err.decode()[-2000:]
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [{"verdict": "yes"}] * 2
+    assert b"not the process group's timeout" in outputs[0][0]

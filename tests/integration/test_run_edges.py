@@ -9,8 +9,9 @@ the signal or loses a run.
 - A used folder is refused; a cut last line of ``grading.jsonl`` is dropped on resume; the run's figures cover the
   whole run; a failed attempt never rewrites a finished run.
 - Ctrl-C prints a command that resumes the run with every flag it started with (run here as printed).
-- The gate samples with every generation setting training uses; a grader's ``SystemExit`` is a counted fallback;
-  two processes wait for a gate longer than the process group's timeout.
+- The gate samples with every generation setting training uses; a grader's ``SystemExit`` is a counted fallback.
+
+Two processes waiting for a gate longer than the process group's timeout: ``test_distributed_reward.py``.
 """
 
 from __future__ import annotations
@@ -256,35 +257,3 @@ def test_a_grader_s_system_exit_is_a_counted_fallback(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     figures = json.loads((tmp_path / "anyway" / "whileai_run.json").read_text())["grader"]
     assert set(figures["fallbacks"]) == {"SystemExit"} and figures["failed"] == figures["grader_calls"] > 0
-
-
-@pytest.mark.slow
-def test_two_processes_wait_for_a_gate_longer_than_the_process_group_timeout(tmp_path: Path, trl_signal) -> None:
-    accelerate = Path(sys.executable).with_name("accelerate")
-    executable = str(accelerate) if accelerate.exists() else shutil.which("accelerate")
-    assert executable is not None
-    # The gate's first eight groups take a second each; the process group gives up on a peer after five.
-    (tmp_path / "slow.py").write_text(
-        "import time\n\nCALLS = [0]\n\n\ndef slow(group):\n    CALLS[0] += 1\n    if CALLS[0] <= 8:\n"
-        "        time.sleep(1.0)\n"
-        "    passes = sorted((g for g in group if g['passed']), key=lambda g: len(g['completion']))\n"
-        "    return {'ranking': [g['index'] for g in passes]}\n"
-    )
-    recipe = recipe_with(tmp_path, "slow", grader={"kind": "python", "function": f"{tmp_path / 'slow.py'}:slow"})
-    out = tmp_path / "two"
-    command = [executable, "launch", "--config_file", str(REPO / "configs/accelerate/cpu_2proc.yaml")]
-    command += ["-m", "whileai.cli.main", "train", str(recipe), *SMOKE, "trainer.ddp_timeout=5", f"output_dir={out}"]
-    command += ["--skip-spread-gate"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=900)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 0, stderr[-3000:]
-    assert "wait for it (at most 24 h, not the process group's timeout)" in stderr
-    run = json.loads((out / "whileai_run.json").read_text())
-    assert run["world_size"] == 2 and run["steps"] == 2
-    trl_signal.assert_equation_3(out, size=8)
