@@ -17,8 +17,9 @@ not retried). Nothing raises into a caller for one bad call: each call gets an :
 the exception that stands in for it (a :class:`CallError` with its ``kind``).
 
 The API key is read from the environment variable the settings name (:func:`read_api_key`), handed to the HTTP client
-and nowhere else; any text that leaves the client (errors, logs) has it masked. :class:`EndpointStats` counts calls,
-retries, tokens and latency.
+and nowhere else; any text that leaves the client (errors, logs) has it masked. A ``user:password@`` in the base URL
+is masked in every repr and dump of the settings (:func:`masked_url`). :class:`EndpointStats` counts calls, retries,
+tokens and latency.
 
 What this module does not do: prompts, answer checks, caching or a structured-output policy (``whileai.judge``), or
 conversations (``whileai.simulations``); it imports neither.
@@ -26,15 +27,17 @@ conversations (``whileai.simulations``); it imports neither.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from whileai.errors import BadInput
 
@@ -51,9 +54,11 @@ __all__ = [
     "check_key_variable",
     "first_choice",
     "hide_pasted_key",
+    "masked_url",
     "percentile",
     "read_api_key",
     "retry_after",
+    "split_credentials",
 ]
 
 
@@ -79,6 +84,36 @@ def check_base_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
     return value.rstrip("/")
+
+
+def split_credentials(base_url: str) -> tuple[str, str | None]:
+    """``base_url`` without a ``user:password@``, and that ``user:password`` (percent-decoded), or None.
+
+    Example:
+        >>> split_credentials("https://me:s3cret@judge.example/v1")
+        ('https://judge.example/v1', 'me:s3cret')
+    """
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.username is None and parts.password is None:
+        return base_url, None
+    netloc = parts.netloc.rpartition("@")[2]
+    credentials = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), credentials
+
+
+def masked_url(base_url: str) -> str:
+    """``base_url`` with the password of a ``user:password@`` masked, for reprs, dumps and messages.
+
+    Example:
+        >>> masked_url("https://me:s3cret@judge.example/v1")
+        'https://me:[hidden]@judge.example/v1'
+    """
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.password is None and parts.username is None:
+        return base_url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:[hidden]@{host}"))
 
 
 def hide_pasted_key(data: Any) -> Any:
@@ -125,6 +160,15 @@ class EndpointChecks(BaseModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         return check_base_url(value)
+
+    @field_serializer("base_url", check_fields=False)
+    def _masked_base_url(self, value: str) -> str:
+        # A recipe dumped into a run folder, a --print, a JSON report: none of them carries the URL's password.
+        return masked_url(value)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, masked_url(value) if name == "base_url" and isinstance(value, str) else value
 
     @model_validator(mode="before")
     @classmethod
@@ -211,21 +255,32 @@ class EndpointSettings(EndpointChecks):
 def read_api_key(api_key_env: str | None, *, field: str = "api_key_env") -> str:
     """The API key from the environment variable ``api_key_env`` names; a placeholder when it names none.
 
+    Whitespace around the value (a secret made from a file ends in a newline) is stripped, with a one-line warning;
+    any other control character would put a malformed header on the wire, so it is refused.
+
     Args:
         api_key_env: the variable's name, or None for a local server without a key.
         field: the setting's name as the user wrote it, for the message (``judge.api_key_env``).
 
     Raises:
-        BadInput: the variable is named but not set (the message names the variable, never a value).
+        BadInput: the variable is named but not set, or its value holds a control character (the message names the
+            variable, never a value).
     """
     if api_key_env is None:
         return _PLACEHOLDER_KEY
-    key = os.environ.get(api_key_env, "")
+    raw = os.environ.get(api_key_env, "")
+    key = raw.strip()
     if not key:
         raise BadInput(
             f"{field} names {api_key_env}, which is not set: export {api_key_env}=... "
             "or leave api_key_env out for a local server without a key"
         )
+    if key != raw:
+        logging.getLogger("whileai.endpoint").warning(
+            "whileai: %s holds whitespace around the key (a newline from a file?); it is stripped", api_key_env
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise BadInput(f"{api_key_env} holds a control character inside the key: set it to the key alone")
     return key
 
 
@@ -345,8 +400,8 @@ def first_choice(response: Any) -> dict[str, Any]:
     choices = response.get("choices") if isinstance(response, dict) else None
     if not isinstance(choices, list) or not choices:
         error = response.get("error") if isinstance(response, dict) else None
-        if error:
-            raise MalformedResponse(f"the body is an error, not a chat completion: {str(error)[:200]}")
+        if error:  # quoted whole: the client masks the key, then cuts
+            raise MalformedResponse(f"the body is an error, not a chat completion: {error}")
         raise MalformedResponse("the body has no choices")
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
@@ -388,12 +443,14 @@ class Outcome:
     error: Exception | None = None
 
 
-def retry_after(response: Any) -> float | None:
-    """Seconds a 429 or 503 asks to wait (``retry-after-ms``, ``retry-after`` in seconds or as an HTTP date); None
-    when the response's headers ask nothing."""
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a 429 or 503 asks to wait (``retry-after-ms``, ``retry-after`` in seconds or as an HTTP date), from
+    the response's headers by lower-case name; None when they ask nothing.
+
+    Example:
+        >>> retry_after({"retry-after-ms": "250"}), retry_after({})
+        (0.25, None)
+    """
     millis = headers.get("retry-after-ms")
     if millis:
         try:
@@ -414,17 +471,3 @@ def retry_after(response: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def _status_text(exc: Any) -> str:
-    """An error status's text: the client's message, and the raw body when the client found no message in it (it
-    reads only ``{"error": {"message": ...}}`` and ``{"message": ...}``, not Ollama's ``{"error": "..."}``)."""
-    text = str(exc)
-    if text == f"Error code: {getattr(exc, 'status_code', '')}":
-        try:
-            body = exc.response.text
-        except Exception:  # a body that cannot be read adds nothing
-            body = ""
-        if body.strip():
-            text = f"{text} - {body.strip()}"
-    return text

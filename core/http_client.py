@@ -1,21 +1,35 @@
 """``EndpointClient``: the calls of ``whileai.endpoint`` made over HTTP, concurrent, retried and bounded by a deadline,
 behind a synchronous method (see ``whileai.endpoint`` for what a call is and how it is retried).
 
-One HTTP client (one connection pool) runs on one long-lived event loop in a background thread, so ``run(calls)`` is
-a plain synchronous method that works from any thread, including one whose own event loop is running (TRL's), and
-from several threads at once. For a plain ``http://`` server reached without a proxy (a local vLLM, llama.cpp,
-Ollama: the judge's usual place) the transport is this module's own HTTP/1.1 on asyncio's streams, at about a tenth
-of the CPU per call of the alternative; for ``https://`` or through a proxy it is an ``openai.AsyncOpenAI`` client.
+One aiohttp session (one connection pool) runs on one long-lived event loop in a background thread, so
+``run(calls)`` is a plain synchronous method that works from any thread, including one whose own event loop is
+running (TRL's), and from several threads at once. Every URL goes through that one session, ``http://`` and
+``https://``, direct or through a proxy:
 
-A module of its own so that the settings in ``whileai.endpoint``, which the recipe schema reads, do not bring asyncio,
-urllib's proxy handling and ssl into every command (the spread gate with a scripted rule never makes a call).
-Importing it does not import ``openai``: the HTTP client is built on the first call.
+- proxies come from the environment as httpx reads them (:func:`proxy_for`: ``HTTP_PROXY``, ``HTTPS_PROXY``,
+  ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules), so a judge reached through the openai SDK before is
+  reached the same way now;
+- compressed replies are decoded; a host name's addresses are tried in turn, the next one 250 ms after the last
+  (happy eyeballs), so one address that drops connection attempts does not fail every call;
+- idle connections are kept for a minute; one the server closed (uvicorn after 5 s, a ``408`` before closing) leaves
+  the pool with anything it sent, and a request whose connection died before any reply came is sent again once, on
+  a fresh connection, counted as a retry;
+- redirects are followed within the same origin (a load balancer's ``307``); one to another host or scheme is an
+  error that names the URL to set; a reply over ``RESPONSE_LIMIT_BYTES`` is an error too;
+- ``user:password@`` in the base URL becomes an ``Authorization: Basic`` header; the password, like the API key, is
+  masked in every text that leaves the client, before anything is cut.
+
+A module of its own so that the settings in ``whileai.endpoint``, which the recipe schema reads, do not bring asyncio
+and ssl into every command (the spread gate with a scripted rule never makes a call). Importing it does not import
+``aiohttp``: the session is built on the first call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
+import ipaddress
 import json
 import logging
 import os
@@ -25,7 +39,7 @@ import time
 import urllib.parse
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from whileai.endpoint import (
@@ -37,201 +51,253 @@ from whileai.endpoint import (
     EndpointStats,
     MalformedResponse,
     Outcome,
-    _status_text,
     read_api_key,
     retry_after,
+    split_credentials,
 )
+from whileai.errors import BadInput
 
-__all__ = ["EndpointClient"]
+__all__ = ["RESPONSE_LIMIT_BYTES", "EndpointClient", "proxy_for"]
 
 log = logging.getLogger("whileai.endpoint")
 
+# The largest reply read: a judge's answer is a few kilobytes, and a server that streams without end must not take
+# the process's memory with it.
+RESPONSE_LIMIT_BYTES = 64 * 2**20
 
-# ---------------------------------------------------------------------------------------------- transports
+# Hops of a redirect chain followed within one origin.
+_MAX_REDIRECTS = 5
+
+# How long an idle pooled connection is kept: the next batch of a training run reuses it (a step is seconds to
+# minutes apart; servers close idle connections on their own clock, which the pool notices).
+_KEEPALIVE_S = 60.0
+
+
+# ---------------------------------------------------------------------------------------------- proxies
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    host, sep, port = entry.rpartition(":")
+    if sep and port.isdigit() and host and not host.endswith(":"):
+        return host, int(port)
+    return entry, None
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    """A ``NO_PROXY`` host entry against a host name, as httpx reads it: ``example.com`` and ``*example.com`` match
+    the name and its subdomains, ``.example.com`` and ``*.example.com`` its subdomains only, an IP or
+    ``localhost`` itself only, an IP network (``10.0.0.0/8``) its addresses."""
+    host = host.lower().strip("[]")
+    pattern = pattern.lower()
+    if "/" in pattern:  # an address network
+        try:
+            return ipaddress.ip_address(host) in ipaddress.ip_network(pattern.strip("[]"), strict=False)
+        except ValueError:
+            return False
+    bare = pattern.strip("[]")
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        pass
+    else:
+        return host == bare
+    if pattern == "localhost":
+        return host == "localhost"
+    if pattern.startswith("*."):
+        pattern = pattern[1:]
+    if pattern.startswith("."):
+        return host.endswith(pattern) and len(host) > len(pattern)
+    domain = pattern.lstrip("*")
+    return host == domain or host.endswith("." + domain)
+
+
+def _bypassed(entry: str, scheme: str, host: str, port: int | None) -> bool:
+    """Whether one ``NO_PROXY`` entry sends ``scheme://host:port`` direct."""
+    if "://" in entry:
+        parts = urllib.parse.urlsplit(entry)
+        if parts.scheme not in ("all", scheme):
+            return False
+        try:
+            wanted_port = parts.port
+        except ValueError:
+            return False
+        if wanted_port is not None and wanted_port != port:
+            return False
+        return not parts.hostname or _host_matches(parts.hostname, host)
+    if entry.startswith("[") or "/" in entry or entry.count(":") > 1:  # an IPv6 address or a network: no port
+        return _host_matches(entry, host)
+    name, wanted = _split_port(entry)
+    return (wanted is None or wanted == port) and _host_matches(name, host)
+
+
+def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy the environment gives ``url``, read as httpx (and so the openai SDK) reads it; None: direct.
+
+    ``HTTPS_PROXY`` or ``HTTP_PROXY`` for the URL's scheme, else ``ALL_PROXY`` (lower-case names win, a proxy without
+    a scheme is ``http://``), unless a ``NO_PROXY`` entry matches (``*`` matches everything).
+
+    Example:
+        >>> env = {"http_proxy": "proxy:3128", "no_proxy": ".internal,10.0.0.0/8"}
+        >>> proxy_for("http://judge.internal/v1", env), proxy_for("http://internal/v1", env)
+        (None, 'http://proxy:3128')
+    """
+    if environ is None:
+        proxies = urllib.request.getproxies_environment()
+    else:
+        proxies = {}
+        for name, value in sorted(environ.items(), key=lambda item: item[0].islower()):  # lower-case last: it wins
+            if value and name.lower().endswith("_proxy"):
+                proxies[name.lower()[: -len("_proxy")]] = value
+    parts = urllib.parse.urlsplit(url)
+    scheme, host = parts.scheme, parts.hostname or ""
+    port = parts.port or (443 if scheme == "https" else 80)
+    for entry in (e.strip() for e in proxies.get("no", "").split(",")):
+        if entry == "*":
+            return None
+        if entry and _bypassed(entry, scheme, host, port):
+            return None
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+# ---------------------------------------------------------------------------------------------- the transport
 
 
 class _StatusError(Exception):
-    """An error status from the server: its code, its text, and the response's headers (for ``retry_after``)."""
+    """An error status from the server: its code, its body's text and its headers (lower-case names)."""
 
-    def __init__(self, status: int, text: str, headers: dict[str, str]) -> None:
+    def __init__(self, status: int, text: str, headers: Mapping[str, str]) -> None:
         super().__init__(text)
-        self.status_code = status
+        self.status = status
         self.text = text
-        self.response = _Headers(headers)
-
-
-class _Headers:
-    """What ``retry_after`` reads of a response: its headers, by lower-case name."""
-
-    def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
 
 
 class _ConnectionLost(Exception):
-    """No answer because of the connection: refused, reset, closed before the reply was whole."""
+    """No answer because of the connection: refused, reset, closed before the reply was whole, a proxy that failed."""
 
 
-class _TimedOut(Exception):
-    """The HTTP client's own timeout (the batch's ``asyncio.wait_for`` is the other one)."""
+class _Dropped(_ConnectionLost):
+    """The connection died before any byte of the reply came: the request can go again on a fresh one."""
 
 
-def _plain_http(base_url: str) -> bool:
-    """Whether ``base_url`` is a plain ``http://`` server reached without a proxy (the environment's ``http_proxy``,
-    ``all_proxy`` and ``no_proxy``, as httpx reads them)."""
-    if not base_url.startswith("http://"):
-        return False
-    proxies = urllib.request.getproxies()
-    if not (proxies.get("http") or proxies.get("all")):
-        return True
-    host = urllib.parse.urlsplit(base_url).hostname or ""
-    return bool(urllib.request.proxy_bypass(host))
+class _Refused(Exception):
+    """A reply that no retry can mend: a redirect out of the origin, a body over the size limit."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-class _Http11:
-    """Chat-completion POSTs over HTTP/1.1 with keep-alive, on asyncio's streams, for a plain ``http://`` server.
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    return (url.scheme, (url.host or "").lower(), url.port)
 
-    openai's client on httpx spends 2-4 ms of CPU per call (its connection pool probes every idle connection each
-    time a request comes or goes, and every request and response is built as objects); a local judge answers 64
-    calls in flight in about one call's latency, so that CPU, serialized on one event loop, was most of a batch's
-    time (benchmarks/README.md, judge). This writes the request in one piece and reads the status line, the headers
-    and a ``Content-Length`` or chunked body: about 0.2 ms a call. HTTPS, proxies and anything else go through
-    openai's client.
 
-    Idle connections are kept for ``keepalive_s`` and checked before reuse; a kept connection the server closed
-    meanwhile (uvicorn closes idle ones after 5 s) gets the request again on a fresh one, once. A call cancelled or
-    failed mid-request closes its connection: its reply could still arrive on it.
-    """
+def _text(raw: bytes, charset: str | None) -> str:
+    """A body's text in its declared charset (UTF-8 when it declares none, or one Python does not know)."""
+    try:
+        return raw.decode(charset or "utf-8", errors="replace")
+    except LookupError:
+        return raw.decode("utf-8", errors="replace")
 
-    def __init__(self, base_url: str, api_key: str, *, keep: int, keepalive_s: float = 60.0) -> None:
-        parts = urllib.parse.urlsplit(base_url)
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
-        self.prefix = parts.path.rstrip("/")
-        self.netloc = parts.netloc
-        self.api_key = api_key
-        self.keep = keep
-        self.keepalive_s = keepalive_s
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
 
-    def _head(self, path: str, length: int) -> bytes:
-        return (
-            f"POST {self.prefix}{path} HTTP/1.1\r\nhost: {self.netloc}\r\naccept: application/json\r\n"
-            f"content-type: application/json\r\nauthorization: Bearer {self.api_key}\r\nuser-agent: whileai\r\n"
-            f"content-length: {length}\r\n\r\n"
-        ).encode("latin-1")
+class _Transport:
+    """Chat-completion POSTs on one aiohttp session: auth headers, the proxy of each URL, same-origin redirects, the
+    size limit, and aiohttp's errors turned into this module's three."""
 
-    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
-        """An idle connection still open (reused: True), else a new one."""
-        now = time.monotonic()
-        while self.idle:
-            reader, writer, since = self.idle.pop()
-            if now - since < self.keepalive_s and not reader.at_eof() and not writer.is_closing():
-                return reader, writer, True
-            writer.close()
-        try:
-            reader, writer = await asyncio.open_connection(self.host, self.port, limit=2**20)
-        except OSError as exc:
-            raise _ConnectionLost(f"cannot connect to {self.netloc}: {exc}") from None
-        return reader, writer, False
+    def __init__(self, base_url: str, authorization: str, concurrency: int) -> None:
+        import aiohttp  # imported on the first call, never by `import whileai`
+        import yarl
+
+        self.aiohttp, self.yarl = aiohttp, yarl
+        self.base_url = base_url
+        self.headers = {"Authorization": authorization, "Accept": "application/json", "User-Agent": "whileai"}
+        connector = aiohttp.TCPConnector(
+            limit=max(concurrency, 1),
+            limit_per_host=0,
+            keepalive_timeout=_KEEPALIVE_S,
+            happy_eyeballs_delay=0.25,
+            ttl_dns_cache=60,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),  # the call's own timeout bounds it
+            trust_env=False,  # proxies are proxy_for's, read as httpx reads them
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+        )
 
     async def post(self, path: str, request: dict[str, Any]) -> str:
-        """POST ``request`` as JSON and return the body's text; raises ``_StatusError`` for a status >= 300 and
-        ``_ConnectionLost`` when the connection fails."""
+        """POST ``request`` as JSON and return the body's text.
+
+        Raises:
+            _StatusError: a status >= 300 that is no same-origin redirect.
+            _Dropped, _ConnectionLost: no whole reply.
+            _Refused: a redirect to another origin, too many redirects, a body over the limit.
+        """
+        aiohttp = self.aiohttp
         body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        data = self._head(path, len(body)) + body
-        while True:
-            reader, writer, reused = await self._connection()
-            started = False  # any byte of the reply read
+        url = self.yarl.URL(self.base_url + path)
+        headers = {**self.headers, "Content-Type": "application/json"}
+        for _ in range(_MAX_REDIRECTS + 1):
             try:
-                writer.write(data)
-                await writer.drain()
-                line = await reader.readline()
-                if not line:
-                    raise ConnectionResetError("the server closed the connection")
-                started = True
-                status, headers, text, keep = await _read_reply(line, reader)
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:  # ValueError: not an HTTP reply
-                writer.close()
-                if reused and not started:
-                    continue  # a kept connection the server had closed: send again on a new one
+                async with self.session.post(
+                    url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False
+                ) as response:
+                    location = response.headers.get("Location")
+                    if 300 <= response.status < 400 and location:
+                        target = url.join(self.yarl.URL(location))
+                        if _origin(target) != _origin(url):
+                            raise _Refused(
+                                f"HTTP {response.status}: the server redirects to {target}, another origin; set "
+                                "base_url to the server's own address",
+                                f"http {response.status}",
+                            )
+                        url = target
+                        continue
+                    text = _text(await self._read(response), response.charset)
+                    if response.status >= 300:
+                        raise _StatusError(response.status, text, {k.lower(): v for k, v in response.headers.items()})
+                    return text
+            except aiohttp.ClientConnectorError as exc:  # no connection at all (a proxy's included)
+                raise _ConnectionLost(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # closed or reset before a reply
+                raise _Dropped(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            except aiohttp.ClientResponseError as exc:  # a reply that is not HTTP, or a proxy that refused
+                raise _ConnectionLost(f"{type(exc).__name__}: {exc.status} {exc.message}") from None
+            except aiohttp.ClientError as exc:  # a reply cut short, and the rest of aiohttp's
                 raise _ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-            except BaseException:  # cancelled at a timeout or the deadline: the reply may still come on it
-                writer.close()
-                raise
-            if keep and len(self.idle) < self.keep:
-                self.idle.append((reader, writer, time.monotonic()))
-            else:
-                writer.close()
-            if status >= 300:
-                raise _StatusError(status, f"Error code: {status} - {text}", headers)
-            return text
+        raise _Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
+
+    async def _read(self, response: Any) -> bytes:
+        length = response.content_length
+        if length is not None and length > RESPONSE_LIMIT_BYTES:
+            raise _Refused(f"the reply is {length} bytes, over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > RESPONSE_LIMIT_BYTES:
+                raise _Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def close(self) -> None:
-        while self.idle:
-            self.idle.pop()[1].close()
-
-
-async def _read_reply(line: bytes, reader: asyncio.StreamReader) -> tuple[int, dict[str, str], str, bool]:
-    """The status, headers (lower-case names), body text and whether the connection may be kept, of a reply whose
-    status line is ``line``."""
-    while True:
-        version, _, rest = line.decode("latin-1").partition(" ")
-        status = int(rest.split(" ", 1)[0])
-        headers: dict[str, str] = {}
-        while True:
-            field = await reader.readline()
-            if field in (b"\r\n", b"\n"):
-                break
-            if not field:
-                raise asyncio.IncompleteReadError(b"", None)
-            name, _, value = field.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if status >= 200:
-            break
-        line = await reader.readline()  # a 1xx before the reply
-        if not line:
-            raise asyncio.IncompleteReadError(b"", None)
-    connection = headers.get("connection", "").lower()
-    keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-    if status in (204, 304):
-        raw = b""  # no body by definition
-    elif "chunked" in headers.get("transfer-encoding", "").lower():
-        parts = []
-        while True:
-            size = int((await reader.readline()).split(b";", 1)[0].strip() or b"x", 16)
-            if not size:
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                break
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        raw = b"".join(parts)
-    elif "content-length" in headers:
-        raw = await reader.readexactly(int(headers["content-length"]))
-    else:
-        raw, keep = await reader.read(), False
-    charset = "utf-8"
-    for param in headers.get("content-type", "").split(";")[1:]:
-        key, _, value = param.strip().partition("=")
-        if key.lower() == "charset" and value:
-            charset = value.strip('"')
-    try:
-        text = raw.decode(charset, errors="replace")
-    except LookupError:  # a charset Python does not know
-        text = raw.decode("utf-8", errors="replace")
-    return status, headers, text, keep
+        await self.session.close()
 
 
 # ---------------------------------------------------------------------------------------------- the client
 
 
 class _LoopThread:
-    """A daemon thread running one event loop, and what lives on it (the HTTP client, the semaphore)."""
+    """A daemon thread running one event loop, and what lives on it (the transport, the semaphore)."""
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name=f"whileai-{name}-loop", daemon=True)
-        self.http: Any = None
+        self.http: _Transport | None = None
         self.semaphore: asyncio.Semaphore | None = None
         self.pid = os.getpid()
         self.thread.start()
@@ -241,7 +307,7 @@ class _LoopThread:
         self.loop.run_forever()
 
     def stop(self) -> None:
-        """Close the HTTP client and stop the loop (a no-op in a forked child, which does not own them)."""
+        """Close the session and stop the loop (a no-op in a forked child, which does not own them)."""
         if self.pid != os.getpid() or self.loop.is_closed():
             return
         if self.http is not None and self.thread.is_alive():
@@ -265,10 +331,11 @@ class EndpointClient:
         name: what the endpoint plays (``"judge"``, ``"policy"``), for messages and logs.
 
     Raises:
-        BadInput: ``settings.api_key_env`` names a variable that is not set.
+        BadInput: ``settings.api_key_env`` names a variable that is not set or whose value holds a control
+            character, or the base URL holds a user and password as well as naming a key variable.
 
-    The background loop and the HTTP client start on the first call (and again in a forked child); ``close()``
-    stops them, as does garbage collection.
+    The background loop and the session start on the first call (and again in a forked child); ``close()`` stops
+    them, as does garbage collection.
     """
 
     def __init__(
@@ -278,22 +345,40 @@ class EndpointClient:
         self.stats = stats if stats is not None else EndpointStats()
         self.name = name
         self._api_key = read_api_key(settings.api_key_env, field=f"{name}.api_key_env")
+        self._url, credentials = split_credentials(settings.base_url)
+        self._secrets = [self._api_key] if self._api_key != _PLACEHOLDER_KEY else []
+        if credentials is not None:
+            if settings.api_key_env is not None:
+                raise BadInput(
+                    f"{name}.base_url holds a user and password and {name}.api_key_env names a key: the server gets "
+                    "one Authorization header; keep one of them"
+                )
+            token = base64.b64encode(credentials.encode()).decode()
+            self._authorization = f"Basic {token}"
+            self._secrets += [token, credentials, credentials.partition(":")[2]]
+        else:
+            self._authorization = f"Bearer {self._api_key}"
+        self._secrets = sorted({s for s in self._secrets if len(s) >= 4}, key=len, reverse=True)
         self._runtime: _LoopThread | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"EndpointClient(name={self.name!r}, base_url={self.settings.base_url!r}, model={self.settings.model!r})"
+        return f"EndpointClient(name={self.name!r}, base_url={self._url!r}, model={self.settings.model!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("an EndpointClient holds a connection pool and cannot be pickled; build one in each process")
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key masked (a server may echo a request back in its error or its reply)."""
-        key = self._api_key
-        if key and key != _PLACEHOLDER_KEY and len(key) >= 4:
-            text = text.replace(key, "[api key hidden]")
+        """``text`` with the API key and the URL's password masked (a server may echo a request back in its error or
+        its reply). Mask first, cut after: a text cut first could keep part of a secret."""
+        for secret in self._secrets:
+            text = text.replace(secret, "[api key hidden]")
         return text
+
+    def shown(self, text: str, limit: int = 300) -> str:
+        """``text`` masked, on one line, then cut to ``limit`` characters: what a message may quote of a reply."""
+        return " ".join(self.redact(text).split())[:limit]
 
     # ------------------------------------------------------------------ the background loop
 
@@ -318,28 +403,9 @@ class EndpointClient:
             self._runtime = None
 
     async def _ensure_http(self, runtime: _LoopThread) -> None:
-        if runtime.http is not None:
-            return
-        if _plain_http(self.settings.base_url):
-            runtime.http = _Http11(self.settings.base_url, self._api_key, keep=self.settings.concurrency)
-        else:
-            import openai  # imported on the first call, never by `import whileai`
-
-            # One pool sized to the semaphore; idle connections are kept for a minute (httpx's default is 5 s),
-            # so the next batch of a training run reuses them instead of opening `concurrency` new ones.
-            limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-                max_connections=max(self.settings.concurrency * 2, 16),
-                max_keepalive_connections=self.settings.concurrency,
-                keepalive_expiry=60.0,
-            )
-            runtime.http = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.settings.base_url,
-                max_retries=0,
-                timeout=self.settings.timeout_s,
-                http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=self.settings.timeout_s),
-            )
-        runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
+        if runtime.http is None:
+            runtime.http = _Transport(self._url, self._authorization, self.settings.concurrency)
+            runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
 
     # ------------------------------------------------------------------ one call
 
@@ -347,44 +413,25 @@ class EndpointClient:
         base = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2**attempt)
         return base * random.uniform(0.5, 1.0)
 
-    async def _post(self, runtime: _LoopThread, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _post(self, runtime: _LoopThread, request: dict[str, Any]) -> dict[str, Any]:
         """POST one chat completion and return the response's JSON object.
 
-        A plain ``http://`` server is asked by :class:`_Http11`; any other through the official client's ``post``
-        (its connection pool, auth, TLS, proxies and timeout) with a plain JSON body: ``chat.completions.create``
-        walks every request through its typed transform and builds a pydantic model of every response, about 4 ms
-        of CPU per call, which at 64 calls in flight on a small CPU costs more than the judge's own latency
-        (benchmarks/README.md, judge). The body is read as text and decoded here, so that an empty or cut one is told
-        apart from any other error.
+        The body is read as text and decoded here, so that an empty or cut one is told apart from any other error.
 
         Raises:
             MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
                 object.
-            _StatusError, _ConnectionLost, _TimedOut: the call got no reply (either client's errors, as one kind).
+            _StatusError, _ConnectionLost, _Refused: the call got no usable reply.
         """
-        http = runtime.http
-        if isinstance(http, _Http11):
-            text = await http.post("/chat/completions", request)
-        else:
-            import openai
-
-            try:
-                text = await http.post("/chat/completions", body=request, cast_to=str, options={"timeout": timeout})
-            except openai.APITimeoutError:
-                raise _TimedOut() from None
-            except openai.APIConnectionError as exc:
-                raise _ConnectionLost(str(exc)) from None
-            except openai.APIStatusError as exc:
-                headers = {k.lower(): v for k, v in getattr(exc.response, "headers", {}).items()}
-                raise _StatusError(exc.status_code, _status_text(exc), headers) from None
+        assert runtime.http is not None
+        text = await runtime.http.post("/chat/completions", request)
         if not text.strip():
             raise MalformedResponse("the body is empty")
         try:
             response = json.loads(text)
         except ValueError:
-            shown = " ".join(self.redact(text[:80]).split())
             raise MalformedResponse(
-                f"the body is not JSON (cut short?) after {len(text)} characters: {shown!r}"
+                f"the body is not JSON (cut short?) after {len(text)} characters: {self.shown(text, 80)!r}"
             ) from None
         if not isinstance(response, dict):
             raise MalformedResponse("the body is not a JSON object")
@@ -404,6 +451,7 @@ class EndpointClient:
         loop = asyncio.get_running_loop()
         attempt = 0
         retry = False  # a repeat after a failure; a call sent again after a refused form is not one
+        resent = False  # the one free resend of a request whose connection died before any reply
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -418,36 +466,41 @@ class EndpointClient:
                 timeout = min(settings.timeout_s, remaining)
                 response: dict[str, Any] = {}
                 try:
-                    response = await asyncio.wait_for(self._post(runtime, request, timeout), timeout=timeout)
+                    response = await asyncio.wait_for(self._post(runtime, request), timeout=timeout)
                     answer = call.read(response)
-                except (asyncio.TimeoutError, _TimedOut):
+                except asyncio.TimeoutError:
                     if timeout < settings.timeout_s:
                         raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
                     error = CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")
                     retryable = True
-                except _ConnectionLost as exc:
-                    error = CallError(f"connection error: {self.redact(str(exc))}", "connection")
+                except _Dropped as exc:
+                    if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
+                        resent = retry = True
+                        continue
+                    error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
                     retryable = True
+                except _ConnectionLost as exc:
+                    error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
+                    retryable = True
+                except _Refused as exc:
+                    raise CallError(self.shown(str(exc)), exc.kind) from None
                 except _StatusError as exc:
-                    status = exc.status_code
-                    text = exc.text
-                    if call.refused is not None and call.refused(status, text):
+                    status = exc.status
+                    if call.refused is not None and call.refused(status, exc.text):
                         retry = False
                         continue  # send again at once in the new form; no retry spent
-                    message = " ".join(self.redact(text).split())[:300]
-                    error = CallError(f"HTTP {status}: {message}", f"http {status}")
+                    error = CallError(f"HTTP {status}: {self.shown(exc.text)}", f"http {status}")
                     retryable = status in _RETRY_STATUSES or status >= 500
                     if status in (429, 503):
-                        wait_hint = retry_after(exc.response)
+                        wait_hint = retry_after(exc.headers)
                 except MalformedResponse as exc:
-                    error = CallError(f"HTTP 200 but {self.redact(str(exc))}", "bad response")
+                    error = CallError(f"HTTP 200 but {self.shown(str(exc))}", "bad response")
                     retryable = True
                 except call.unusable:  # an answer, just not a usable one: counted, and not retried
                     self._count_answer(started, response)
                     raise
-                except Exception as exc:  # anything else the HTTP stack (or a reader) raises
-                    message = self.redact(str(exc)).splitlines()[0][:300] if str(exc) else ""
-                    error = CallError(f"{type(exc).__name__}: {message}", "error")
+                except Exception as exc:  # anything else a reader raises
+                    error = CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error")
                     retryable = False
                 else:
                     self._count_answer(started, response)
@@ -478,10 +531,9 @@ class EndpointClient:
         except CallError as exc:
             return Outcome(error=exc)
         except call.unusable as exc:  # its message quotes the reply, which could quote anything
-            return Outcome(error=type(exc)(self.redact(str(exc))))
+            return Outcome(error=type(exc)(self.shown(str(exc))))
         except Exception as exc:  # a bug in a reader must not stop the batch
-            text = self.redact(str(exc)).splitlines()[0][:300] if str(exc) else ""
-            return Outcome(error=CallError(f"{type(exc).__name__}: {text}", "error"))
+            return Outcome(error=CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error"))
 
     async def _ask_all(self, runtime: _LoopThread, calls: Sequence[Call]) -> list[Outcome]:
         await self._ensure_http(runtime)

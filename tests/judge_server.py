@@ -242,7 +242,9 @@ class JudgeServer:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 with server._lock:
-                    server.requests.append({"body": body, "headers": dict(self.headers.items()), "time": time.time()})
+                    server.requests.append(
+                        {"body": body, "headers": {k.lower(): v for k, v in self.headers.items()}, "time": time.time()}
+                    )
                 action = server._next(body)
                 if isinstance(action, Hang):
                     time.sleep(action.seconds)

@@ -320,12 +320,12 @@ def worker_host(arguments: dict[str, Any]) -> dict[str, Any]:
     import whileai
 
     found = {}
-    for name in ("torch", "transformers", "trl", "accelerate", "datasets", "pydantic", "openai", "numpy", "pyarrow"):
+    for name in ("torch", "transformers", "trl", "accelerate", "datasets", "pydantic", "aiohttp", "numpy", "pyarrow"):
         try:
             found[name] = version(name)
         except Exception as error:
             found[name] = f"missing: {error}"
-    for module in ("trl", "datasets", "pydantic", "openai", "whileai.training.run", "whileai.advantages"):
+    for module in ("trl", "datasets", "pydantic", "aiohttp", "whileai.training.run", "whileai.advantages"):
         importlib.import_module(module)
     cuda = torch.cuda.is_available()
     return {
@@ -632,7 +632,7 @@ def part_install(ctx: Context, budget: float, result: dict[str, Any]) -> None:
     """Result: ``folder_check`` (prepare_wheels' report), ``installed`` and ``already_present`` (name -> version),
     ``fallbacks_installed``, ``unmet_after`` (bounds of the installed wheels the environment still misses: recorded,
     not failed), ``whileai`` (``"present"``, ``"editable"`` or ``"shim"``), ``host`` (``worker_host``: the versions
-    and the device, after importing trl, datasets, pydantic, openai and whileai's training modules), ``pip_check``
+    and the device, after importing trl, datasets, pydantic, aiohttp and whileai's training modules), ``pip_check``
     (its lines about whileai and the required and fallback wheels). Failed when pip fails, an import fails or CUDA
     is not seen."""
     deadline = time.monotonic() + budget

@@ -1,8 +1,8 @@
 """Fetch the wheels the GPU device check installs offline, and check a folder of them without the network.
 
 The GPU machine (one NVIDIA H200, CPython 3.12 on x86-64 Linux, no network) comes with an image that holds torch,
-transformers, accelerate, numba, pyarrow, pandas, typer, rich, pyyaml and pytest (``IMAGE_PACKAGES``), but not trl,
-datasets, pydantic or openai, nor some of their own dependencies. This script downloads one wheel for each
+transformers, accelerate, numba, pyarrow, pandas, typer, rich, pyyaml, aiohttp and pytest (``IMAGE_PACKAGES``), but
+not trl, datasets or pydantic, nor some of their own dependencies. This script downloads one wheel for each
 distribution in ``WHEELS`` that fits that machine (``cp312`` manylinux x86-64, or pure Python), each with pip's
 ``--no-deps`` from the explicit list, so nothing the image already has is pulled in; it writes ``manifest.json`` and
 checks that the total is well under the 64 MiB that may travel with the working tree::
@@ -106,22 +106,13 @@ WHEELS: list[Wheel] = [
     Wheel("datasets", "==5.2.0", "required", "whileai[train], trl"),
     Wheel("dill", "==0.4.1", "required", "datasets"),
     Wheel("multiprocess", "==0.70.19", "required", "datasets"),
-    Wheel("pydantic", "==2.13.4", "required", "whileai (recipes), openai"),
+    Wheel("pydantic", "==2.13.4", "required", "whileai (recipes)"),
     Wheel("pydantic-core", "==2.46.4", "required", "pydantic"),
     Wheel("annotated-types", "==0.7.0", "required", "pydantic"),
     Wheel("typing-inspection", "==0.4.2", "required", "pydantic"),
-    Wheel("openai", "==3.57.0", "required", "whileai (the judge client)"),
-    Wheel("httpx2", "==2.16.2", "required", "openai"),
-    Wheel("httpcore2", "==2.16.2", "required", "httpx2"),
-    Wheel("truststore", "==0.10.5", "required", "httpx2, httpcore2"),
-    Wheel("jiter", "==0.19.0", "required", "openai"),
-    Wheel("sniffio", "==1.3.1", "required", "openai"),
     Wheel("verl", "==0.9.1", "bench", "benchmarks/bench_advantages.py: verl's estimators side by side"),
     Wheel("openrlhf", "==0.11.2", "bench", "benchmarks/bench_advantages.py: OpenRLHF's GAE side by side"),
-    Wheel("anyio", "==4.16.0", "fallback", "openai, httpx2 need anyio>=4.10"),
-    Wheel("idna", "==3.20", "fallback", "httpx2 needs idna>=3.18"),
     Wheel("typing-extensions", "==4.16.0", "fallback", "pydantic needs typing-extensions>=4.14.1"),
-    Wheel("h11", "==0.16.0", "fallback", "httpcore2 needs h11>=0.16"),
     Wheel("fsspec", "==2026.9.0", "fallback", "datasets needs fsspec<=2026.9.0"),
 ]
 

@@ -2,7 +2,7 @@
 
 ``JudgeConfig`` says where the judge lives and how it is asked; ``JudgeGrader`` ranks each mixed group (advantage
 mode); ``JudgeScorer`` and ``JudgeRubricWriter`` score passes against per-task rubrics (reward mode);
-``judge_grading`` builds a ``GroupwiseGrading`` around them. Importing this package does not import ``openai``: the
+``judge_grading`` builds a ``GroupwiseGrading`` around them. Importing this package does not import ``aiohttp``: the
 HTTP client is built on a judge's first call.
 
 Example (needs a server, e.g. ``vllm serve Qwen/Qwen3-8B``)::

@@ -102,8 +102,8 @@ def parse_json_reply(text: str | None) -> Any:
             return json.loads(candidate)
         except json.JSONDecodeError:
             continue
-    preview = " ".join(body.split())[:80]
-    raise JudgeAnswerError(f"the judge's reply is not JSON: {preview!r}")
+    # Quoted whole: the endpoint client masks the key in it, then cuts (a text cut first could keep part of a key).
+    raise JudgeAnswerError(f"the judge's reply is not JSON: {' '.join(body.split())!r}")
 
 
 def read_reply(text: str | None, model: type[BaseModel]) -> Any:

@@ -12,8 +12,9 @@ cached one is not asked again) and the structured-output ladder.
 Structured output (``structured_output: auto``) goes down a ladder, once per client (one endpoint) for the rest of
 the session: ``response_format`` as a ``json_schema``, then as a ``json_object`` carrying the same schema (what older
 llama.cpp servers and Ollama take), then none, the prompt alone asking for JSON. A step down happens at once, without
-spending a retry, when the server refuses the form it was sent: a 400 or 422, or a 5xx whose error names structured
-output (llama.cpp answers ``json_schema`` with a 500). Any other 5xx is retried as usual.
+spending a retry, when the server refuses the form it was sent: an error status whose text names structured output
+(llama.cpp answers ``json_schema`` with a 500, vLLM with a 400). Any other error is what it is: a 5xx is retried, a
+400 fails the call.
 
 Nothing here raises into a caller for one bad call: each spec gets its answer or the exception that stands in for
 it (``JudgeCallError``, ``JudgeAnswerError``). Only a batch in which no call got through at all raises
@@ -150,6 +151,16 @@ class JudgeClient:
         """``text`` with the API key masked (a server may echo a request back in its error)."""
         return self.endpoint.redact(text)
 
+    def _masked(self, value: Any) -> Any:
+        """A JSON-ready answer with the key masked in every string of it."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self._masked(v) for v in value]
+        if isinstance(value, dict):
+            return {self._masked(k): self._masked(v) for k, v in value.items()}
+        return value
+
     def close(self) -> None:
         """Stop the loop, close the connection pool and the cache; a later call starts them again."""
         self.endpoint.close()
@@ -166,13 +177,14 @@ class JudgeClient:
     def _refused_format(self, sent: str, status: int, error: str) -> bool:
         """Whether an error status refuses the ``response_format`` form ``sent``; if so, step down from it.
 
-        A 400 or 422 counts whatever it says (some servers reject the unknown field without naming it); a 5xx only
-        when its text names structured output, otherwise it is an ordinary failure, retried. Calls in flight when
-        the form changed were sent the stronger one: their refusal does not step again.
+        A 4xx or 5xx counts only when its text names structured output (``response_format``, a JSON schema, a
+        grammar): any other error is an ordinary failure, whatever its status (a 400 for a malformed header or a
+        context too long says nothing about the form). Calls in flight when the form changed were sent the stronger
+        one: their refusal does not step again.
         """
         if self.config.structured_output != "auto" or sent == "none":
             return False
-        if status not in (400, 422) and not (status >= 500 and names_structured_output(error)):
+        if status < 400 or not names_structured_output(error):
             return False
         if sent == self._format:
             weaker = _FORMATS[_FORMATS.index(sent) + 1]
@@ -256,9 +268,11 @@ class JudgeClient:
         if todo:
             asked = self.endpoint.run([self._call(specs[i]) for i in todo])
             for i, outcome in zip(todo, asked, strict=True):
-                outcomes[i] = _judge_outcome(outcome)
+                # An answer that quotes the key (a server echoing it into reasons) is used and stored masked.
+                masked = Outcome(answer=self._masked(outcome.answer), error=outcome.error)
+                outcomes[i] = _judge_outcome(masked)
                 if outcome.error is None and self.cache is not None:
-                    self.cache.put(specs[i].key, specs[i].kind, outcome.answer)
+                    self.cache.put(specs[i].key, specs[i].kind, masked.answer)
         done = [o for o in outcomes if o is not None]
         if all(isinstance(o.error, JudgeCallError) for o in done):
             first = done[0].error

@@ -72,8 +72,8 @@ class JudgeConfig(EndpointChecks):
         description=(
             "Send a JSON schema as `response_format`: 'on' always, 'off' never (plain JSON parsing), 'auto' sends "
             "it and, for the rest of the run, steps down to a json_object (with the schema) and then to none each "
-            "time the server refuses the form it got: a 400 or 422, or a 5xx naming response_format, a JSON schema "
-            "or a grammar."
+            "time the server refuses the form it got: an error whose text names response_format, a JSON schema or "
+            "a grammar."
         ),
     )
 

@@ -13,5 +13,5 @@
 - ``environment``: the scenarios as a TRL ``environment_factory``.
 
 The offline path (scenarios, seeded agent, simulate, passrate) needs no key, no GPU and no download; the model agent
-and customer need an endpoint and import ``openai`` only when built.
+and customer need an endpoint and import ``aiohttp`` only on their first call.
 """

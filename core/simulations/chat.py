@@ -22,7 +22,7 @@ described the same way everywhere).
 
 What this module does not do: turn a transcript into messages or an answer into an action (``model_agent``,
 ``customer``), or anything of the judge (it does not import ``whileai.judge``). Importing it does not import
-``openai``: the HTTP client is built on the first call.
+``aiohttp``: the HTTP client is built on the first call.
 """
 
 from __future__ import annotations

@@ -45,8 +45,14 @@ def training_output(out: Path) -> list[str]:
 
 
 def last_checkpoint(out: Path) -> tuple[Path, int] | None:
-    """The newest ``checkpoint-N`` folder of a run and its step N (what TRL's ``resume_from_checkpoint`` takes)."""
-    found = [(int(p.name.split("-", 1)[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
+    """The newest whole ``checkpoint-N`` folder of a run and its step N (what TRL's ``resume_from_checkpoint``
+    takes). transformers writes ``trainer_state.json`` last: a folder without it was cut short (Ctrl-C while it was
+    being saved) and cannot be resumed from."""
+    found = [
+        (int(p.name.split("-", 1)[1]), p)
+        for p in out.glob("checkpoint-*")
+        if p.name.split("-", 1)[1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     if not found:
         return None
     step, path = max(found)

@@ -30,9 +30,13 @@ def test_bench_spread_small() -> None:
 
 @pytest.mark.slow
 def test_bench_judge_small() -> None:
-    out = bench("bench_judge.py", "--groups", "8", "--delay", "0.05", "--repeats", "1", "--serial-repeats", "1")
+    out = bench(
+        "bench_judge.py", "--groups", "8", "--delay", "0.05", "--repeats", "1", "--serial-repeats", "1",
+        "--cpu-calls", "100",
+    )  # fmt: skip
     assert "default settings" in out and "x one call" in out
-    assert "target (issue 16)" in out and "cached re-run makes zero calls: met" in out
+    assert "target: default settings within 1.2x" in out and "cached re-run makes zero calls: met" in out
+    assert "whileai: EndpointClient.run" in out and "before: own HTTP/1.1" in out and "CPU ms/call" in out
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ KEY = "sk-test-s3cr3t-9f8e7d6c5b4a3210"
 
 def test_the_api_key_leaks_nowhere(make_judge, judge_server, judge_tools, tmp_path, caplog, monkeypatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
-    caplog.set_level(logging.DEBUG)  # every logger, openai's and httpx's included
+    caplog.set_level(logging.DEBUG)  # every logger, aiohttp's and asyncio's included
     seen: list[str] = []
 
     judge = make_judge("grader", api_key_env=KEY_ENV, max_retries=1)

@@ -257,3 +257,15 @@ def test_a_grader_s_system_exit_is_a_counted_fallback(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     figures = json.loads((tmp_path / "anyway" / "whileai_run.json").read_text())["grader"]
     assert set(figures["fallbacks"]) == {"SystemExit"} and figures["failed"] == figures["grader_calls"] > 0
+
+
+def test_a_checkpoint_cut_short_by_ctrl_c_is_not_resumed_from(tmp_path: Path) -> None:
+    from whileai.training.folder import last_checkpoint
+
+    for step, whole in ((1, True), (2, False)):  # Ctrl-C while checkpoint-2 was being written
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+        if whole:
+            (folder / "trainer_state.json").write_text("{}")
+    assert last_checkpoint(tmp_path) == (tmp_path / "checkpoint-1", 1)

@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "trl", "transformers", "vllm", "datasets", "accelerate", "openai", "numpy", "pandas")
+HEAVY = ("torch", "trl", "transformers", "vllm", "datasets", "accelerate", "aiohttp", "openai", "numpy", "pandas")
 
 
 def _pyproject() -> dict:
@@ -58,7 +58,7 @@ def test_the_recipe_schema_and_the_spread_gate_load_no_http_client() -> None:
     # client, asyncio and ssl into its start-up (about 50 ms of it).
     code = (
         "import sys, json, whileai.config, whileai.graders, whileai.preflight, whileai.judge.config; "
-        "print(json.dumps([m for m in ('asyncio', 'ssl', 'urllib.request', 'openai', 'httpx', 'whileai.http_client', "
+        "print(json.dumps([m for m in ('asyncio', 'ssl', 'urllib.request', 'aiohttp', 'whileai.http_client', "
         "'whileai.judge.client') if m in sys.modules]))"
     )
     done = _run(code)
