@@ -145,7 +145,7 @@ class Condition:
     def __init__(self, name: str, kwargs: dict[str, Any], trainer: FakeTrainer, size: int) -> None:
         from whileai import GroupwiseGrading
         from whileai.config.schema import ScriptedRule
-        from whileai.graders.scripted import ScriptedGrader
+        from whileai.grading.scripted import ScriptedGrader
 
         self.name, self.kwargs, self.trainer = name, kwargs, trainer
         self.n = len(kwargs["completions"])
@@ -153,21 +153,14 @@ class Condition:
         grading = GroupwiseGrading(grader=self.grader)  # advantage mode, the defaults a user gets
         self.reward = grading.trl_reward(verifier, num_generations=size)
         self.requests = grader_requests(kwargs, size)
-        # What a grader with grade_texts is handed instead (the scripted rule): each group's texts and passes.
-        self.text_requests = [
-            ([m["completion"] for m in group], [m["passed"] for m in group]) for group in self.requests
-        ]
         self.times: dict[str, list[tuple[float, float]]] = {"verifier": [], "grader": [], "full": []}
 
     def verifier(self) -> None:
         verifier(**self.kwargs)
 
     def grader_calls(self) -> None:  # as GroupwiseGrading asks it: the batch method when there is one
-        texts = getattr(self.grader, "grade_texts", None)
         batch = getattr(self.grader, "grade_groups", None)
-        if callable(texts):
-            texts(self.text_requests)
-        elif callable(batch):
+        if callable(batch):
             batch(self.requests)
         else:
             for group in self.requests:

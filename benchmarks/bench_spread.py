@@ -2,7 +2,7 @@
 
 Prints rows per second and peak memory next to the input file's size, measured side by side in one run:
 
-- the library call (``whileai.preflight.check_spread_file``, with the recipe's controls as the command runs them) in
+- the library call (``whileai.grading.gate.check_spread_file``, with the recipe's controls as the command runs them) in
   a fresh subprocess, timed inside it, with the peak resident memory it added over the baseline after imports
   (``ru_maxrss`` before and after);
 - the same through the ``whileai spread`` command, wall time of the whole process (start-up and imports included),
@@ -46,8 +46,8 @@ LIBRARY_RUN = r"""
 import json, resource, sys, time
 from pathlib import Path
 from whileai.config import load_recipe
-from whileai.graders import build_grading
-from whileai.preflight import check_spread_file
+from whileai.grading.build import build_grading
+from whileai.grading.gate import check_spread_file
 try:
     from whileai.rows import json_parser
 except ImportError:  # a whileai from before the choice of parser

@@ -38,7 +38,7 @@ def _referenced_files(loaded) -> list[tuple[str, Path]]:
 
 def _check_files(loaded) -> None:
     """Files the recipe names exist, and the functions it names resolve (their modules are imported)."""
-    from whileai.graders.reference import load_callable
+    from whileai.grading.reference import load_callable
 
     for name, path in _referenced_files(loaded):
         if not path.exists():

@@ -65,8 +65,8 @@ def spread(
 
     from whileai.config import load_recipe
     from whileai.config.load import default_recipe, is_override
-    from whileai.graders import build_grading, grader_from_spec
-    from whileai.preflight import check_spread_file
+    from whileai.grading.build import build_grading, grader_from_spec
+    from whileai.grading.gate import check_spread_file
     from whileai.rows import RowFields
 
     overrides = [a for a in arguments or [] if is_override(a)]

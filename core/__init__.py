@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "GroupwiseGrading": "whileai.grading.groupwise",
     "GradingStats": "whileai.grading.stats",
-    "SpreadReport": "whileai.grading.spread",
+    "SpreadReport": "whileai.grading.gate",
     "redistribute": "whileai.methods",
     "rank_factors": "whileai.methods",
     "synthesize_reward": "whileai.methods",
@@ -60,8 +60,8 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from whileai.grading.gate import SpreadReport
     from whileai.grading.groupwise import GroupwiseGrading
-    from whileai.grading.spread import SpreadReport
     from whileai.grading.stats import GradingStats
     from whileai.methods import rank_factors, redistribute, synthesize_reward
     from whileai.simulations.agents import seeded_agent
@@ -72,7 +72,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from whileai.simulations.simulate import simulate
 
 
+# Subpackages and modules the docs name, reachable as ``whileai.methods`` after a bare ``import whileai``.
+_SUBMODULES = frozenset(
+    {"advantages", "defaults", "errors", "grading", "integrations", "judge", "methods", "rows", "simulations"}
+)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f"whileai.{name}")  # imported on first use: whileai.advantages brings torch
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'whileai' has no attribute {name!r}")
@@ -82,4 +90,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted({"__version__", *_LAZY, *_SUBMODULES})

@@ -6,7 +6,7 @@ field says what it does, and cross-field checks fail at parse time with the fix.
 commands that use it: ``whileai spread`` needs a grader and nothing else, ``whileai train`` needs model, data and
 verifier (``Recipe.require``).
 
-This module validates; it builds nothing. ``whileai.graders`` turns the grader section into a callable and the
+This module validates; it builds nothing. ``whileai.grading.build`` turns the grader section into a callable and the
 training integration turns the trainer section into TRL's ``GRPOConfig``.
 """
 
@@ -37,6 +37,7 @@ from whileai.defaults import (
 )
 from whileai.errors import BadInput
 from whileai.grading.calls import GRADER_TIMEOUT_S
+from whileai.grading.gate import SpreadThresholds
 from whileai.judge.config import JudgeConfig
 
 __all__ = [
@@ -264,6 +265,17 @@ class SpreadSection(Section):
     )
     seed: int = Field(0, description="Seed of the controls' shuffles.")
 
+    def thresholds(self) -> SpreadThresholds:
+        """The gate's thresholds this section sets."""
+        return SpreadThresholds(
+            min_std=self.min_std,
+            tolerance=self.tolerance,
+            max_near_median=self.max_near_median,
+            min_agreement=self.min_agreement,
+            max_ordered_copies=self.max_ordered_copies,
+            broken_fraction=self.broken_fraction,
+        )
+
 
 class VerifierSection(Section):
     """The program that says pass or fail."""
@@ -350,7 +362,7 @@ class ModelSection(Section):
         None,
         ge=1,
         description="torch's CPU threads while training on the CPU. Default: 1 for a tiny model (its matrices are too "
-        "small to share across cores; two threads on a busy 2-core machine ran 14-25x slower), torch's own "
+        "small to share across cores, and a second thread beside a busy process slows it down), torch's own "
         "otherwise.",
     )
     warm_start: WarmStartSection | None = Field(

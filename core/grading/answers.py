@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from whileai.methods import _tier_factors, rank_factors
+from whileai.methods import rank_factors
 
 __all__ = ["GroupAnswer", "PassAnswer", "UnusableAnswer", "read_group_answer", "read_pass_answer"]
 
@@ -99,58 +99,6 @@ def _check_keys(answer: object, allowed: frozenset[str]) -> Mapping[str, object]
     return answer
 
 
-# The keys of a ranking answer, notes included.
-_RANKING_KEYS = frozenset({"ranking", "hacks"}) | _NOTE_KEYS
-
-
-def _plain_ranking(
-    answer: dict, size: int, passes: Sequence[int], min_factor: float, hack_zero: bool
-) -> GroupAnswer | None:
-    """:func:`read_group_answer` for the answer a grader gives nearly always: a ``ranking`` list of ``int`` indices and
-    lists of them, ``hacks`` a list of ``int`` (or absent), every index a pass, none twice, no pass left out. It reads
-    such an answer to the same factors and hacks as the general path, in one pass and without the abstract-class
-    checks; on anything else it returns None and the general path reads the answer (and says what is wrong)."""
-    ranking, raw_hacks = answer.get("ranking"), answer.get("hacks")
-    if type(ranking) is not list or not (raw_hacks is None or type(raw_hacks) is list):
-        return None
-    if type(min_factor) is not float or not 0.0 < min_factor <= 1.0:
-        return None  # rank_factors' own check, on the general path
-    pass_set = set(passes)  # member indices, so a pass is in range
-    hacks: list[int] = []
-    for index in raw_hacks or ():
-        if type(index) is not int or index not in pass_set or index in hacks:
-            return None
-        hacks.append(index)
-    dropped = hacks if hack_zero else ()
-    tiers: list[list[int]] = []
-    ranked: set[int] = set()
-    count = 0
-    for entry in ranking:
-        tier = [entry] if type(entry) is int else entry if type(entry) is list else None
-        if tier is None:
-            return None
-        kept = []
-        for index in tier:
-            if type(index) is not int or index not in pass_set:
-                return None
-            if index not in dropped:
-                kept.append(index)
-        if kept:
-            tiers.append(kept)
-            ranked.update(kept)
-            count += len(kept)
-    if count != len(ranked):  # an index ranked twice
-        return None
-    keep = [i for i in passes if i not in dropped]
-    missing = [i for i in keep if i not in ranked]
-    if missing:
-        if hack_zero or any(i not in hacks for i in missing):
-            return None  # a pass left out
-        tiers.append(missing)  # hacks kept as passes and left out of the ranking rank last
-        count += len(missing)
-    return GroupAnswer(_tier_factors(tiers, count, min_factor), hacks)
-
-
 def read_group_answer(
     answer: object,
     *,
@@ -170,10 +118,6 @@ def read_group_answer(
         UnusableAnswer: not a dict, a missing or unknown key, both or neither of ranking and factors, an index that is
             unknown, a failure, or given twice, a factor outside (0, 1], a ranking that leaves out a pass.
     """
-    if type(answer) is dict and answer.keys() <= _RANKING_KEYS and "factors" not in answer:
-        fast = _plain_ranking(answer, size, passes, min_factor, hack_zero)
-        if fast is not None:
-            return fast
     body = _check_keys(answer, frozenset({"ranking", "factors", "hacks"}))
     has_ranking, has_factors = "ranking" in body, "factors" in body
     if has_ranking == has_factors:

@@ -14,8 +14,8 @@ Two controls, graded with the same grader on the same groups:
   here, on purpose: it orders what it cannot tell apart, by position.
 
 One extra grader call per control group (a judge answers a repeated check from its cache). This module builds the
-control groups and scores the outcome; ``GroupwiseGrading.check_spread_groups`` grades them, and
-``whileai.grading.spread`` turns the figures into the verdict. No I/O.
+control groups and scores the outcome; ``whileai.grading.gate`` grades them and turns the figures into the verdict.
+No I/O.
 """
 
 from __future__ import annotations

@@ -25,275 +25,34 @@ import numbers
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from whileai.defaults import (
-    GROUPWISE_CAP,
-    GROUPWISE_FLOOR,
-    GROUPWISE_HACK_ZERO,
-    GROUPWISE_MIN_FACTOR,
-    GROUPWISE_MODE,
-    SPREAD_BROKEN_FRACTION,
-    SPREAD_MAX_NEAR_MEDIAN,
-    SPREAD_MAX_ORDERED_COPIES,
-    SPREAD_MIN_AGREEMENT,
-    SPREAD_MIN_STD,
-    SPREAD_TOLERANCE,
-)
-from whileai.errors import GraderUnavailable, NoSpread
+from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_HACK_ZERO, GROUPWISE_MIN_FACTOR, GROUPWISE_MODE
+from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
-from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls, GraderTimeout
-from whileai.grading.controls import ControlGroup, controls_report, make_control
-from whileai.grading.rewards import FLOAT32_LIMIT, scorable_members, verifier_reward
-from whileai.grading.spread import SpreadReport, spread_report
+from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls
+from whileai.grading.gate import SpreadReport, SpreadThresholds, check_spread_rows
+from whileai.grading.group import (
+    GradedGroup,
+    Mode,
+    OpenedGroup,
+    describe,
+    failure_kind,
+    failure_reason,
+    new_group,
+    widen,
+)
+from whileai.grading.rewards import verifier_reward
 from whileai.grading.stats import GradingStats
-from whileai.grading.text import completion_text, prompt_text
+from whileai.grading.text import prompt_text
 from whileai.methods import _centered, _redistribute_checked, hack_rewards, positive_passes, synthesize_reward
 
 __all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind"]
 
 
-Mode = Literal["advantage", "reward"]
 Grader = Callable[..., Any]
+Request = tuple[Sequence[float], Sequence[Any], Sequence[Any], str | None, Sequence[bool] | None, bool]
 RubricSource = Mapping[str, Any] | Callable[[str, list[dict[str, Any]]], Any] | None
-
-
-@dataclass
-class GradedGroup:
-    """One group after grading.
-
-    Attributes:
-        task_id: the group's task (scenario id, or the prompt when none is given).
-        rewards: R_i from the verifier.
-        passed: whether each member passed the verifier.
-        effective_rewards: the rewards with each confirmed hack given a failure's reward (``hack_rewards``; equal to
-            ``rewards`` otherwise).
-        shaped: what the trainer receives: ``A'_i + mean(effective R)`` in advantage mode, equation 2 in reward mode,
-            the original rewards when the group fell back or was not graded.
-        factors: quality factor by index (advantage mode).
-        hacks: confirmed hacks (advantage mode).
-        scores: the grader's scores used by the spread gate (factors of the kept passes, or S_sol * S_beh).
-        lam: lambda of equation 3 (advantage mode, 1.0 otherwise).
-        graded: whether the grader was called.
-        reason: why the group fell back, or None.
-        failure: the kind of that reason, for counting: the exception's type, a judge call's kind (``"http 429"``,
-            ``"timeout"``), ``"unusable answer"``, ``"grader timed out"``, ...
-        unscorable: members the verifier could not score (None, NaN, inf, beyond float32). They are NaN in
-            ``rewards`` and ``shaped``, never passes, and left out of everything else: the grader reads the others,
-            and TRL leaves a NaN member out of its group's mean and gives it advantage 0.
-        error: the exception behind the reason, when there was one.
-        seconds: time spent in the grader.
-        phase: ``"train"``, or ``"eval"`` for a group of TRL's evaluation batches.
-        grader_calls: calls made to the grader for this group (one in advantage mode, one per pass in reward mode).
-        label: the group's name in TRL's completion logs (``whileai_group``), when TRL graded it.
-    """
-
-    task_id: str
-    rewards: list[float]
-    passed: list[bool]
-    effective_rewards: list[float]
-    shaped: list[float]
-    factors: dict[int, float] = field(default_factory=dict)
-    hacks: list[int] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
-    lam: float = 1.0
-    capped: bool = False
-    graded: bool = False
-    reason: str | None = None
-    seconds: float = 0.0
-    phase: str = "train"
-    failure: str | None = None
-    error: BaseException | None = field(default=None, repr=False, compare=False)
-    redistributed: list[float] | None = field(default=None, repr=False)
-    unscorable: int = 0
-    grader_calls: int = 0
-    label: str | None = None
-
-    def fail(self, failure: str, reason: str, error: BaseException | None = None) -> None:
-        """Record why the group falls back: its kind (``"ZeroDivisionError"``, ``"http 429"``, ``"unusable answer"``,
-        ...), the one-line reason, and the exception when there was one (for ``--debug``)."""
-        self.failure, self.reason, self.error = failure, reason, error
-
-    @property
-    def mixed(self) -> bool:
-        """A pass and a failure among the scorable members."""
-        scored = [ok for ok, r in zip(self.passed, self.rewards, strict=True) if r == r]  # NaN: unscorable
-        return any(scored) and not all(scored)
-
-    @property
-    def advantages(self) -> list[float]:
-        """The advantages the trainer forms from ``shaped`` by group-mean subtraction (A'_i of equation 3), 0 for an
-        unscorable member as TRL gives it."""
-        if self.redistributed is not None:
-            return list(self.redistributed)
-        finite = [s for s in self.shaped if math.isfinite(s)]
-        mean = sum(finite) / len(finite) if finite else 0.0
-        return [s - mean if math.isfinite(s) else 0.0 for s in self.shaped]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "task_id": self.task_id,
-            "rewards": self.rewards,
-            "passed": self.passed,
-            "shaped": self.shaped,
-            "factors": {str(k): v for k, v in sorted(self.factors.items())},
-            "hacks": self.hacks,
-            "scores": self.scores,
-            "lambda": self.lam,
-            "graded": self.graded,
-            "reason": self.reason,
-            "failure": self.failure,
-            "seconds": self.seconds,
-            "phase": self.phase,
-            "unscorable": self.unscorable,
-            "grader_calls": self.grader_calls,
-            "group": self.label,
-        }
-
-    @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> GradedGroup:
-        """A group back from its ``as_dict`` record (a line of ``grading.jsonl``)."""
-        rewards = [float(r) for r in record["rewards"]]
-        group = cls(
-            str(record["task_id"]),
-            rewards,
-            [bool(p) for p in record["passed"]],
-            list(rewards),
-            [float(s) for s in record["shaped"]],
-        )
-        group.factors = {int(k): float(v) for k, v in record.get("factors", {}).items()}
-        group.hacks = [int(i) for i in record.get("hacks", [])]
-        group.scores = [float(s) for s in record.get("scores", [])]
-        group.lam = float(record.get("lambda", 1.0))
-        group.graded = bool(record.get("graded"))
-        group.reason, group.failure = record.get("reason"), record.get("failure")
-        group.seconds = float(record.get("seconds", 0.0))
-        group.phase = str(record.get("phase", "train"))
-        group.unscorable = int(record.get("unscorable", 0))
-        group.grader_calls = int(record.get("grader_calls", 0))
-        group.label = record.get("group")
-        return group
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def failure_kind(exc: BaseException) -> str:
-    """How a grader call failed, for counting: ``"grader timed out"``, the exception's own ``kind`` when it names one
-    (a judge call's ``"http 429"``, ``"timeout"``, ``"connection"``, ``"unusable answer"``), else its type's name.
-
-    Example:
-        >>> failure_kind(ZeroDivisionError("division by zero"))
-        'ZeroDivisionError'
-    """
-    if isinstance(exc, GraderTimeout):
-        return "grader timed out"
-    kind = getattr(exc, "kind", None)
-    return kind if isinstance(kind, str) and kind else type(exc).__name__
-
-
-def pass_scores(group: GradedGroup, mode: Mode) -> dict[int, float]:
-    """The grader's score of each pass of a graded group, by index: its factor (1 when the answer left it out), 0
-    for a confirmed hack (advantage mode); S_sol * S_beh (reward mode)."""
-    passes = [i for i, ok in enumerate(group.passed) if ok]
-    if mode == "reward":
-        return dict(zip(passes, group.scores, strict=False))
-    return {i: 0.0 if i in group.hacks else group.factors.get(i, 1.0) for i in passes}
-
-
-def _failure(exc: BaseException) -> str:
-    """A fallback reason for a grader call that raised or ran over its time limit."""
-    if isinstance(exc, GraderTimeout):
-        return f"grader timed out: {exc}"
-    return f"grader raised: {_describe(exc)}"
-
-
-def _new_group(
-    task: str,
-    values: list[float],
-    passed: Sequence[bool] | None,
-    prompts: Sequence[Any],
-    completions: Sequence[Any],
-) -> tuple[GradedGroup, Sequence[Any], Sequence[Any], list[int] | None]:
-    """The record of one group, with the prompts and completions its grader reads.
-
-    A member the verifier could not score (NaN: ``verifier_reward``) is left out: TRL leaves it out of the group's
-    mean and gives it advantage 0, so the group is graded on its scorable members alone, and their positions come
-    back as the fourth value for :func:`_widen`. A group with one unscorable member in eight is still graded.
-    """
-    size = len(values)
-    members = scorable_members(values)
-    if members is not None:
-        values = [values[i] for i in members]
-        prompts = [prompts[i] for i in members]
-        completions = [completions[i] for i in members]
-        passed = None if passed is None else [passed[i] for i in members]
-    ok = [r > 0 for r in values] if passed is None else [bool(p) for p in passed]
-    group = GradedGroup(task, values, ok, values[:], values[:])
-    group.unscorable = size - len(values)
-    return group, prompts, completions, members
-
-
-def _widen(group: GradedGroup, members: list[int], rewards: list[float]) -> GradedGroup:
-    """A group graded on its scorable ``members`` back at its full size: its unscorable members NaN in ``rewards``,
-    ``effective_rewards`` and ``shaped``, never passes, advantage 0, and every index the grader named mapped back."""
-    n = len(rewards)
-
-    def placed(values: Sequence[Any], fill: Any) -> list[Any]:
-        full = [fill] * n
-        for position, value in zip(members, values, strict=True):
-            full[position] = value
-        return full
-
-    group.rewards = placed(group.rewards, math.nan)
-    group.passed = placed(group.passed, False)
-    group.effective_rewards = placed(group.effective_rewards, math.nan)
-    group.shaped = placed(group.shaped, math.nan)
-    group.factors = {members[i]: f for i, f in group.factors.items()}
-    group.hacks = [members[i] for i in group.hacks]
-    if group.redistributed is not None:
-        group.redistributed = placed(group.redistributed, 0.0)
-    return group
-
-
-def _items(
-    prompts: Sequence[str], completions: Sequence[str], rewards: Sequence[float], passed: Sequence[bool]
-) -> list[dict[str, Any]]:
-    """What an advantage-mode grader is handed for one group (reward mode hands it the passes one by one)."""
-    return [
-        {"index": i, "prompt": prompt, "completion": completion, "reward": reward, "passed": ok}
-        for i, (prompt, completion, reward, ok) in enumerate(zip(prompts, completions, rewards, passed, strict=True))
-    ]
-
-
-class _Opened:
-    """A group on its way to the grader: its record and what the grader may read, rendered to text on demand.
-
-    ``rendered`` says whether ``prompts`` and ``completions`` are what the grader reads already (the spread gate's
-    rows, ``grade_group``'s arguments) or TRL's batch, possibly lists of messages, read as text only when asked: a
-    grader with ``grade_texts`` never sees the prompts, so they are not rendered for it.
-    """
-
-    __slots__ = ("completions", "group", "prompts", "rendered")
-
-    def __init__(self, group: GradedGroup, prompts: Sequence[Any], completions: Sequence[Any], rendered: bool) -> None:
-        self.group, self.prompts, self.completions, self.rendered = group, prompts, completions, rendered
-
-    def texts(self) -> Sequence[str]:
-        """The completions as text (``grade_texts``'s input)."""
-        if self.rendered:
-            return self.completions  # type: ignore[return-value]  # texts already; the grader reads each as str
-        return [completion_text(c) for c in self.completions]
-
-    def items(self) -> list[dict[str, Any]]:
-        """The members as a plain grader reads them."""
-        if self.rendered:
-            return _items(self.prompts, self.completions, self.group.rewards, self.group.passed)
-        prompts = [prompt_text(p) for p in self.prompts]
-        return _items(prompts, [completion_text(c) for c in self.completions], self.group.rewards, self.group.passed)
 
 
 class GroupwiseGrading:
@@ -304,8 +63,7 @@ class GroupwiseGrading:
             ``"hacks"``, where ``group`` is a list of ``{"index", "prompt", "completion", "reward", "passed"}``.
             Reward mode: ``grader(item, rubric) -> {"solution": s, "behavior": b}`` for one pass. Optional batch
             methods answer many at once: ``grade_groups(groups)`` (advantage mode), ``score_passes(requests)``
-            (reward mode), and ``grade_texts(groups)``, handed each group as ``(completion texts, passed)`` for a
-            grader that reads nothing else (the scripted rule; read-only, preferred over ``grade_groups``).
+            (reward mode).
         mode: ``"advantage"`` (GAR) or ``"reward"`` (GRS).
         cap: upper bound on lambda in equation 3.
         min_factor: the factor of the worst-ranked pass.
@@ -316,10 +74,7 @@ class GroupwiseGrading:
         floor: lower bound on each score in equation 2 (reward mode).
         rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
             task on the first group seen and cached; None hands the grader ``rubric=None``.
-        spread_min_std, spread_tolerance, spread_max_near_median: the spread gate's thresholds on the scores.
-        spread_min_agreement, spread_max_ordered_copies: the thresholds of its controls (``whileai.grading.controls``).
-        spread_broken_fraction: a spread check whose groups fall back at this rate or more says the grader is broken
-            (``GraderUnavailable``, exit 4), not that it has no spread.
+        spread: the spread gate's thresholds (``whileai.grading.gate.SpreadThresholds``; its defaults when None).
         timeout_s: the longest one call of a plain grader function may take (None: no limit); a call that runs over
             makes its group fall back, counted as ``grader timed out``. A grader with a batch method (the judge)
             keeps its own timeouts.
@@ -342,12 +97,7 @@ class GroupwiseGrading:
         hack_reward: float | None = None,
         floor: float = GROUPWISE_FLOOR,
         rubrics: RubricSource = None,
-        spread_min_std: float = SPREAD_MIN_STD,
-        spread_tolerance: float = SPREAD_TOLERANCE,
-        spread_max_near_median: float = SPREAD_MAX_NEAR_MEDIAN,
-        spread_min_agreement: float = SPREAD_MIN_AGREEMENT,
-        spread_max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES,
-        spread_broken_fraction: float = SPREAD_BROKEN_FRACTION,
+        spread: SpreadThresholds | None = None,
         timeout_s: float | None = GRADER_TIMEOUT_S,
         concurrency: int = GRADER_CONCURRENCY,
     ) -> None:
@@ -359,12 +109,6 @@ class GroupwiseGrading:
             ("cap", cap, lambda v: v >= 1, "a number >= 1 (lambda is never below 1)"),
             ("min_factor", min_factor, lambda v: 0 < v <= 1, "a number in (0, 1]"),
             ("floor", floor, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            ("spread_min_std", spread_min_std, lambda v: v >= 0, "a number >= 0"),
-            ("spread_tolerance", spread_tolerance, lambda v: v >= 0, "a number >= 0"),
-            ("spread_max_near_median", spread_max_near_median, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            ("spread_min_agreement", spread_min_agreement, lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
-            ("spread_max_ordered_copies", spread_max_ordered_copies, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            ("spread_broken_fraction", spread_broken_fraction, lambda v: 0 < v <= 1, "a number in (0, 1]"),
         ]
         for name, value, ok, allowed in checks:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
@@ -383,6 +127,8 @@ class GroupwiseGrading:
             raise ValueError(f"hack_reward must be a finite number or None, got {hack_reward!r}")
         if rubrics is not None and not (isinstance(rubrics, Mapping) or callable(rubrics)):
             raise ValueError(f"rubrics must be a mapping task_id -> rubric or a callable, got {type(rubrics).__name__}")
+        if spread is not None and not isinstance(spread, SpreadThresholds):
+            raise ValueError(f"spread must be a SpreadThresholds, got {type(spread).__name__}")
 
         self.grader = grader
         self.mode: Mode = mode
@@ -392,12 +138,7 @@ class GroupwiseGrading:
         self.hack_reward = None if hack_reward is None else float(hack_reward)
         self.floor = float(floor)
         self.rubrics = rubrics
-        self.spread_min_std = float(spread_min_std)
-        self.spread_tolerance = float(spread_tolerance)
-        self.spread_max_near_median = float(spread_max_near_median)
-        self.spread_min_agreement = float(spread_min_agreement)
-        self.spread_max_ordered_copies = float(spread_max_ordered_copies)
-        self.spread_broken_fraction = float(spread_broken_fraction)
+        self.spread = spread if spread is not None else SpreadThresholds()
         self.stats = GradingStats(mode=mode)
         self._rubric_cache: dict[str, Any] = {}
         thread_safe = getattr(grader, "thread_safe", False) is True
@@ -464,61 +205,48 @@ class GroupwiseGrading:
             passed: which members passed; by default ``R_i > 0``.
             send: False records the group without calling the grader (all-pass or all-fail groups in training).
         """
-        return self._grade_many([(rewards, prompts, completions, task_id, passed, send)])[0]
+        return self.grade_many([(rewards, prompts, completions, task_id, passed, send)])[0]
 
-    def _grade_many(
-        self,
-        requests: Sequence[
-            tuple[Sequence[float], Sequence[str], Sequence[str], str | None, Sequence[bool] | None, bool]
-        ],
-        preflight: bool = False,
-        record: bool = True,
-        shape: bool = True,
+    def grade_many(
+        self, requests: Sequence[Request], preflight: bool = False, record: bool = True, shape: bool = True
     ) -> list[GradedGroup]:
-        """Grade several groups; a grader with a batch method sees all of them in one call (the judge runs them
-        concurrently), any other grader is called group by group. ``record=False`` keeps them out of ``stats`` (the
-        spread gate's control groups); ``shape=False`` leaves out equation 3 (the spread gate reads only the scores,
-        hacks and failures, and no one sees its groups' shaped rewards)."""
-        opened: list[_Opened] = []
+        """Grade several groups given as ``(rewards, prompts, completions, task_id, passed, send)``: a grader with a
+        batch method sees all of them in one call (the judge runs them concurrently), any other grader is called
+        group by group. ``preflight`` lets ``GraderUnavailable`` through (the spread gate exits 4 on it);
+        ``record=False`` keeps them out of ``stats`` (the gate's control groups); ``shape=False`` leaves out
+        equation 3 (the gate reads only the scores, hacks and failures)."""
+        opened: list[OpenedGroup] = []
         graded: list[GradedGroup] = []
         partial: list[tuple[int, list[int], list[float]]] = []
         for rewards, prompts, completions, task_id, passed, send in requests:
             values = [verifier_reward(r) for r in rewards]
             task = str(task_id) if task_id is not None else str(prompts[0] if prompts else "")
-            group, group_prompts, group_completions, members = _new_group(task, values, passed, prompts, completions)
+            group, group_prompts, group_completions, members = new_group(task, values, passed, prompts, completions)
             if members is not None:
                 partial.append((len(graded), members, values))
             graded.append(group)
             if send and any(group.passed):
-                opened.append(_Opened(group, group_prompts, group_completions, rendered=True))
+                opened.append(OpenedGroup(group, group_prompts, group_completions, rendered=True))
         self._finish(graded, opened, preflight=preflight, record=record, shape=shape)
         for position, members, values in partial:
-            _widen(graded[position], members, values)
+            widen(graded[position], members, values)
         return graded
 
     def _finish(
         self,
         graded: list[GradedGroup],
-        opened: list[_Opened],
+        opened: list[OpenedGroup],
         *,
         preflight: bool,
         record: bool,
         shape: bool = True,
     ) -> list[GradedGroup]:
-        """Ask the grader about the opened groups, close them, and count every group in ``stats``.
-
-        In advantage mode a grader with ``grade_texts`` (the scripted rule) is handed each group's completions and
-        passes as two lists, not a dict per member; any other grader gets the members (``_items``).
-        """
+        """Ask the grader about the opened groups, close them, and count every group in ``stats``."""
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
-                if callable(getattr(self.grader, "grade_texts", None)):
-                    requests: list[Any] = [(o.texts(), o.group.passed) for o in opened]
-                    answers = self._ask(self.grader, "grade_texts", requests, single=True, preflight=preflight)
-                else:
-                    requests = [o.items() for o in opened]
-                    answers = self._ask(self.grader, "grade_groups", requests, single=True, preflight=preflight)
+                requests = [o.items() for o in opened]
+                answers = self._ask(self.grader, "grade_groups", requests, single=True, preflight=preflight)
                 close = self._close_advantage
                 for o, answer in zip(opened, answers, strict=True):
                     o.group.grader_calls = 1
@@ -566,7 +294,7 @@ class GroupwiseGrading:
         """Validate one group's answer and redistribute (unless ``shape`` is False), or record why the group falls
         back."""
         if isinstance(answer, BaseException):
-            group.fail(failure_kind(answer), _failure(answer), answer)
+            group.fail(failure_kind(answer), failure_reason(answer), answer)
             return
         group.graded = True
         passes = [i for i, ok in enumerate(group.passed) if ok]
@@ -578,7 +306,7 @@ class GroupwiseGrading:
             group.fail("unusable answer", f"unusable answer: {exc}", exc)
             return
         except Exception as exc:  # an answer object that misbehaves while being read (a raising __eq__, ...)
-            group.fail("unusable answer", f"unusable answer: {_describe(exc)}", exc)
+            group.fail("unusable answer", f"unusable answer: {describe(exc)}", exc)
             return
 
         hack_zero = self.hack_zero
@@ -619,7 +347,7 @@ class GroupwiseGrading:
             self._rubric_cache[task_id] = self.rubrics(task_id, items)
         return self._rubric_cache[task_id]
 
-    def _grade_reward(self, opened: list[_Opened], preflight: bool = False) -> list[tuple[GradedGroup, int]]:
+    def _grade_reward(self, opened: list[OpenedGroup], preflight: bool = False) -> list[tuple[GradedGroup, int]]:
         """Score every pass of the groups against their rubrics (equation 2), all passes in one grader batch.
 
         Returns each group with the grader calls made for it.
@@ -638,7 +366,7 @@ class GroupwiseGrading:
             except BaseException as exc:
                 if preflight and isinstance(exc, GraderUnavailable):
                     raise
-                group.fail(failure_kind(exc), f"rubric writer raised: {_describe(exc)}", exc)
+                group.fail(failure_kind(exc), f"rubric writer raised: {describe(exc)}", exc)
             if group.reason is not None:
                 counted.append((group, 0))
                 continue
@@ -659,7 +387,7 @@ class GroupwiseGrading:
             scores: list[float] = []
             for i, answer in scored[id(group)]:
                 if isinstance(answer, BaseException):
-                    group.fail(failure_kind(answer), _failure(answer), answer)
+                    group.fail(failure_kind(answer), failure_reason(answer), answer)
                     break
                 try:
                     read = read_pass_answer(answer)
@@ -667,7 +395,7 @@ class GroupwiseGrading:
                     group.fail("unusable answer", f"unusable answer: {exc}", exc)
                     break
                 except Exception as exc:  # an answer object that misbehaves while being read
-                    group.fail("unusable answer", f"unusable answer: {_describe(exc)}", exc)
+                    group.fail("unusable answer", f"unusable answer: {describe(exc)}", exc)
                     break
                 shaped[i] = synthesize_reward(group.rewards[i], read.solution, read.behavior, floor=self.floor)
                 scores.append(max(self.floor, read.solution) * max(self.floor, read.behavior))
@@ -720,14 +448,14 @@ class GroupwiseGrading:
         values = [verifier_reward(r) for r in rewards]
         advantage = self.mode == "advantage"
         graded: list[GradedGroup] = []
-        opened: list[_Opened] = []
+        opened: list[OpenedGroup] = []
         partial: list[tuple[int, list[int], list[float]]] = []
         for start in starts:
             stop = start + size
             chunk = values[start:stop]
             task = task_id if task_ids is None else task_ids[start]
             task = str(task) if task is not None else str(prompt_text(prompts[start]))
-            group, group_prompts, group_completions, members = _new_group(
+            group, group_prompts, group_completions, members = new_group(
                 task, chunk, None, prompts[start:stop], completions[start:stop]
             )
             if members is not None:
@@ -737,10 +465,10 @@ class GroupwiseGrading:
             # binary reward). Reward mode: every group with a pass.
             send = bool(positive_passes(group.rewards)) if advantage else True in group.passed
             if send:
-                opened.append(_Opened(group, group_prompts, group_completions, rendered=False))
+                opened.append(OpenedGroup(group, group_prompts, group_completions, rendered=False))
         self._finish(graded, opened, preflight=False, record=True)
         for position, members, chunk in partial:
-            _widen(graded[position], members, chunk)
+            widen(graded[position], members, chunk)
         return graded
 
     def shape(
@@ -772,152 +500,15 @@ class GroupwiseGrading:
         controls: int = 0,
         seed: int = 0,
     ) -> SpreadReport:
-        """Grade every group of ``rows`` with at least two passes and judge the spread of the grader's scores.
+        """The spread gate on ``rows``: grade every group with at least two passes and judge the spread of the
+        grader's scores (``whileai.grading.gate.check_spread_rows``, which says what the rows hold and raises).
 
-        Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional), grouped by scenario
-        in order of first appearance. A group with fewer than two passes cannot be told apart and is skipped; zeroed
-        hacks give no score.
-
-        With ``controls=N``, up to ``N`` graded groups are graded again in a shuffled order with a copy of one pass
-        (``whileai.grading.controls``): a ranking that does not survive reordering, or identical passes told apart,
-        is no spread either, and ``str(report)`` gains a third line with the figures. ``whileai spread`` and
-        ``whileai train`` run them (the recipe's ``spread.controls``, 32 by default); here they are off by default.
-
-        Returns:
-            The report; ``str(report)`` is the two-line verdict (three with controls).
-
-        Raises:
-            ValueError: a row with a missing field or a non-numeric reward (naming the row and field); with
-                ``strict``, no spread or too few scores, with what to change (``whileai.errors.NoSpread``, a
-                ``ValueError``).
-            GraderUnavailable: the grader could not be reached at all (a preflight does not fall back), or, with
-                ``strict``, it failed on ``spread_broken_fraction`` of the groups or more.
+        Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional). No spread is a
+        ``NoSpread`` (a ``ValueError``) that says what to change; ``strict=False`` returns the report instead.
+        ``controls=N`` shows up to N graded groups again, shuffled and with one pass copied.
         """
-        groups: dict[str, list[tuple[float, str, str]]] = {}
-        for position, row in enumerate(rows):
-            if not isinstance(row, Mapping):
-                raise ValueError(f"row {position}: not a dict but {type(row).__name__}")
-            for key in (group_key, reward_key, text_key):
-                if key not in row:
-                    raise ValueError(f"row {position}: missing field {key!r}")
-            try:
-                reward = verifier_reward(row[reward_key])  # None, NaN, inf: unscorable, left out of the group
-            except ValueError:
-                raise ValueError(f"row {position}: field {reward_key!r} is not a number: {row[reward_key]!r}") from None
-            groups.setdefault(str(row[group_key]), []).append(
-                (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
-            )
-        return self.check_spread_groups(groups.items(), strict=strict, controls=controls, seed=seed)
-
-    def check_spread_groups(
-        self,
-        groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
-        strict: bool = True,
-        progress: Callable[[int], None] | None = None,
-        batch_size: int = 64,
-        on_graded: Callable[[GradedGroup], None] | None = None,
-        controls: int = 0,
-        seed: int = 0,
-    ) -> SpreadReport:
-        """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
-
-        The streaming form of :meth:`check_spread` (the command line feeds it group by group). Groups reach the
-        grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
-        ``progress`` is called with the number of rows of each group once it is done, ``on_graded`` with each
-        graded group (for a per-group table). ``controls`` and ``seed``: see :meth:`check_spread`; the control
-        groups are graded with their batch and are not counted in ``stats``.
-        """
-        per_group: dict[str, list[float]] = {}
-        failed: dict[str, int] = {}
-        first_failures: dict[str, str] = {}
-        first_error: list[BaseException] = []
-        hacks: dict[str, list[int]] = {}
-        outcomes: list[tuple[dict[int, float], dict[int, float], ControlGroup] | None] = []
-        skipped = attempted = unscorable = 0
-        pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
-
-        def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
-            return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
-
-        # Equation 3 only when someone sees the groups: the verdict reads scores, hacks and failures.
-        shape = on_graded is not None
-
-        def flush() -> None:
-            requests = [request(task, members) for task, members in pending]
-            graded_batch = self._grade_many(requests, preflight=True, shape=shape)
-            controlled: list[tuple[GradedGroup, tuple[Any, ...], ControlGroup]] = []
-            for (task, members), graded in zip(pending, graded_batch, strict=True):
-                if graded.reason is not None:
-                    kind = graded.failure or graded.reason.split(":", 1)[0]
-                    failed[kind] = failed.get(kind, 0) + 1
-                    first_failures.setdefault(kind, graded.reason)
-                    if graded.error is not None and not first_error:
-                        first_error.append(graded.error)
-                else:
-                    key, copy = task, 1
-                    while key in per_group:  # two groups of one task (a prompt asked twice) stay two groups
-                        copy += 1
-                        key = f"{task}#{copy}"
-                    per_group[key] = graded.scores
-                    if graded.hacks:
-                        hacks[key] = graded.hacks
-                    if len(outcomes) + len(controlled) < controls:
-                        passes = [i for i, ok in enumerate(graded.passed) if ok]
-                        control = make_control(len(members), passes, seed=f"{seed}:{key}")
-                        shown = [members[m] for m in control.members]
-                        controlled.append((graded, request(task, shown), control))
-                if on_graded is not None:
-                    on_graded(graded)
-                if progress is not None:
-                    progress(len(members))
-            if controlled:
-                answers = self._grade_many([c[1] for c in controlled], preflight=True, record=False, shape=False)
-                for (graded, _, control), again in zip(controlled, answers, strict=True):
-                    ok = again.reason is None
-                    scores = (pass_scores(graded, self.mode), pass_scores(again, self.mode), control)
-                    outcomes.append(scores if ok else None)
-            pending.clear()
-
-        for task, members in groups:
-            unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
-            if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
-                skipped += 1
-                if progress is not None:
-                    progress(len(members))
-                continue
-            pending.append((task, members))
-            attempted += 1
-            if len(pending) >= batch_size:
-                flush()
-        flush()
-        control_figures = None
-        if controls:
-            control_figures = controls_report(
-                outcomes,
-                min_agreement=self.spread_min_agreement,
-                max_ordered_copies=self.spread_max_ordered_copies,
-            )
-        report = spread_report(
-            per_group,
-            min_std=self.spread_min_std,
-            tolerance=self.spread_tolerance,
-            max_near_median=self.spread_max_near_median,
-            mode=self.mode,
-            skipped=skipped,
-            failed=failed,
-            hacks=hacks,
-            attempted=attempted,
-            broken_fraction=self.spread_broken_fraction,
-            first_failures=first_failures,
-            controls=control_figures,
-            unscorable=unscorable,
-        )
-        report.first_error = first_error[0] if first_error else None
-        if strict and report.verdict == "broken":
-            raise GraderUnavailable(str(report))
-        if strict and not report.ok:
-            raise NoSpread(str(report))
-        return report
+        keys = {"group_key": group_key, "reward_key": reward_key, "text_key": text_key, "prompt_key": prompt_key}
+        return check_spread_rows(self, rows, strict, **keys, controls=controls, seed=seed)
 
     # ------------------------------------------------------------------ TRL
 

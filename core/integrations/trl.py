@@ -12,22 +12,38 @@ own slice; it then subtracts each group's mean (and divides by a std unless ``sc
 - :func:`trl_phase`, :func:`group_labels`, :class:`BatchGather`: the phase and group size TRL is in, the labels that
   regroup its completion logs, the protocol of the processes' gather.
 
-It imports no trainer and no torch: the gather is handed in (``whileai.training.distributed`` builds one on
-torch.distributed).
+- :func:`grpo_trainer`: TRL's ``GRPOTrainer`` as ``whileai train`` builds it: its completion logs kept writable to
+  Parquet (:func:`json_tool_arguments`), transformers' console callbacks replaced, and a grader arm's trainer checked
+  to train on equation 3 before its first step.
+
+Importing it imports no trainer and no torch: the gather is handed in (``whileai.training.distributed`` builds one on
+torch.distributed), and ``grpo_trainer`` imports trl, transformers and datasets when called.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from whileai.config.signal import signal_problems
+from whileai.errors import BadInput
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.rewards import verifier_reward
 from whileai.grading.text import completion_text, prompt_text
 
-__all__ = ["BatchGather", "BatchNames", "binary_reward", "group_labels", "groupwise_reward_function", "trl_phase"]
+__all__ = [
+    "BatchGather",
+    "BatchNames",
+    "binary_reward",
+    "group_labels",
+    "groupwise_reward_function",
+    "grpo_trainer",
+    "json_tool_arguments",
+    "trl_phase",
+]
 
 
 def groupwise_reward_function(
@@ -275,3 +291,81 @@ def _verifier_rewards(rewards: Any) -> list[float]:
         raise ValueError(f"the verifier's output: {error}") from None
     except TypeError:
         raise ValueError(f"the verifier returned {type(rewards).__name__}, not a list of rewards") from None
+
+
+def json_tool_arguments(completions: Any) -> None:
+    """Turn every dict ``arguments`` of the tool calls in logged conversations into its JSON string, in place.
+
+    TRL writes its completion logs with pandas to Parquet, which infers one struct type for the arguments of all the
+    batch's tool calls: a batch whose calls all take no arguments (``list_orders()``) gives a struct with no fields,
+    which Parquet cannot store, and the run stops. As JSON strings (the OpenAI form) every batch has one column type,
+    no struct merges the fields of different tools, and ``whileai.grading.text.render_messages`` renders them as it
+    renders the dicts.
+    """
+    for messages in completions:
+        if not isinstance(messages, list):
+            continue
+        for message in messages:
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for call in calls or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+                    function["arguments"] = json.dumps(function["arguments"])
+
+
+def grpo_trainer(
+    *,
+    model: str,
+    reward: Callable[..., list[float]],
+    args: Any,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]],
+    processing_class: Any,
+    environment_factory: Any,
+    callbacks: Sequence[Any],
+    grader_arm: bool,
+    where: str,
+) -> Any:
+    """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
+
+    TRL's completion log (``_logs["completion"]``, written to Parquet in ``log``) has its tool calls' arguments made
+    JSON strings just before it is written; transformers' printer and tqdm callbacks make way for ``callbacks``
+    (whileai's own progress). For a grader arm the built trainer is checked as :func:`signal_problems` says (an
+    environment class that defines ``get_reward`` is a second reward function the recipe never names).
+
+    Raises:
+        BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
+    """
+    import datasets
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOTrainer
+
+    class WhileaiGRPOTrainer(GRPOTrainer):  # type: ignore[misc, valid-type]
+        def log(self, *arguments: Any, **keywords: Any) -> Any:
+            logs = getattr(self, "_logs", None)
+            if self.log_completions and isinstance(logs, dict) and "completion" in logs:
+                json_tool_arguments(logs["completion"])
+            return super().log(*arguments, **keywords)
+
+    trainer = WhileaiGRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=datasets.Dataset.from_list(train_rows),
+        eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None,
+        processing_class=processing_class,
+        environment_factory=environment_factory,
+        callbacks=list(callbacks),
+    )
+    if grader_arm:
+        problems = signal_problems(
+            scale_rewards=trainer.scale_rewards,
+            multi_objective_aggregation=trainer.multi_objective_aggregation,
+            reward_weights=trainer.reward_weights.tolist(),
+            reward_functions=list(trainer.reward_func_names),
+        )
+        if problems:
+            raise BadInput(f"{where}: the trainer would not train on equation 3: {'; '.join(problems)}")
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer

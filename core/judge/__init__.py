@@ -1,4 +1,4 @@
-"""The judge: an OpenAI-compatible HTTP grader for ``GroupwiseGrading`` (issue 5).
+"""The judge: an OpenAI-compatible HTTP grader for ``GroupwiseGrading``.
 
 ``JudgeConfig`` says where the judge lives and how it is asked; ``JudgeGrader`` ranks each mixed group (advantage
 mode); ``JudgeScorer`` and ``JudgeRubricWriter`` score passes against per-task rubrics (reward mode);

@@ -22,7 +22,7 @@ __all__ = ["JUDGE_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
 # Judge calls in flight at once by default: every call of a batch, up to this cap. A batch is one call per graded group
 # and per order, rarely above a few hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it
 # on large GPUs): a local server schedules that many at once, so a batch of 64 groups takes about one call's latency
-# instead of two waves of 32 (issue 16; benchmarks/README.md, judge).
+# instead of two waves of 32 (benchmarks/README.md, judge).
 JUDGE_CONCURRENCY = 256
 
 

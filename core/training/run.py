@@ -1,21 +1,21 @@
 """``whileai train``: the spread gate, then TRL's ``GRPOTrainer`` with the groupwise grader, writing a run you can read.
 
-The run reads top to bottom:
+``run_training`` refuses a folder that holds a run unless told to resume, and marks how a run that stops ended.
+``_train`` reads top to bottom:
 
-1. write the resolved recipe into the run directory;
-2. build the grader and run the spread gate on the recipe's rows (or on rollouts it simulates); refuse to start on
-   no spread unless told to skip, and record either way;
-3. build the task, the verifier and the model (a tiny random-weight model is built and saved first: TRL loads models
-   by name, and vLLM's colocate mode reloads them by name);
-4. build ``GRPOConfig`` from the recipe's trainer section, with vLLM colocate on CUDA when vLLM is installed;
-5. train with ``reward_funcs=[grading.trl_reward(verifier, num_generations)]`` (or the verifier alone for a binary
-   arm), logging each graded group to ``grading.jsonl`` and the grader's figures through TRL's ``log_metric``;
-6. save the final model and ``whileai_run.json``.
+1. the run folder: a resume drops what the steps it replays logged; the resolved recipe is written;
+2. on one process, the spread gate on the recipe's rows or simulated rollouts, before anything heavy is imported;
+3. ``GRPOConfig`` from the recipe's trainer section (vLLM colocate on CUDA when vLLM is installed), checked before a
+   model is built;
+4. on the first process, while the others wait: the gate (where it has not run, or on the initial model's own
+   completions with ``spread.sample``) and the tiny random-weight model (saved first: TRL and vLLM load models by
+   name); a refusal stops here unless told to skip, and is recorded either way;
+5. the reward function (``grading.trl_reward(verifier, num_generations)``, or the verifier alone for a binary arm),
+   logging each graded group to ``grading.jsonl``, and TRL's trainer (``whileai.integrations.trl.grpo_trainer``);
+6. train, save the final model and ``whileai_run.json``.
 
-The run directory: ``recipe.yaml``, ``whileai_run.json``, ``grading.jsonl``, ``trainer_state.json`` (in checkpoints
-and at the end), ``completions/completions_*.parquet`` (TRL's completion logs, which ``whileai spread`` reads),
-``checkpoint-*``, ``final/``. This is the only module of whileai that imports torch, transformers, trl and datasets
-(inside ``run_training``).
+The run folder's files and how a run continues in it: ``whileai.training.folder``. torch, transformers, trl and
+datasets are imported inside ``run_training``, never by importing this module.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
-from whileai.config.signal import signal_problems
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.trl import binary_reward
@@ -92,12 +91,19 @@ def gate_source(loaded: LoadedRecipe) -> str | None:
     return None
 
 
-def _spread_gate(
+def _run_gate(
     loaded: LoadedRecipe, say: Callable[[str], None], sampled: list[tuple[str, list[Any]]] | None = None
-) -> Gate:
-    """Run the spread gate of the recipe (``sampled``: the groups the initial model wrote, for ``spread.sample``)."""
-    from whileai.graders import build_grading
-    from whileai.preflight import check_spread_file
+) -> dict[str, Any]:
+    """Run the spread gate of the recipe (``sampled``: the groups the initial model wrote, for ``spread.sample``),
+    say its verdict and keep it in the run folder's ``spread_gate.json``; returns what that file holds."""
+    gate = _spread_gate(loaded, say, sampled).as_dict()
+    write_json(Path(loaded.recipe.output_dir) / "spread_gate.json", gate)
+    return gate
+
+
+def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None], sampled: list[tuple[str, list[Any]]] | None) -> Gate:
+    from whileai.grading.build import build_grading
+    from whileai.grading.gate import check_spread_file, check_spread_groups
     from whileai.rows import RowFields
 
     recipe = loaded.recipe
@@ -120,7 +126,7 @@ def _spread_gate(
         ).report
     elif source == "sample":
         assert sampled is not None
-        report = grading.check_spread_groups(sampled, strict=False, controls=settings.controls, seed=settings.seed)
+        report = check_spread_groups(grading, sampled, strict=False, controls=settings.controls, seed=settings.seed)
     else:
         from whileai.simulations.agents import seeded_agent
         from whileai.simulations.scenarios import load_scenarios
@@ -166,41 +172,6 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
             f"whileai: warm start: {warm.steps} supervised steps on {len(conversations)} seeded-agent conversations, "
             f"final loss {record['final_loss']} ({time.perf_counter() - started:.0f} s)"
         )
-
-
-def json_tool_arguments(completions: Any) -> None:
-    """Turn every dict ``arguments`` of the tool calls in logged conversations into its JSON string, in place.
-
-    TRL writes its completion logs with pandas to Parquet, which infers one struct type for the arguments of all the
-    batch's tool calls: a batch whose calls all take no arguments (``list_orders()``) gives a struct with no fields,
-    which Parquet cannot store, and the run stops. As JSON strings (the OpenAI form) every batch has one column type,
-    no struct merges the fields of different tools, and ``whileai.grading.text.render_messages`` renders them as it
-    renders the dicts.
-    """
-    for messages in completions:
-        if not isinstance(messages, list):
-            continue
-        for message in messages:
-            calls = message.get("tool_calls") if isinstance(message, dict) else None
-            for call in calls or ():
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
-                    function["arguments"] = json.dumps(function["arguments"])
-
-
-def _log_arguments_as_json(trainer: Any) -> None:
-    """Make the trainer's completion log writable to Parquet whatever the tool calls' arguments (see
-    :func:`json_tool_arguments`), just before TRL writes it."""
-    logs = getattr(trainer, "_logs", None)
-    if not getattr(trainer, "log_completions", False) or not isinstance(logs, dict) or "completion" not in logs:
-        return
-    log = trainer.log
-
-    def log_with_json_arguments(*args: Any, **kwargs: Any) -> Any:
-        json_tool_arguments(trainer._logs["completion"])
-        return log(*args, **kwargs)
-
-    trainer.log = log_with_json_arguments
 
 
 def _refused(gate: dict[str, Any], skip_spread_gate: bool) -> bool:
@@ -293,10 +264,14 @@ def _train(
 ) -> TrainingResult:
     recipe = loaded.recipe
     recipe.require("model", "data", "verifier", command="train")
+    model = recipe.model
+    assert model is not None
     out = Path(recipe.output_dir)
-    checkpoint = last_checkpoint(out) if resume else None
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     main = first_process()
+
+    # 1. The folder: a resume drops what the steps it replays logged, and keeps what came before for the figures.
+    checkpoint = last_checkpoint(out) if resume else None
     graded_before: list[dict[str, Any]] = []
     if resume and main:
         if checkpoint is None:
@@ -310,79 +285,39 @@ def _train(
         "resumed": resume,
         "resumed_from": None if checkpoint is None else checkpoint[0].name,
     }
-    # The spread gate comes before any GPU is spent and, on one process, before anything heavy is imported; on the
-    # initial model's own completions (spread.sample) it comes once that model exists, still before the first step.
-    # With several processes it runs on the first once they are joined, the others waiting for its verdict.
+
+    # 2. On one process, the spread gate comes before anything heavy is imported (a refusal costs nothing); on the
+    # initial model's own completions (spread.sample) it comes once that model exists, still before the first step;
+    # with several processes it runs on the first once they are joined, the others waiting for its verdict.
     sampled_gate = recipe.grader is not None and gate_source(loaded) == "sample"
-    early_gate = not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1
     gate: dict[str, Any] | None = None
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(loaded.dump())
-        if early_gate:
-            gate = _spread_gate(loaded, say).as_dict()
-            write_json(out / "spread_gate.json", gate)
+        if not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1:
+            gate = _run_gate(loaded, say)
 
-    try:
-        import datasets
-        import torch
-        from accelerate import PartialState
-        from transformers import AutoTokenizer
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-        from transformers.utils import logging as transformers_logging
-        from trl import GRPOConfig, GRPOTrainer
-    except ImportError as err:
-        raise MissingExtra(err.name or "trl", "train", "whileai train") from None
+    # 3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
+    _quiet_libraries()
+    from accelerate import PartialState
 
-    transformers_logging.disable_progress_bar()
-    # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
-    # give to TRL's users, and a recipe user cannot act on it.
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
-    from whileai.graders import build_grading
+    from whileai.grading.build import build_grading
+    from whileai.integrations.trl import grpo_trainer
     from whileai.training.distributed import TorchGather, on_first_process
-    from whileai.training.plan import cpu_threads, grpo_arguments
     from whileai.training.progress import RichProgress
     from whileai.training.tasks import load_task, load_verifier
 
-    # The trainer's arguments are checked before a model is built, so a bad trainer section costs nothing.
-    kwargs = grpo_arguments(loaded)
-    cuda = torch.cuda.is_available()
-    if cuda and importlib.util.find_spec("vllm") is not None:
-        kwargs.setdefault("use_vllm", True)
-        kwargs.setdefault("vllm_mode", "colocate")
-    else:
-        kwargs["use_vllm"] = False
-        if main:
-            say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
-    if not cuda:
-        kwargs["use_cpu"] = True
-        threads = cpu_threads(recipe.model)
-        if threads is not None:
-            torch.set_num_threads(threads)
-    model = recipe.model
-    assert model is not None
-    if model.dtype != "auto":
-        kwargs.setdefault("model_init_kwargs", {})["dtype"] = model.dtype
-    kwargs.setdefault("disable_tqdm", True)
-    try:
-        args = GRPOConfig(**kwargs)
-    except (TypeError, ValueError) as err:
-        raise BadInput(f"{loaded.path}: trainer: {err}") from None
-
+    args = _grpo_config(loaded, main, say)
     state = PartialState()
     task = load_task(loaded)
     verifier = load_verifier(loaded)
     model_path = str(out / "base_model") if model.tiny is not None else model.name_or_path
     assert model_path is not None
 
+    # 4. The gate (where it has not run) and the tiny model, on the first process, in the order that spends least
+    # on a refusal.
     def prepare() -> dict[str, Any]:
-        """On the first process: the spread gate and the tiny model, in the order that spends least on a refusal."""
-        verdict = gate
-        if verdict is None and not sampled_gate:
-            verdict = _spread_gate(loaded, say).as_dict()
-            write_json(out / "spread_gate.json", verdict)
+        verdict = gate if gate is not None or sampled_gate else _run_gate(loaded, say)
         if verdict is not None and _refused(verdict, skip_spread_gate):
             return verdict
         if model.tiny is not None:
@@ -393,64 +328,52 @@ def _train(
             sample = recipe.spread.sample
             assert sample is not None
             prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
-            groups = sample_groups(model_path, prompts, verifier, args, seed=sample.seed)
-            verdict = _spread_gate(loaded, say, groups).as_dict()
-            write_json(out / "spread_gate.json", verdict)
+            verdict = _run_gate(loaded, say, sample_groups(model_path, prompts, verifier, args, seed=sample.seed))
         assert verdict is not None
         return verdict
 
     gate = on_first_process(prepare, state.num_processes, say)
     summary["spread"] = gate
     if _refused(gate, skip_spread_gate):
-        summary["started"] = False
-        summary["status"] = "refused by the spread gate"
+        summary.update(started=False, status="refused by the spread gate")
         if main:
             write_json(out / "whileai_run.json", summary)
         return TrainingResult(out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
     if gate["verdict"] not in ("yes", "skipped") and main:
         say("whileai: the spread gate did not pass; training anyway (--skip-spread-gate, recorded in the run)")
 
+    # 5. The reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer.
     grading: GroupwiseGrading | None = build_grading(loaded) if recipe.grader is not None else None
-    if grading is not None and graded_before:
+    if grading is not None:
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in graded_before], grading.hack_zero)
-    if grading is not None:
-        reward = grading.trl_reward(
-            verifier, args.num_generations, gather=TorchGather(), on_graded=GradingLog(out / "grading.jsonl")
-        )
+        log = GradingLog(out / "grading.jsonl")
+        reward = grading.trl_reward(verifier, args.num_generations, gather=TorchGather(), on_graded=log)
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
+    tokenizer = None
+    if model.tiny is not None:
+        from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path) if model.tiny is not None else None
-    trainer = GRPOTrainer(
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trainer = grpo_trainer(
         model=model_path,
-        reward_funcs=[reward],
+        reward=reward,
         args=args,
-        train_dataset=datasets.Dataset.from_list(task.rows),
-        eval_dataset=datasets.Dataset.from_list(task.eval_rows) if task.eval_rows else None,
+        train_rows=task.rows,
+        eval_rows=task.eval_rows,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
         callbacks=[RichProgress(say), *callbacks],
+        grader_arm=grading is not None,
+        where=str(loaded.path),
     )
-    if grading is not None:
-        # The recipe was checked at parse time; this checks what TRL built, before the first step (an environment
-        # class with get_reward, say, is a reward function the recipe never names).
-        problems = signal_problems(
-            scale_rewards=trainer.scale_rewards,
-            multi_objective_aggregation=trainer.multi_objective_aggregation,
-            reward_weights=trainer.reward_weights.tolist(),
-            reward_functions=list(trainer.reward_func_names),
-        )
-        if problems:
-            raise BadInput(f"{loaded.path}: the trainer would not train on equation 3: {'; '.join(problems)}")
-    trainer.remove_callback(PrinterCallback)
-    _log_arguments_as_json(trainer)
-    trainer.remove_callback(ProgressCallback)
+
+    # 6. Train, save, and say how it went.
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
-
     summary.update(
         status="finished",
         started=True,
@@ -469,3 +392,54 @@ def _train(
     return TrainingResult(
         out, gate["spread"], False, trainer.state.global_step, summary.get("grader") or {}, gate["verdict"]
     )
+
+
+def _quiet_libraries() -> None:
+    """Import the trainer's libraries (naming the extra when one is missing) and silence what a recipe user cannot
+    act on."""
+    try:
+        import datasets  # noqa: F401
+        import torch  # noqa: F401
+        import trl  # noqa: F401
+        from transformers.utils import logging as transformers_logging
+    except ImportError as err:
+        raise MissingExtra(err.name or "trl", "train", "whileai train") from None
+    transformers_logging.disable_progress_bar()
+    # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
+    # give to TRL's users.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+
+
+def _grpo_config(loaded: LoadedRecipe, main: bool, say: Callable[[str], None]) -> Any:
+    """TRL's ``GRPOConfig`` of the recipe, with vLLM colocate on CUDA when vLLM is installed and torch's CPU threads
+    set on a CPU."""
+    import torch
+    from trl import GRPOConfig
+
+    from whileai.training.plan import cpu_threads, grpo_arguments
+
+    model = loaded.recipe.model
+    assert model is not None
+    kwargs = grpo_arguments(loaded)
+    cuda = torch.cuda.is_available()
+    if cuda and importlib.util.find_spec("vllm") is not None:
+        kwargs.setdefault("use_vllm", True)
+        kwargs.setdefault("vllm_mode", "colocate")
+    else:
+        kwargs["use_vllm"] = False
+        if main:
+            say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
+    if not cuda:
+        kwargs["use_cpu"] = True
+        threads = cpu_threads(model)
+        if threads is not None:
+            torch.set_num_threads(threads)
+    if model.dtype != "auto":
+        kwargs.setdefault("model_init_kwargs", {})["dtype"] = model.dtype
+    kwargs.setdefault("disable_tqdm", True)
+    try:
+        return GRPOConfig(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise BadInput(f"{loaded.path}: trainer: {err}") from None

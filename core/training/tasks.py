@@ -24,7 +24,7 @@ from typing import Any
 
 from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput
-from whileai.graders.reference import load_callable
+from whileai.grading.reference import load_callable
 from whileai.grading.text import completion_text
 
 __all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]

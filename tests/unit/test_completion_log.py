@@ -1,16 +1,15 @@
-"""TRL's completion log of tool-calling conversations reaches Parquet whatever the tool calls' arguments."""
+"""TRL's completion log of tool-calling conversations reaches Parquet whatever the tool calls' arguments (the trainer
+``whileai train`` builds converts them just before it logs: tests/integration/test_trl_agent.py writes them)."""
 
 from __future__ import annotations
 
 import copy
-from collections import deque
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from whileai.grading.text import render_messages
-from whileai.training.run import _log_arguments_as_json, json_tool_arguments
+from whileai.integrations.trl import json_tool_arguments
 
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
@@ -51,16 +50,3 @@ def test_mixed_tools_keep_their_own_arguments(tmp_path: Path) -> None:
     write(completions, tmp_path / "mixed.parquet")
     back = pd.read_parquet(tmp_path / "mixed.parquet")["completion"]
     assert [c[0]["tool_calls"][0]["function"]["arguments"] for c in back] == ["{}", '{"order_id": "ORD-7"}']
-
-
-def test_the_trainer_converts_just_before_it_logs() -> None:
-    seen = []
-    logs = {"completion": deque([conversation({})], maxlen=4)}
-    trainer = SimpleNamespace(log_completions=True, _logs=logs)
-    trainer.log = lambda *args: seen.append(trainer._logs["completion"][0][0]["tool_calls"][0]["function"]["arguments"])
-    _log_arguments_as_json(trainer)
-    trainer.log({"loss": 1.0})
-    assert seen == ["{}"]
-    quiet = SimpleNamespace(log_completions=False, _logs=logs, log=print)
-    _log_arguments_as_json(quiet)
-    assert quiet.log is print

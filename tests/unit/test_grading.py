@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
+from whileai.grading.gate import check_spread_groups
 from whileai.methods import redistribute
 
 
@@ -41,7 +42,7 @@ def test_fields_default_to_the_named_constants() -> None:
     assert gar.min_factor == defaults.GROUPWISE_MIN_FACTOR == 0.5
     assert gar.hack_zero is defaults.GROUPWISE_HACK_ZERO is True
     assert gar.floor == defaults.GROUPWISE_FLOOR == 0.0
-    assert (gar.spread_min_std, gar.spread_tolerance, gar.spread_max_near_median) == (0.05, 0.05, 0.90)
+    assert (gar.spread.min_std, gar.spread.tolerance, gar.spread.max_near_median) == (0.05, 0.05, 0.90)
 
 
 @pytest.mark.parametrize(
@@ -515,7 +516,8 @@ def test_batch_grader_that_raises_or_miscounts_fails_every_group() -> None:
 def test_spread_check_hands_groups_to_a_batch_grader_in_chunks() -> None:
     grader = BatchRanker()
     rows = rows_for({f"s{i}": [(1, "a"), (1, "b"), (0, "c")] for i in range(5)})
-    report = wai.GroupwiseGrading(grader=grader).check_spread_groups(
+    report = check_spread_groups(
+        wai.GroupwiseGrading(grader=grader),
         (
             (sid, [(r["reward"], "", r["final_text"]) for r in rows if r["scenario_id"] == sid])
             for sid in [f"s{i}" for i in range(5)]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import whileai as wai
 from whileai.grading.controls import ControlGroup, controls_report, kendall_tau, make_control
-from whileai.grading.spread import spread_report
+from whileai.grading.gate import spread_report
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,8 +1,8 @@
-"""The reward function's fast paths give what the general paths give: answers, equation 3, renderings, labels,
-counters; and the work left out (rendering groups the grader is not sent, a wake-up per grader call) stays out.
+"""The reward function's path gives what the general functions give: equation 3, renderings, labels, counters; and the
+work left out (rendering groups the grader is not sent, a wake-up per grader call) stays out.
 
-Each fast path is taken for the plain types TRL and graders hand over (``dict``, ``list``, ``int``, ``float``); the same
-values wrapped in read-only mappings or tuples go the general way, so comparing the two checks the fast one."""
+The renderer's plain path is taken for the plain types TRL hands over (``dict``, ``list``); the same values wrapped in
+read-only mappings or tuples go the general way, so comparing the two checks the plain one."""
 
 from __future__ import annotations
 
@@ -16,57 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.grading import groupwise
-from whileai.grading.answers import UnusableAnswer, read_group_answer
+from whileai.grading import group as group_module
 from whileai.grading.calls import GraderCalls
 from whileai.grading.stats import GradingStats
 from whileai.grading.text import completion_text, prompt_text, render_messages
 from whileai.integrations.trl import group_labels
 from whileai.methods import redistribute_result
-
-# ---------------------------------------------------------------- answers
-
-
-def _read(answer, **kwargs):
-    try:
-        read = read_group_answer(answer, **kwargs)
-    except UnusableAnswer as exc:
-        return ("unusable", str(exc))
-    return (read.factors, [type(f) for f in read.factors.values()], read.hacks)
-
-
-index = st.integers(min_value=-1, max_value=8)
-entry = st.one_of(index, st.lists(index, max_size=3), st.booleans(), st.just("1"))
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    size=st.integers(min_value=1, max_value=8),
-    data=st.data(),
-    hack_zero=st.booleans(),
-    min_factor=st.sampled_from([0.1, 0.5, 1.0]),
-)
-def test_a_plain_ranking_reads_as_the_general_path_reads_it(size, data, hack_zero, min_factor) -> None:
-    passes = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=size - 1))))
-    if passes and data.draw(st.booleans()):  # a valid ranking half the time: a shuffle of the passes, with ties
-        order = data.draw(st.permutations(passes))
-        cuts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
-        ranking: list = []
-        for i, cut in zip(order, cuts, strict=True):
-            if ranking and cut:
-                ranking[-1] = [*ranking[-1], i] if isinstance(ranking[-1], list) else [ranking[-1], i]
-            else:
-                ranking.append(i)
-    else:
-        ranking = data.draw(st.lists(entry, max_size=size + 1))
-    answer: dict = {"ranking": ranking}
-    if data.draw(st.booleans()):
-        answer["hacks"] = data.draw(st.lists(st.sampled_from(passes) if passes else index, max_size=2))
-    if data.draw(st.booleans()):
-        answer["reason"] = "notes are kept out of the math"
-    kwargs = {"size": size, "passes": passes, "min_factor": min_factor, "hack_zero": hack_zero}
-    assert _read(answer, **kwargs) == _read(MappingProxyType(answer), **kwargs)
-
 
 # ---------------------------------------------------------------- equation 3 through the object
 
@@ -138,7 +93,7 @@ def test_only_the_groups_sent_to_the_grader_are_rendered(monkeypatch) -> None:
         rendered.append(completion)
         return completion_text(completion)
 
-    monkeypatch.setattr(groupwise, "completion_text", counting)
+    monkeypatch.setattr(group_module, "completion_text", counting)
     gar = wai.GroupwiseGrading(grader=lambda group: {"ranking": [g["index"] for g in group if g["passed"]]})
     reward = gar.trl_reward(lambda **kw: [1.0, 0.0, 1.0, 1.0, 0.0, 0.0], num_generations=2)
     conversations = [[{"role": "assistant", "content": f"answer {i}"}] for i in range(6)]

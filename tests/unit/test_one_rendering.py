@@ -10,7 +10,7 @@ a tool message with the tool's string answer) and compares the text the grader r
 from __future__ import annotations
 
 from whileai.config.schema import ScriptedRule
-from whileai.graders.scripted import ScriptedGrader
+from whileai.grading.scripted import ScriptedGrader
 from whileai.grading.text import completion_text
 from whileai.simulations.agents import seeded_agent
 from whileai.simulations.environment import environment_conversation

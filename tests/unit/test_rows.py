@@ -9,7 +9,7 @@ import pytest
 
 import whileai as wai
 from whileai.errors import BadInput
-from whileai.preflight import check_spread_file
+from whileai.grading.gate import check_spread_file
 from whileai.rows import GroupsNotContiguous, RowFields, RowStats, iter_groups
 
 

@@ -1,4 +1,4 @@
-"""The scripted grader's fast paths give the answers of the plain reading of its rule."""
+"""The scripted grader answers as the plain reading of its rule says, one group at a time or a batch at once."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import whileai as wai
 from whileai.config.schema import ScriptedRule
-from whileai.graders import ScriptedGrader
-from whileai.graders.scripted import _delimited_spans, _literal_delimiters
+from whileai.grading.gate import check_spread_groups
+from whileai.grading.scripted import ScriptedGrader
 
 FRAGMENTS = ["<tool_call>", "</tool_call>", "<tool_result>", "</tool_result>", "ORD-12", "ORD-99", "x", "\n", "<", "a"]
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=14).map("".join)
@@ -134,65 +134,15 @@ def test_the_spread_gate_grades_a_scripted_rule_inline_with_the_same_report() ->
         for g in range(100)
     ]
     recording = RecordingGrader()
-    batched = wai.GroupwiseGrading(grader=recording).check_spread_groups(groups, strict=False, controls=8)
+    batched = check_spread_groups(wai.GroupwiseGrading(grader=recording), groups, strict=False, controls=8)
     assert recording.threads == {threading.current_thread().name}  # one call per batch, no worker threads
 
     def one_group(group: list[dict[str, Any]]) -> dict[str, Any]:  # the same rule without its batch method
         return ScriptedGrader()(group)
 
     one_group.thread_safe = True  # type: ignore[attr-defined]
-    threaded = wai.GroupwiseGrading(grader=one_group).check_spread_groups(groups, strict=False, controls=8)
+    threaded = check_spread_groups(wai.GroupwiseGrading(grader=one_group), groups, strict=False, controls=8)
     assert batched.as_dict() == threaded.as_dict() and batched.verdict == "yes"
-
-
-@given(
-    st.lists(st.sampled_from(["<r>", "</r>", "<", "/", "r>", "x", "\n", "ORD-1", "<r></r>"]), max_size=14),
-    st.sampled_from([("<r>", "</r>"), ("<tool_result>", "</tool_result>"), ("ab", "b"), ("<<", ">>")]),
-)
-@settings(max_examples=300, deadline=None)
-def test_literal_delimited_tool_outputs_are_found_as_the_regular_expression_finds_them(
-    pieces: list[str], ends: tuple[str, str]
-) -> None:
-    text = "".join(pieces).replace("<r>", ends[0]).replace("</r>", ends[1])
-    pattern = re.compile(re.escape(ends[0]) + "(.*?)" + re.escape(ends[1]), re.DOTALL)
-    expected = [(m.start(), m.end(), m.group(1)) for m in pattern.finditer(text)]
-    assert _literal_delimiters(ends[0] + "(.*?)" + ends[1]) == ends
-    assert _delimited_spans(*ends)(text) == expected
-
-
-def test_only_a_lazy_group_between_literal_ends_takes_str_find() -> None:
-    for pattern in [r"<a>(.*?)</a>x(.*?)", r"<a\d>(.*?)</a>", r"(.*?)</a>", r"<a>(.*?)", r"<a>(.*)</a>"]:
-        assert _literal_delimiters(pattern) is None, pattern
-
-
-texts = st.lists(
-    st.sampled_from(
-        [
-            "<tool_call>a</tool_call>",
-            "<tool_result>ORD-1</tool_result>",
-            "<tool_result>ORD-2",
-            " refunded ORD-1",
-            " refunded ORD-3",
-            "done",
-            "\n",
-        ]
-    ),
-    max_size=6,
-).map("".join)
-
-
-@given(st.lists(st.tuples(texts, st.booleans()), min_size=1, max_size=8), st.sampled_from(["ascending", "descending"]))
-@settings(max_examples=200, deadline=None)
-def test_grade_texts_answers_as_grade_groups_does(members: list[tuple[str, bool]], order: str) -> None:
-    grader = ScriptedGrader(ScriptedRule(unseen_id_pattern=r"ORD-\d+", order=order))
-    items = [
-        {"index": i, "prompt": "p", "completion": t, "reward": float(ok), "passed": ok}
-        for i, (t, ok) in enumerate(members)
-    ]
-    by_texts = grader.grade_texts([([t for t, _ in members], [ok for _, ok in members])])
-    assert by_texts == grader.grade_groups([items])
-    # A non-text completion is read as str, as __call__ reads it.
-    assert grader.grade_texts([([7], [True])]) == grader.grade_groups([[{"index": 0, "completion": 7, "passed": True}]])
 
 
 def test_the_spread_gate_reads_the_same_verdict_whether_or_not_it_shapes() -> None:
@@ -201,9 +151,9 @@ def test_the_spread_gate_reads_the_same_verdict_whether_or_not_it_shapes() -> No
         for g in range(60)
     ]
     seen: list[wai.GradedGroup] = []
-    plain = wai.GroupwiseGrading(grader=ScriptedGrader()).check_spread_groups(groups, strict=False, controls=8)
+    plain = check_spread_groups(wai.GroupwiseGrading(grader=ScriptedGrader()), groups, strict=False, controls=8)
     watched = wai.GroupwiseGrading(grader=ScriptedGrader())
-    report = watched.check_spread_groups(groups, strict=False, controls=8, on_graded=seen.append)
+    report = check_spread_groups(watched, groups, strict=False, controls=8, on_graded=seen.append)
     assert plain.as_dict() == report.as_dict()
     # The groups handed to on_graded are shaped (equation 3), as training shapes them.
     shaped = [g for g in seen if g.graded and g.reason is None and g.mixed]

@@ -1,4 +1,4 @@
-"""The spread report's figures: counted from the distinct scores, equal to the ``statistics`` module's to the bit."""
+"""The spread report's figures are the ``statistics`` module's: std, median and the fraction near the median."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whileai.grading.spread import spread_report
+from whileai.grading.gate import SpreadThresholds, spread_report
 
 TOLERANCE = 0.05
 
 
 def expected(scores: list[float]) -> tuple[float, float, float]:
-    """std, median and near-median fraction as spread_report computed them before it counted distinct scores."""
+    """std, median and near-median fraction, computed here from their definitions."""
     median = statistics.median(scores)
     near = sum(abs(s - median) <= TOLERANCE + 1e-12 for s in scores) / len(scores)
     return statistics.pstdev(scores), median, near
 
 
 def figures(scores: list[float]) -> tuple[float, float, float]:
-    report = spread_report({"g": scores}, tolerance=TOLERANCE)
+    report = spread_report({"g": scores}, thresholds=SpreadThresholds(tolerance=TOLERANCE))
     return report.std, report.median, report.near_median
 
 

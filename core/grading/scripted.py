@@ -6,14 +6,12 @@ largest first, equal measures tied; a pass is a confirmed hack when it matches `
 answer names an id (``unseen_id_pattern``) that no tool output contains, an invented or leaked id. In reward mode the
 same rule scores a pass by where its measure falls between the group's best and worst.
 
-This module only reads text; it runs nothing a rollout contains. It is the spread gate's grader by default, so it is
-written for speed: a pattern without special characters is counted with ``str.count``, and ``grade_groups`` grades a
-whole batch in one call (``score_passes`` in reward mode) instead of one call per group on a worker thread.
+This module only reads text; it runs nothing a rollout contains. ``grade_groups`` grades a whole batch in one call
+(``score_passes`` in reward mode) instead of one call per group on a worker thread.
 """
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,18 +49,8 @@ class ScriptedGrader:
         self._hack = re.compile(self.rule.hack_pattern, flags) if self.rule.hack_pattern else None
         self._ids = re.compile(self.rule.unseen_id_pattern) if self.rule.unseen_id_pattern else None
         self._outputs = re.compile(self.rule.tool_output_pattern, flags)
-        # The tool outputs as (start, end, output) spans: by str.find for the usual ``<open>(.*?)<close>`` pattern
-        # with literal ends (the default), 7x faster than the regular expression's lazy scan; by finditer otherwise.
-        delimiters = _literal_delimiters(self.rule.tool_output_pattern)
-        self._spans: Callable[[str], list[tuple[int, int, str]]] = (
-            _delimited_spans(*delimiters) if delimiters is not None else self._regex_spans
-        )
-        count: Callable[[str], float] = self._count
-        if self.rule.pattern and re.escape(self.rule.pattern) == self.rule.pattern:
-            # A literal (nothing re.escape would escape): str.count finds the same non-overlapping matches, faster.
-            count = _literal_count(self.rule.pattern)
         self._measure: Callable[[str], float] = {
-            "matches": count,
+            "matches": self._count,
             "chars": len,
             "lines": lambda text: text.count("\n") + 1 if text else 0,
         }[self.rule.measure]
@@ -90,7 +78,7 @@ class ScriptedGrader:
         seen = "\n".join(output for _, _, output in spans)
         return any(found not in seen for found in self._ids.findall(answer))
 
-    def _regex_spans(self, text: str) -> list[tuple[int, int, str]]:
+    def _spans(self, text: str) -> list[tuple[int, int, str]]:
         """The tool outputs by the pattern: each match's span and its first group (the whole match without one)."""
         return [(m.start(), m.end(), m.group(1) if m.groups() else m.group(0)) for m in self._outputs.finditer(text)]
 
@@ -122,11 +110,6 @@ class ScriptedGrader:
             previous = value
         return {"ranking": ranking, "hacks": hacks}
 
-    def _rank_texts(self, group: tuple[Sequence[str], Sequence[bool]]) -> dict[str, Any]:
-        texts, passed = group
-        indices = [i for i, ok in enumerate(passed) if ok]
-        return self._rank(indices, [text if type(text := texts[i]) is str else str(text) for i in indices])
-
     def grade_groups(self, groups: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any] | Exception]:
         """Every group of a batch in one call, an exception standing in for the answer of a group that raised.
 
@@ -135,18 +118,6 @@ class ScriptedGrader:
         the waiting thread could not give up on it anyway, and the threads cost more than the rule itself.
         """
         return each_or_error(self, groups)
-
-    def grade_texts(self, groups: Sequence[tuple[Sequence[str], Sequence[bool]]]) -> list[dict[str, Any] | Exception]:
-        """``grade_groups`` on what the rule reads of each group: its completions' texts and which of them passed.
-
-        ``GroupwiseGrading`` prefers this batch method when a grader has it: the rule never reads the prompts, so
-        they need not be rendered, and no dict is built per member (the spread gate's and the reward function's
-        hot path). The answers are the same as ``grade_groups``' on the same members; a subclass that overrides
-        ``__call__`` is called with the members, as ``grade_groups`` would.
-        """
-        if type(self).__call__ is not ScriptedGrader.__call__:
-            return self.grade_groups([_members(*group) for group in groups])
-        return each_or_error(self._rank_texts, groups)
 
     def score_passes(self, requests: Sequence[tuple[dict[str, Any], Any]]) -> list[dict[str, float] | Exception]:
         """Reward mode's batch: ``score(item, rubric)`` of every request, in one call (see ``grade_groups``)."""
@@ -159,46 +130,3 @@ class ScriptedGrader:
         show, so use advantage mode to rank by the measure.
         """
         return {"solution": 1.0, "behavior": 0.0 if self.is_hack(str(item["completion"])) else 1.0}
-
-
-def _members(texts: Sequence[str], passed: Sequence[bool]) -> list[dict[str, Any]]:
-    """``grade_texts``' input for one group as the members ``__call__`` reads."""
-    pairs = enumerate(zip(texts, passed, strict=True))
-    return [{"index": i, "completion": text, "passed": ok} for i, (text, ok) in pairs]
-
-
-def _literal_delimiters(pattern: str) -> tuple[str, str] | None:
-    """``(open, close)`` when ``pattern`` is ``open(.*?)close`` with both ends literal (nothing ``re.escape`` would
-    escape, ``close`` not empty), else None."""
-    head, lazy, tail = pattern.partition("(.*?)")
-    if not lazy or not head or not tail or re.escape(head) != head or re.escape(tail) != tail:
-        return None
-    return head, tail
-
-
-def _delimited_spans(open_: str, close: str) -> Callable[[str], list[tuple[int, int, str]]]:
-    """What ``finditer`` of ``open(.*?)close`` under DOTALL gives, by ``str.find``: from each ``open``, the shortest
-    stretch to the next ``close``; the search goes on after that ``close``. When no ``close`` follows an ``open``, none
-    follows a later one either: that is the end."""
-    skip, close_length = len(open_), len(close)
-
-    def spans(text: str) -> list[tuple[int, int, str]]:
-        found: list[tuple[int, int, str]] = []
-        find = text.find
-        start = find(open_)
-        while start >= 0:
-            inner = start + skip
-            stop = find(close, inner)
-            if stop < 0:
-                break
-            end = stop + close_length
-            found.append((start, end, text[inner:stop]))
-            start = find(open_, end)
-        return found
-
-    return spans
-
-
-def _literal_count(literal: str) -> Callable[[str], float]:
-    """``text.count(literal)``: the matches of a pattern without special characters (a C call, no Python frame)."""
-    return operator.methodcaller("count", literal)

@@ -24,9 +24,9 @@ from whileai.config.schema import (
     ScriptedRule,
 )
 from whileai.errors import BadInput
-from whileai.graders.reference import load_callable
-from whileai.graders.scripted import ScriptedGrader
 from whileai.grading.groupwise import GroupwiseGrading
+from whileai.grading.reference import load_callable
+from whileai.grading.scripted import ScriptedGrader
 
 __all__ = ["build_grader", "build_grading", "grader_from_spec"]
 
@@ -111,12 +111,7 @@ def build_grading(
         hack_reward=grading.hack_reward,
         floor=grading.floor,
         rubrics=rubrics,
-        spread_min_std=recipe.spread.min_std,
-        spread_tolerance=recipe.spread.tolerance,
-        spread_max_near_median=recipe.spread.max_near_median,
-        spread_min_agreement=recipe.spread.min_agreement,
-        spread_max_ordered_copies=recipe.spread.max_ordered_copies,
-        spread_broken_fraction=recipe.spread.broken_fraction,
+        spread=recipe.spread.thresholds(),
         timeout_s=grading.timeout_s,
     )
 

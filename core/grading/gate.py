@@ -1,0 +1,552 @@
+"""The spread gate: does a grader tell passes apart at all, and does it read them rather than their order?
+
+Group normalization subtracts each group's mean, so a grader that gives every pass the same score changes nothing
+but the cost (the text-to-SQL null result of 2026-09-21). The gate grades a sample of passes the way training would
+and judges the spread of the scores; its controls (``whileai.grading.controls``) show some groups again, shuffled and
+with one pass copied, to catch a grader that follows position. Everything the gate is lives here:
+
+- ``SpreadThresholds``: its thresholds, one value (the recipe's ``spread`` section maps to it);
+- ``check_spread_rows``, ``check_spread_groups``, ``check_spread_file``: the gate on rows, on streamed groups, on a
+  rows file or folder (``GroupwiseGrading.check_spread``, ``whileai spread`` and ``whileai train`` call these);
+- ``SpreadReport``, ``spread_report``: the verdict, in the page's two lines (three with controls).
+
+The verdicts:
+
+- ``"yes"``: the scores vary, and the controls (when run) say the grader reads the rollouts, not their order;
+- ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
+- ``"too few"``: fewer than two scores to judge (exit 1);
+- ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
+  (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
+
+It reads rows files through ``whileai.rows`` and prints nothing; the command line maps the verdict to an exit code.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from whileai.defaults import (
+    SPREAD_BROKEN_FRACTION,
+    SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
+    SPREAD_MIN_SCORES,
+    SPREAD_MIN_STD,
+    SPREAD_TOLERANCE,
+)
+from whileai.errors import GraderUnavailable, NoSpread
+from whileai.grading.controls import ControlGroup, ControlsReport, controls_report, make_control
+from whileai.grading.group import GradedGroup, pass_scores
+from whileai.grading.rewards import FLOAT32_LIMIT, verifier_reward
+from whileai.grading.text import completion_text
+from whileai.rows import GroupsNotContiguous, RowFields, RowStats, iter_groups
+
+__all__ = [
+    "SpreadReport",
+    "SpreadRun",
+    "SpreadThresholds",
+    "check_spread_file",
+    "check_spread_groups",
+    "check_spread_rows",
+    "spread_report",
+]
+
+Verdict = Literal["yes", "no", "too few", "broken"]
+
+# Float noise must not push a score that sits exactly on the tolerance out of it.
+_EDGE = 1e-12
+
+
+@dataclass(frozen=True)
+class SpreadThresholds:
+    """What counts as spread, and as a grader that reads content (the defaults' sources: ``whileai.defaults``).
+
+    Attributes:
+        min_std: no spread below this std of the grader's scores.
+        tolerance: half-width of the band around the scores' median.
+        max_near_median: no spread when more than this fraction of the scores lies in that band.
+        min_agreement: no spread when the mean Kendall's tau between a group's two gradings (the control's
+            reordering) is below this.
+        max_ordered_copies: no spread when more than this fraction of the controls' identical copies got
+            different scores.
+        broken_fraction: a check whose groups fall back at this rate or more says the grader is broken
+            (``GraderUnavailable``, exit 4), not that it has no spread.
+
+    Example:
+        >>> SpreadThresholds(min_std=0.1).tolerance
+        0.05
+    """
+
+    min_std: float = SPREAD_MIN_STD
+    tolerance: float = SPREAD_TOLERANCE
+    max_near_median: float = SPREAD_MAX_NEAR_MEDIAN
+    min_agreement: float = SPREAD_MIN_AGREEMENT
+    max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
+    broken_fraction: float = SPREAD_BROKEN_FRACTION
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("min_std", lambda v: v >= 0, "a number >= 0"),
+            ("tolerance", lambda v: v >= 0, "a number >= 0"),
+            ("max_near_median", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            ("min_agreement", lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
+            ("max_ordered_copies", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            ("broken_fraction", lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        ]
+        for name, ok, allowed in checks:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"spread {name} must be {allowed}, got {value!r}")
+            if not ok(value):
+                raise ValueError(f"spread {name} must be {allowed}, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+
+class GroupwiseGrading(Protocol):
+    """What the gate uses of a ``whileai.grading.groupwise.GroupwiseGrading`` (which delegates its ``check_spread``
+    here, so the gate does not import it)."""
+
+    mode: str
+    spread: SpreadThresholds
+
+    def grade_many(
+        self, requests: Sequence[Any], preflight: bool = False, record: bool = True, shape: bool = True
+    ) -> list[GradedGroup]: ...
+
+
+@dataclass
+class SpreadReport:
+    """The grader's scores on a sample of passes and the verdict on their spread.
+
+    Attributes:
+        scores: every score, in group order (quality factors in advantage mode, S_sol * S_beh in reward mode).
+        groups: groups that produced scores.
+        std: population standard deviation of the scores.
+        median: median of the scores.
+        near_median: fraction of the scores within ``tolerance`` of the median.
+        verdict: ``"yes"``, ``"no"`` or ``"too few"`` (fewer than two scores).
+        per_group: the scores of each group, by group id.
+        mode: the grading mode that produced the scores.
+        thresholds: the thresholds applied.
+        skipped: groups not sent to the grader (fewer than two passes).
+        unscorable: completions the verifier could not score (None, NaN, inf), left out of their groups: the
+            verifier's doing, never counted as a grader failure.
+        failed: groups whose grading fell back, by kind (the exception's type, a judge call's ``"http 429"``,
+            ``"unusable answer"``, ``"grader timed out"``, ...).
+        first_failures: the first reason of each kind, whole.
+        hacks: confirmed hacks, by group id.
+        attempted: groups sent to the grader.
+        controls: the controls' figures, or None when they were not run.
+        first_error: the first exception behind a failure (for ``--debug``; not serialized).
+    """
+
+    scores: list[float]
+    groups: int
+    std: float
+    median: float
+    near_median: float
+    verdict: Verdict
+    per_group: dict[str, list[float]] = field(default_factory=dict)
+    mode: str = "advantage"
+    thresholds: SpreadThresholds = field(default_factory=lambda: SpreadThresholds())
+    skipped: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    hacks: dict[str, list[int]] = field(default_factory=dict)
+    first_failures: dict[str, str] = field(default_factory=dict)
+    attempted: int = 0
+    controls: ControlsReport | None = None
+    unscorable: int = 0
+    first_error: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True only for a "yes" verdict."""
+        return self.verdict == "yes"
+
+    @property
+    def summary(self) -> str:
+        """The first line: how many scores, their std and how many sit at the median."""
+        return (
+            f"spread check: {len(self.scores)} grader scores over {self.groups} group(s), std {self.std:.3f}, "
+            f"{self.near_median:.0%} within {self.thresholds.tolerance:g} of the median {self.median:.2f}"
+        )
+
+    @property
+    def fell_back(self) -> str:
+        """How many groups fell back and why, and how many completions the verifier could not score (empty when
+        neither happened)."""
+        text = ""
+        if self.failed:
+            reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
+            text = f" {sum(self.failed.values())} group(s) fell back ({reasons})."
+        if self.unscorable:
+            text += (
+                f" {self.unscorable} completion(s) the verifier could not score (None, NaN or inf) were left out of "
+                "their groups."
+            )
+        return text
+
+    @property
+    def conclusion(self) -> str:
+        """The second line: the verdict and, when it is not "yes", what to change."""
+        if self.verdict == "yes":
+            return "spread: yes. The grader tells these passes apart." + self.fell_back
+        if self.verdict == "broken":
+            kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
+            first = next(iter(self.first_failures.values()), "")
+            return (
+                f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
+                f"({kinds}; first: {first}), at least {self.thresholds.broken_fraction:.0%} is a broken grader, not a "
+                "flat one. "
+                "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
+            )
+        if self.verdict == "too few":
+            if self.failed:
+                return (
+                    f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
+                    f"{self.fell_back} Fix the grader first: --json lists the reasons, --debug shows tracebacks."
+                )
+            return (
+                f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
+                f"{self.fell_back} Send more groups with at least two passes each."
+            )
+        limits = self.thresholds
+        if self.std >= limits.min_std and self.near_median <= limits.max_near_median and self.controls is not None:
+            return f"spread: no. The scores vary, but {self.controls.why}.{self.fell_back}"
+        if self.std < self.thresholds.min_std:
+            why = f"the scores' std {self.std:.3f} is below {self.thresholds.min_std:g}"
+        else:
+            why = (
+                f"{self.near_median:.0%} of the scores lie within {self.thresholds.tolerance:g} of the median "
+                f"(at most {self.thresholds.max_near_median:.0%} allowed)"
+            )
+        return f"spread: no. {why}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
+
+    @property
+    def advice(self) -> str:
+        """What to change when the grader shows no spread."""
+        floor = " or lower the reward-mode floor, which flattens low scores" if self.mode == "reward" else ""
+        return (
+            "Grade more or different groups, move to multi-turn tasks where passes differ (an extra tool call, a "
+            f"skipped verification, an invented id), or use a finer grader or rubric{floor}."
+        )
+
+    def __str__(self) -> str:
+        text = f"{self.summary}\n{self.conclusion}"
+        if self.controls is not None and self.verdict != "broken":
+            text += f"\n{self.controls.line}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values."""
+        return {
+            "verdict": self.verdict,
+            "scores": len(self.scores),
+            "groups": self.groups,
+            "std": self.std,
+            "median": self.median,
+            "near_median": self.near_median,
+            "thresholds": {
+                "min_std": self.thresholds.min_std,
+                "tolerance": self.thresholds.tolerance,
+                "max_near_median": self.thresholds.max_near_median,
+            },
+            "mode": self.mode,
+            "skipped_groups": self.skipped,
+            "verifier_unscorable": self.unscorable,
+            "attempted_groups": self.attempted,
+            "failed_groups": dict(self.failed),
+            "first_failures": dict(self.first_failures),
+            "broken_fraction": self.thresholds.broken_fraction,
+            "controls": None if self.controls is None else self.controls.as_dict(),
+            "hacks": {k: list(v) for k, v in self.hacks.items()},
+            "per_group": {k: list(v) for k, v in self.per_group.items()},
+            "summary": self.summary,
+            "conclusion": self.conclusion,
+        }
+
+
+def spread_report(
+    per_group: Mapping[str, Sequence[float]],
+    *,
+    thresholds: SpreadThresholds | None = None,
+    mode: str = "advantage",
+    skipped: int = 0,
+    failed: Mapping[str, int] | None = None,
+    hacks: Mapping[str, Sequence[int]] | None = None,
+    attempted: int | None = None,
+    first_failures: Mapping[str, str] | None = None,
+    controls: ControlsReport | None = None,
+    unscorable: int = 0,
+) -> SpreadReport:
+    """The verdict on a grader's scores, grouped by the group that produced them.
+
+    No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
+    median (the ``thresholds``), or ``controls`` that fail; fewer than two scores is ``"too few"``, never ``"yes"``;
+    failures on ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that
+    gave scores plus the failed ones) is ``"broken"``.
+
+    Example:
+        >>> print(spread_report({"a": [1.0, 0.5], "b": [1.0, 0.5]}))
+        spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75
+        spread: yes. The grader tells these passes apart.
+    """
+    limits = thresholds if thresholds is not None else SpreadThresholds()
+    groups = {str(k): [float(s) for s in v] for k, v in per_group.items() if len(v)}
+    scores = [s for v in groups.values() for s in v]
+    std = median = near = 0.0
+    if scores:
+        std, median = statistics.pstdev(scores), statistics.median(scores)
+        near = sum(abs(s - median) <= limits.tolerance + _EDGE for s in scores) / len(scores)
+    failures = sum((failed or {}).values())
+    tried = attempted if attempted is not None else len(groups) + failures
+    verdict: Verdict
+    if failures and failures >= limits.broken_fraction * tried:
+        verdict = "broken"
+    elif len(scores) < SPREAD_MIN_SCORES:
+        verdict = "too few"
+    elif std < limits.min_std or near > limits.max_near_median or (controls is not None and not controls.ok):
+        verdict = "no"
+    else:
+        verdict = "yes"
+    return SpreadReport(
+        scores=scores,
+        groups=len(groups),
+        std=std,
+        median=median,
+        near_median=near,
+        verdict=verdict,
+        per_group=groups,
+        mode=mode,
+        thresholds=limits,
+        skipped=skipped,
+        failed=dict(failed or {}),
+        hacks={str(k): list(v) for k, v in (hacks or {}).items()},
+        first_failures=dict(first_failures or {}),
+        attempted=tried,
+        controls=controls,
+        unscorable=unscorable,
+    )
+
+
+def check_spread_rows(
+    grading: GroupwiseGrading,
+    rows: Iterable[Mapping[str, Any]],
+    strict: bool = True,
+    *,
+    group_key: str = "scenario_id",
+    reward_key: str = "reward",
+    text_key: str = "final_text",
+    prompt_key: str = "prompt",
+    controls: int = 0,
+    seed: int = 0,
+) -> SpreadReport:
+    """``GroupwiseGrading.check_spread``: grade every group of ``rows`` with at least two passes and judge the
+    spread of the grader's scores.
+
+    Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional), grouped by scenario
+    in order of first appearance. A group with fewer than two passes cannot be told apart and is skipped; zeroed
+    hacks give no score.
+
+    With ``controls=N``, up to ``N`` graded groups are graded again in a shuffled order with a copy of one pass
+    (``whileai.grading.controls``): a ranking that does not survive reordering, or identical passes told apart,
+    is no spread either, and ``str(report)`` gains a third line with the figures. ``whileai spread`` and
+    ``whileai train`` run them (the recipe's ``spread.controls``, 32 by default); here they are off by default.
+
+    Returns:
+        The report; ``str(report)`` is the two-line verdict (three with controls).
+
+    Raises:
+        ValueError: a row with a missing field or a non-numeric reward (naming the row and field); with
+            ``strict``, no spread or too few scores, with what to change (``whileai.errors.NoSpread``, a
+            ``ValueError``).
+        GraderUnavailable: the grader could not be reached at all (a preflight does not fall back), or, with
+            ``strict``, it failed on ``broken_fraction`` of the groups or more.
+    """
+    groups: dict[str, list[tuple[float, str, str]]] = {}
+    for position, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"row {position}: not a dict but {type(row).__name__}")
+        for key in (group_key, reward_key, text_key):
+            if key not in row:
+                raise ValueError(f"row {position}: missing field {key!r}")
+        try:
+            reward = verifier_reward(row[reward_key])  # None, NaN, inf: unscorable, left out of the group
+        except ValueError:
+            raise ValueError(f"row {position}: field {reward_key!r} is not a number: {row[reward_key]!r}") from None
+        groups.setdefault(str(row[group_key]), []).append(
+            (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
+        )
+    return check_spread_groups(grading, groups.items(), strict=strict, controls=controls, seed=seed)
+
+
+def check_spread_groups(
+    grading: GroupwiseGrading,
+    groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
+    strict: bool = True,
+    progress: Callable[[int], None] | None = None,
+    batch_size: int = 64,
+    on_graded: Callable[[GradedGroup], None] | None = None,
+    controls: int = 0,
+    seed: int = 0,
+) -> SpreadReport:
+    """The spread gate on groups given as ``(task_id, [(reward, prompt, completion), ...])``.
+
+    The streaming form of :func:`check_spread_rows` (the command line feeds it group by group). Groups reach the
+    grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
+    ``progress`` is called with the number of rows of each group once it is done, ``on_graded`` with each
+    graded group (for a per-group table). ``controls`` and ``seed``: see :func:`check_spread_rows`; the control
+    groups are graded with their batch and are not counted in ``stats``.
+    """
+    limits = grading.spread
+    per_group: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
+    first_failures: dict[str, str] = {}
+    first_error: list[BaseException] = []
+    hacks: dict[str, list[int]] = {}
+    outcomes: list[tuple[dict[int, float], dict[int, float], ControlGroup] | None] = []
+    skipped = attempted = unscorable = 0
+    pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
+
+    def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
+        return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+
+    # Equation 3 only when someone sees the groups: the verdict reads scores, hacks and failures.
+    shape = on_graded is not None
+
+    def flush() -> None:
+        requests = [request(task, members) for task, members in pending]
+        graded_batch = grading.grade_many(requests, preflight=True, shape=shape)
+        controlled: list[tuple[GradedGroup, tuple[Any, ...], ControlGroup]] = []
+        for (task, members), graded in zip(pending, graded_batch, strict=True):
+            if graded.reason is not None:
+                kind = graded.failure or graded.reason.split(":", 1)[0]
+                failed[kind] = failed.get(kind, 0) + 1
+                first_failures.setdefault(kind, graded.reason)
+                if graded.error is not None and not first_error:
+                    first_error.append(graded.error)
+            else:
+                key, copy = task, 1
+                while key in per_group:  # two groups of one task (a prompt asked twice) stay two groups
+                    copy += 1
+                    key = f"{task}#{copy}"
+                per_group[key] = graded.scores
+                if graded.hacks:
+                    hacks[key] = graded.hacks
+                if len(outcomes) + len(controlled) < controls:
+                    passes = [i for i, ok in enumerate(graded.passed) if ok]
+                    control = make_control(len(members), passes, seed=f"{seed}:{key}")
+                    shown = [members[m] for m in control.members]
+                    controlled.append((graded, request(task, shown), control))
+            if on_graded is not None:
+                on_graded(graded)
+            if progress is not None:
+                progress(len(members))
+        if controlled:
+            answers = grading.grade_many([c[1] for c in controlled], preflight=True, record=False, shape=False)
+            for (graded, _, control), again in zip(controlled, answers, strict=True):
+                ok = again.reason is None
+                scores = (pass_scores(graded, grading.mode), pass_scores(again, grading.mode), control)
+                outcomes.append(scores if ok else None)
+        pending.clear()
+
+    for task, members in groups:
+        unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
+        if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
+            skipped += 1
+            if progress is not None:
+                progress(len(members))
+            continue
+        pending.append((task, members))
+        attempted += 1
+        if len(pending) >= batch_size:
+            flush()
+    flush()
+    control_figures = None
+    if controls:
+        control_figures = controls_report(
+            outcomes, min_agreement=limits.min_agreement, max_ordered_copies=limits.max_ordered_copies
+        )
+    report = spread_report(
+        per_group,
+        thresholds=limits,
+        mode=grading.mode,
+        skipped=skipped,
+        failed=failed,
+        hacks=hacks,
+        attempted=attempted,
+        first_failures=first_failures,
+        controls=control_figures,
+        unscorable=unscorable,
+    )
+    report.first_error = first_error[0] if first_error else None
+    if strict and report.verdict == "broken":
+        raise GraderUnavailable(str(report))
+    if strict and not report.ok:
+        raise NoSpread(str(report))
+    return report
+
+
+@dataclass
+class SpreadRun:
+    """A spread check on a file: the report and what the reader saw."""
+
+    report: SpreadReport
+    rows: RowStats
+
+    def as_dict(self) -> dict[str, object]:
+        data = self.report.as_dict()
+        data["rows"] = {
+            "read": self.rows.rows,
+            "skipped": self.rows.skipped,
+            "files": self.rows.files,
+            "left_out_files": list(self.rows.left_out),
+            "duplicate_groups": self.rows.duplicates,
+        }
+        if self.rows.examples:
+            data["rows"]["skipped_examples"] = list(self.rows.examples)  # type: ignore[index]
+        return data
+
+
+def check_spread_file(
+    path: str | Path,
+    grading: GroupwiseGrading,
+    fields: RowFields | None = None,
+    *,
+    skip_bad: bool = False,
+    progress: Callable[[int], None] | None = None,
+    on_graded: Callable[[GradedGroup], None] | None = None,
+    on_restart: Callable[[], None] | None = None,
+    controls: int = 0,
+    seed: int = 0,
+) -> SpreadRun:
+    """Grade the groups of a rows file or folder with ``grading`` and return the spread verdict (never raises on
+    no spread; ``BadInput`` on bad rows unless ``skip_bad``; ``GraderUnavailable`` when the grader cannot be reached).
+    ``on_restart`` is called when the file is read a second time, so per-group output can be reset. ``controls``
+    and ``seed``: :func:`check_spread_rows`'s.
+    """
+    # Rows usually come grouped (TRL logs, simulate, most exports): read once. If a group turns out to be split,
+    # forget what was counted and read again by index (a judge then answers from its cache).
+    before = grading.stats.snapshot()
+    stats = RowStats()
+    try:
+        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=True)
+        report = check_spread_groups(
+            grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
+        )
+    except GroupsNotContiguous:
+        grading.stats = before
+        if on_restart is not None:
+            on_restart()
+        stats = RowStats()
+        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats)
+        report = check_spread_groups(
+            grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
+        )
+    return SpreadRun(report, stats)
