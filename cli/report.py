@@ -4,7 +4,8 @@ By default each run gets a few lines that fit an 80-column terminal: its steps, 
 length over the first and the last ``--window`` logged steps, and the grader's figures; two runs add the paired
 difference of their final pass rates. ``--steps`` adds the per-step table, which drops its least needed columns
 (and says which) when the terminal is too narrow for all of them. Every pass-rate interval treats each group of
-completions as a cluster (``whileai.reports.clustered_interval``).
+completions as a cluster (``whileai.stats.clustered_interval``). ``--plot`` draws through ``whileai.plots``, imported
+only then.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ def report(
         compare_arms,
         grading_summary,
         load_report,
-        plot_runs,
         step_pass_rates,
         window_summary,
     )
@@ -125,6 +125,8 @@ def report(
         if not runs:
             say("whileai: --plot needs at least one run folder")
         else:
+            from whileai.plots import plot_runs
+
             data["plot"] = str(plot_runs(runs, plot))
     if as_json:
         print_json(data)

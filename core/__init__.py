@@ -35,8 +35,8 @@ _LAZY = {
     "simulate": "whileai.simulations.simulate",
     "score": "whileai.simulations.passrate",
     "load_scenarios": "whileai.simulations.scenarios",
-    "pass_at_k": "whileai.simulations.passrate",
-    "wilson_interval": "whileai.simulations.passrate",
+    "pass_at_k": "whileai.stats",
+    "wilson_interval": "whileai.stats",
     "model_agent": "whileai.simulations.model_agent",
     "customer_model": "whileai.simulations.customer",
 }
@@ -67,9 +67,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from whileai.simulations.agents import seeded_agent
     from whileai.simulations.customer import customer_model
     from whileai.simulations.model_agent import model_agent
-    from whileai.simulations.passrate import pass_at_k, score, wilson_interval
+    from whileai.simulations.passrate import score
     from whileai.simulations.scenarios import load_scenarios
     from whileai.simulations.simulate import simulate
+    from whileai.stats import pass_at_k, wilson_interval
 
 
 # Subpackages and modules the docs name, reachable as ``whileai.methods`` after a bare ``import whileai``.

@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from whileai.errors import BadInput
+from whileai.stats import quantile
 
 __all__ = [
     "NOT_A_VARIABLE_NAME",
@@ -55,7 +56,6 @@ __all__ = [
     "first_choice",
     "hide_pasted_key",
     "masked_url",
-    "percentile",
     "read_api_key",
     "retry_after",
     "split_credentials",
@@ -287,22 +287,6 @@ def read_api_key(api_key_env: str | None, *, field: str = "api_key_env") -> str:
 # ---------------------------------------------------------------------------------------------- accounting
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0..100) by linear interpolation between order statistics; None for no values.
-
-    Example:
-        >>> percentile([1.0, 2.0, 3.0, 4.0], 50)
-        2.5
-    """
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 @dataclass
 class EndpointStats:
     """Counters of one endpoint client; thread-safe (the client's event loop and the callers' threads write them).
@@ -350,8 +334,8 @@ class EndpointStats:
                 "retries": self.retries,
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,
-                "latency_p50_s": percentile(latencies, 50),
-                "latency_p95_s": percentile(latencies, 95),
+                "latency_p50_s": quantile(latencies, 0.50) if latencies else None,
+                "latency_p95_s": quantile(latencies, 0.95) if latencies else None,
             }
 
     def __str__(self) -> str:

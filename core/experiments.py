@@ -6,7 +6,8 @@ recipe's ``comparison_arm`` as recorded in the run, else ``binary`` for a recipe
 ``grs`` by the grading mode for one with a grader, else the parent folder's name) and has a seed (``trainer.seed``).
 For each arm and metric:
 
-- **per step**: the mean over seeds with a 95% t interval over seeds (the band of ``whileai report --plot``);
+- **per step**: the mean over seeds with a 95% t interval over seeds (the band ``whileai.plots`` draws for
+  ``whileai report --plot``);
 - **final window**: per run, the mean of the metric over its last ``window`` logged steps;
 - **difference** (second arm minus the first; ``binary`` first when present): paired by seed when both arms ran the
   same seeds (arms that start from the same seed start from the same model), the mean of the per-seed differences
@@ -16,6 +17,10 @@ For each arm and metric:
 The metrics are TRL's logged figures per step (``FIGURE_METRICS``): the verifier's pass rate (``whileai/pass_rate``),
 the mean completion length in tokens (``completions/mean_length``) and tool calls per completion
 (``tools/call_frequency``, multi-turn runs only).
+
+What this module does not do: the interval arithmetic (``whileai.stats``: :func:`~whileai.stats.t_interval`,
+:func:`~whileai.stats.welch_interval`, :func:`~whileai.stats.detectable_difference`), read a run's log history itself
+(``whileai.reports.load_report``), or draw (``whileai.plots``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
-from whileai.reports import RunHistory, load_report, t_quantile
+from whileai.reports import RunHistory, load_report
+from whileai.stats import detectable_difference, mean, t_interval, welch_interval
 
 __all__ = [
     "FIGURE_METRICS",
@@ -82,21 +88,6 @@ def run_seed(folder: Path) -> str:
     return str(seed) if seed is not None else folder.name
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
-def _sd(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return math.nan
-    mean = _mean(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
-def _t(q: float, df: float) -> float:
-    return t_quantile(q, max(1, round(df)))
-
-
 @dataclass(frozen=True)
 class Difference:
     """``b`` minus ``a`` over seeds: the mean difference, its 95% interval, n and the detectable difference."""
@@ -138,24 +129,15 @@ def seed_difference(a: dict[str, float], b: dict[str, float], names: tuple[str, 
     finite_b = {k: v for k, v in b.items() if math.isfinite(v)}
     if not finite_a or not finite_b:
         return Difference(*names, math.nan, math.nan, math.nan, len(finite_a), len(finite_b), False, math.nan)
-    if set(finite_a) == set(finite_b) and len(finite_a) >= 2:
-        diffs = [finite_b[k] - finite_a[k] for k in sorted(finite_a)]
-        n = len(diffs)
-        se, df = _sd(diffs) / math.sqrt(n), n - 1
-        paired = True
-        mean = _mean(diffs)
+    paired = set(finite_a) == set(finite_b) and len(finite_a) >= 2
+    if paired:
+        interval = t_interval([finite_b[k] - finite_a[k] for k in sorted(finite_a)])
     else:
-        va, vb = list(finite_a.values()), list(finite_b.values())
-        mean = _mean(vb) - _mean(va)
-        if len(va) < 2 or len(vb) < 2:
-            return Difference(*names, mean, math.nan, math.nan, len(va), len(vb), False, math.nan)
-        sa, sb = _sd(va) ** 2 / len(va), _sd(vb) ** 2 / len(vb)
-        se = math.sqrt(sa + sb)
-        df = (sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1)) if sa + sb > 0 else len(va) + len(vb) - 2
-        paired = False
-    half = _t(0.975, df) * se
-    detectable = (_t(0.975, df) + _t(0.80, df)) * se
-    return Difference(*names, mean, mean - half, mean + half, len(finite_a), len(finite_b), paired, detectable)
+        interval = welch_interval(list(finite_a.values()), list(finite_b.values()))
+    detectable = detectable_difference(interval.se, interval.df)
+    return Difference(
+        *names, interval.estimate, interval.low, interval.high, len(finite_a), len(finite_b), paired, detectable
+    )
 
 
 def _steps_of(folder: Path) -> list[dict[str, Any]]:
@@ -197,8 +179,8 @@ def seed_experiment(folders: Iterable[Path], window: int, metrics: Sequence[str]
             points = [(int(row["step"]), float(row[key])) for row in steps if key in row]
             entry["series"].setdefault(metric, {})[seed] = points
             values = [v for _, v in points]
-            entry["first"].setdefault(metric, {})[seed] = _mean(values[:window])
-            entry["final"].setdefault(metric, {})[seed] = _mean(values[-window:])
+            entry["first"].setdefault(metric, {})[seed] = mean(values[:window])
+            entry["final"].setdefault(metric, {})[seed] = mean(values[-window:])
     for entry in arms.values():
         entry["per_step"] = {metric: _band(entry["series"][metric]) for metric in entry["series"]}
         del entry["series"]
@@ -222,11 +204,12 @@ def _band(per_seed: dict[str, list[tuple[int, float]]]) -> dict[str, list[float]
     band: dict[str, list[float]] = {"steps": steps, "mean": [], "low": [], "high": [], "n": []}
     for step in steps:
         values = by_step[step]
-        mean = _mean(values)
-        half = _t(0.975, len(values) - 1) * _sd(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-        band["mean"].append(mean)
-        band["low"].append(mean - half)
-        band["high"].append(mean + half)
+        interval = t_interval(values)
+        # an arm of one seed has no interval: its band is its line
+        low, high = (interval.low, interval.high) if len(values) > 1 else (interval.estimate, interval.estimate)
+        band["mean"].append(interval.estimate)
+        band["low"].append(low)
+        band["high"].append(high)
         band["n"].append(len(values))
     return band
 
@@ -266,8 +249,8 @@ def experiment_table(results: dict[str, Any]) -> str:
         for metric in experiment["metrics"]:
             cells = []
             for name in names:
-                first = _mean(list(arms[name]["first"][metric].values()))
-                final = _mean(list(arms[name]["final"][metric].values()))
+                first = mean(list(arms[name]["first"][metric].values()))
+                final = mean(list(arms[name]["final"][metric].values()))
                 cells.append(f"{format_value(metric, first)} → {format_value(metric, final)}")
             diff = experiment["differences"].get(metric)
             if diff is None:

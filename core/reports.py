@@ -2,16 +2,18 @@
 
 A TRL ``output_dir`` holds ``trainer_state.json`` (its ``log_history``: reward, reward_std, frac_reward_zero_std,
 completion lengths and whileai's ``groupwise/*`` figures by step), possibly only inside ``checkpoint-*`` folders.
-``load_report`` tells the two apart and returns plain data; it formats nothing (the command line draws the tables).
+``load_report`` tells the two apart and returns plain data.
 
 Pass rates come from TRL's completion logs (``completions/*.parquet``: ``whileai_reward`` > 0 passes). The
 completions of a training step are drawn in groups of ``num_generations`` for one prompt each, so they are not
 independent draws: a group shares its prompt's difficulty, and a pooled Wilson interval that counts every completion
 as its own trial is too narrow. Every pass-rate interval here treats each group as a cluster
-(:func:`clustered_interval`: Wilson's interval on the design-effect-adjusted effective sample size, with the
-small-sample correction of Korn and Graubard 1998) and reports n as completions and groups.
+(``whileai.stats.clustered_interval``) and reports n as completions and groups; this module finds the groups, the
+tasks and the windows, and ``whileai.stats`` does the arithmetic.
 
-What this module does not do: draw tables or judge whether two runs differ by enough to matter.
+What this module does not do: format tables (the command line draws them), draw figures (``whileai.plots``), judge
+whether two runs differ by enough to matter, or compare arms over seeds (``whileai.experiments``, which reads its run
+folders with :func:`load_report`).
 """
 
 from __future__ import annotations
@@ -24,22 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput, MissingExtra
+from whileai.stats import bootstrap_interval, clustered_interval, newcombe_difference, quantile
 
 __all__ = [
     "INTERVAL_METHOD",
+    "STEP_COLUMNS",
     "ArmComparison",
-    "ClusteredRate",
     "RunHistory",
     "SpreadFile",
     "StepPassRate",
-    "clustered_interval",
     "compare_arms",
     "grading_summary",
     "load_report",
-    "plot_runs",
     "step_groups",
     "step_pass_rates",
-    "t_quantile",
     "window_summary",
 ]
 
@@ -153,115 +153,10 @@ def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory
 # ---------------------------------------------------------------- pass rates of completions drawn in groups
 
 
-def t_quantile(q: float, df: int) -> float:
-    """Student's t quantile: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher expansion of Abramowitz
-    and Stegun (1964, 26.7.5), within 0.005 of the exact value from 3 degrees of freedom on at q = 0.975."""
-    if df == 1:
-        return math.tan(math.pi * (q - 0.5))
-    if df == 2:
-        return (2 * q - 1) / math.sqrt(2 * q * (1 - q))
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(q)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
-
-
-@dataclass(frozen=True)
-class ClusteredRate:
-    """Passes among ``n`` completions drawn in ``groups`` groups, with a 95% interval that treats each group as a
-    cluster (:func:`clustered_interval`)."""
-
-    passes: int
-    n: int
-    groups: int
-    low: float
-    high: float
-    design_effect: float
-
-    @property
-    def rate(self) -> float:
-        return self.passes / self.n if self.n else math.nan
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "passes": self.passes,
-            "n": self.n,
-            "groups": self.groups,
-            "rate": self.rate,
-            "low": self.low,
-            "high": self.high,
-            "design_effect": self.design_effect,
-        }
-
-
-def clustered_interval(groups: list[tuple[int, int]], confidence: float = 0.95) -> ClusteredRate:
-    """The pass rate of completions drawn in groups, with an interval that counts each group as a cluster.
-
-    The completions of one group answer one prompt, so they pass or fail together more often than independent draws
-    would. With ``k`` groups, ``y_i`` passes among ``m_i`` completions in group ``i``, ``n = sum m_i`` and
-    ``p = sum y_i / n``:
-
-    - the variance of ``p`` over clusters (the linearized variance of a ratio estimator, Cochran 1977, Sampling
-      Techniques, chapter 6, with the k/(k-1) small-sample factor): ``V = k/(k-1) * sum (y_i - p m_i)^2 / n^2``;
-    - the design effect ``deff = V / (p (1 - p) / n)``, at least 1 (an estimate below 1 from a few groups is noise);
-      1 when ``p`` is 0 or 1, where V says nothing (Korn and Graubard 1998);
-    - the effective sample size ``n / deff``, shrunk by ``(z / t_{k-1})^2`` so that few groups widen the interval as
-      a t interval would (Korn and Graubard 1998, "Confidence intervals for proportions with small expected number
-      of positive counts estimated from survey data", Survey Methodology 24(2));
-    - Wilson's interval at ``p`` on that effective n (Wilson's formula holds for a non-integer n; Korn and Graubard
-      use Clopper-Pearson's, Dean and Pagano 2015 compare both on clustered surveys).
-
-    With one group there is no between-group variance to estimate: the group counts as one draw (n_eff = 1), the
-    widest the design allows. With independent draws (groups of one) the design effect is about 1 and the interval
-    is close to Wilson's on all n.
-
-    Args:
-        groups: ``(passes, completions)`` per group, e.g. ``[(3, 8), (0, 8), (8, 8)]``.
-        confidence: the interval's nominal coverage.
-
-    Returns:
-        a :class:`ClusteredRate`; with no completions the rate is NaN and the interval ``(0, 1)``.
-
-    Example:
-        >>> r = clustered_interval([(8, 8), (0, 8), (8, 8), (0, 8)])
-        >>> r.rate, r.n, r.groups, round(r.design_effect, 2)
-        (0.5, 32, 4, 10.67)
-        >>> from whileai.simulations.passrate import wilson_interval
-        >>> r.high - r.low > (lambda lo, hi: hi - lo)(*wilson_interval(16, 32))
-        True
-    """
-    from statistics import NormalDist
-
-    from whileai.simulations.passrate import wilson_interval
-
-    groups = [(int(y), int(m)) for y, m in groups if m > 0]
-    k = len(groups)
-    n = sum(m for _, m in groups)
-    passes = sum(y for y, _ in groups)
-    if n == 0:
-        return ClusteredRate(0, 0, 0, 0.0, 1.0, 1.0)
-    p = passes / n
-    if k == 1:
-        effective, deff = 1.0, float(n)
-    else:
-        deff = 1.0
-        if 0 < p < 1:
-            variance = k / (k - 1) * sum((y - p * m) ** 2 for y, m in groups) / n**2
-            deff = max(1.0, variance / (p * (1 - p) / n))
-        quantile = 0.5 + confidence / 2
-        effective = n / deff * (NormalDist().inv_cdf(quantile) / t_quantile(quantile, k - 1)) ** 2
-    low, high = wilson_interval(p * effective, effective, confidence)  # type: ignore[arg-type]
-    return ClusteredRate(passes, n, k, low, high, deff)
-
-
 @dataclass(frozen=True)
 class StepPassRate:
     """The verifier's pass rate at one step, from TRL's completion logs, with its 95% interval over the step's
-    groups (:func:`clustered_interval`)."""
+    groups (:func:`~whileai.stats.clustered_interval`)."""
 
     step: int
     passes: int
@@ -326,7 +221,7 @@ def step_groups(folder: Path) -> dict[int, list[tuple[int, int]]]:
 
 def step_pass_rates(folder: Path) -> list[StepPassRate]:
     """Per logged step: passes and n of the verifier's reward (``whileai_reward`` > 0), with a 95% interval that
-    treats each of the step's groups as a cluster (:func:`clustered_interval`)."""
+    treats each of the step's groups as a cluster (:func:`~whileai.stats.clustered_interval`)."""
     rates = []
     for step, groups in sorted(step_groups(folder).items()):
         rate = clustered_interval(groups)
@@ -338,14 +233,14 @@ def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
     """The pass rate and mean completion length over a run's first and last ``window`` logged steps.
 
     The steps are those of the completion logs (the same ones :func:`compare_arms` reads), else those of the log
-    history. The pass rate pools the window's completions with :func:`clustered_interval` over all its groups; the
-    length is the mean of TRL's ``completions/mean_length`` (tokens) over the window's logged steps. A run with no
-    more than ``window`` steps has one window (``last`` is ``first``).
+    history. The pass rate pools the window's completions with :func:`~whileai.stats.clustered_interval` over all its
+    groups; the length is the mean of TRL's ``completions/mean_length`` (tokens) over the window's logged steps. A
+    run with no more than ``window`` steps has one window (``last`` is ``first``).
 
     Returns:
         ``{"window", "steps", "interval", "first", "last"}``; each window is ``{"steps": [from, to], "pass_rate":
-        ClusteredRate.as_dict() or None, "logged_pass_rate": mean of whileai/pass_rate or None, "mean_length":
-        tokens or None}``; ``first`` and ``last`` are None for a run with no logged step.
+        whileai.stats.ClusteredRate.as_dict() or None, "logged_pass_rate": mean of whileai/pass_rate or None,
+        "mean_length": tokens or None}``; ``first`` and ``last`` are None for a run with no logged step.
     """
     if window < 1:
         raise BadInput(f"--window must be at least 1, got {window}")
@@ -387,8 +282,9 @@ def final_tasks(folder: Path, window: int) -> dict[str, tuple[int, int]]:
 
 def grading_summary(folder: Path, say: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The grader's figures from ``grading.jsonl``: groups, mixed, calls, fallbacks by kind, hacks, factors (how many,
-    their mean and std; the mean and std are None when nothing was ranked), latency. None when the run had no
-    grader. A last line cut short (a killed run) is dropped, with a warning through ``say``."""
+    their mean and std; the mean and std are None when nothing was ranked), latency (p50 and p95 by
+    :func:`~whileai.stats.quantile`). None when the run had no grader. A last line cut short (a killed run) is
+    dropped, with a warning through ``say``."""
     from whileai.training.folder import read_grading_log
 
     path = folder / "grading.jsonl"
@@ -414,11 +310,6 @@ def grading_summary(folder: Path, say: Callable[[str], None] | None = None) -> d
             seconds.append(float(group.get("seconds", 0.0)))
     mean = sum(scores) / len(scores) if scores else None
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores and mean is not None else None
-    seconds.sort()
-
-    def pct(q: float) -> float | None:
-        return seconds[min(len(seconds) - 1, int(q * len(seconds)))] if seconds else None
-
     return {
         "groups": groups,
         "mixed": mixed,
@@ -428,8 +319,8 @@ def grading_summary(folder: Path, say: Callable[[str], None] | None = None) -> d
         "factors": len(scores),
         "factor_mean": mean,
         "factor_std": std,
-        "latency_p50_s": pct(0.5),
-        "latency_p95_s": pct(0.95),
+        "latency_p50_s": quantile(seconds, 0.50) if seconds else None,
+        "latency_p95_s": quantile(seconds, 0.95) if seconds else None,
     }
 
 
@@ -455,12 +346,10 @@ class ArmComparison:
 def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
     """Final pass rate of ``b`` minus ``a`` over the last ``window`` logged steps.
 
-    Paired by task when the runs share tasks (mean of per-task differences, bootstrap over tasks); otherwise the
-    difference of two proportions with a Newcombe interval built from each arm's :func:`clustered_interval` (groups
-    as clusters).
+    Paired by task when the runs share tasks (mean of per-task differences, :func:`~whileai.stats.bootstrap_interval`
+    over tasks); otherwise the difference of two proportions, :func:`~whileai.stats.newcombe_difference` of each
+    arm's :func:`~whileai.stats.clustered_interval` (groups as clusters).
     """
-    from whileai.simulations.passrate import bootstrap_interval
-
     tasks_a, tasks_b = final_tasks(a, window), final_tasks(b, window)
     if not tasks_a or not tasks_b:
         return None
@@ -471,94 +360,12 @@ def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
         low, high = bootstrap_interval(diffs)
         return ArmComparison(sum(diffs) / len(diffs), low, high, True, len(shared), n_a, n_b)
     rate_a, rate_b = (clustered_interval(_last_groups(folder, window)) for folder in (a, b))
-    p_a, p_b = rate_a.rate, rate_b.rate
-    difference = p_b - p_a
-    low = difference - math.sqrt((p_b - rate_b.low) ** 2 + (rate_a.high - p_a) ** 2)
-    high = difference + math.sqrt((rate_b.high - p_b) ** 2 + (p_a - rate_a.low) ** 2)
+    difference, low, high = newcombe_difference(
+        (rate_a.rate, rate_a.low, rate_a.high), (rate_b.rate, rate_b.low, rate_b.high)
+    )
     return ArmComparison(difference, low, high, False, 0, n_a, n_b)
 
 
 def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
     groups = step_groups(folder)
     return [g for step in sorted(groups)[-window:] for g in groups[step]]
-
-
-def plot_runs(runs: list[RunHistory], path: Path) -> Path:
-    """Pass rate, completion length and tool calls against step, as a PNG (needs matplotlib).
-
-    Runs of one arm repeated over seeds (``whileai.experiments``: the arm and seed each run folder records) are drawn
-    as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
-    otherwise each run is its own line, its pass rate with the clustered interval of its completion logs.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingExtra("matplotlib", "plot", "report --plot") from None
-    from whileai.experiments import FIGURE_METRICS, run_arm
-
-    present = [name for name, key in FIGURE_METRICS.items() if any(key in row for run in runs for row in run.steps)]
-    arms = [run_arm(run.path) for run in runs]
-    by_seed = len(set(arms)) < len(arms)
-    if by_seed:
-        panels = present or ["pass rate"]
-    else:
-        panels = ["pass rate"] + [name for name in present if name != "pass rate"]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
-    if by_seed:
-        _plot_arms(runs, panels, axes[0])
-    else:
-        _plot_each(runs, panels, axes[0])
-    titles = {"pass rate": "pass rate", "length": "completion length (tokens)", "tool calls": "tool calls per rollout"}
-    for column, name in enumerate(panels):
-        axes[0][column].set_title(titles[name], fontsize=10)
-        axes[0][column].set_xlabel("step")
-        axes[0][column].grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-def _plot_arms(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
-    from whileai.experiments import seed_experiment
-
-    experiment = seed_experiment([run.path for run in runs], window=1, metrics=panels)
-    names = sorted(experiment["arms"], key=lambda name: (name != "binary", name))
-    for name in names:
-        arm = experiment["arms"][name]
-        label = f"{name} (mean of {len(arm['seeds'])} seeds, 95% band)"
-        for column, metric in enumerate(panels):
-            band = arm["per_step"].get(metric)
-            if not band or not band["steps"]:
-                continue
-            (line,) = axes[column].plot(band["steps"], band["mean"], label=label, linewidth=1.4)
-            top = 1.0 if metric == "pass rate" else math.inf  # the band drawn within what the metric can be
-            low, high = [max(0.0, v) for v in band["low"]], [min(top, v) for v in band["high"]]
-            axes[column].fill_between(band["steps"], low, high, color=line.get_color(), alpha=0.2)
-
-
-def _plot_each(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
-    from whileai.experiments import FIGURE_METRICS
-
-    for run in runs:
-        label = run.path.name
-        rates = step_pass_rates(run.path)
-        if rates:
-            xs = [r.step for r in rates]
-            (line,) = axes[0].plot(xs, [r.rate for r in rates], label=label)
-            axes[0].fill_between(xs, [r.low for r in rates], [r.high for r in rates], color=line.get_color(), alpha=0.2)
-        else:
-            key = FIGURE_METRICS["pass rate"]
-            points = [(row["step"], row[key]) for row in run.steps if key in row]
-            if points:
-                axes[0].plot(*zip(*points, strict=True), label=label)
-        for column, name in enumerate(panels[1:], start=1):
-            key = FIGURE_METRICS[name]
-            points = [(row["step"], row[key]) for row in run.steps if key in row]
-            if points:
-                axes[column].plot(*zip(*points, strict=True), label=label)

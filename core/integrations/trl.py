@@ -26,13 +26,16 @@ import json
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.config.signal import signal_problems
 from whileai.errors import BadInput
-from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.rewards import verifier_reward
 from whileai.grading.text import completion_text, prompt_text
+
+if TYPE_CHECKING:  # annotations only: the grading object opens its trl_reward door onto this module
+    from whileai.grading.group import GradedGroup
+    from whileai.grading.groupwise import GroupwiseGrading
 
 __all__ = [
     "BatchGather",

@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.endpoint import EndpointStats, percentile
+from whileai.endpoint import EndpointStats
 
-__all__ = ["JudgeStats", "percentile"]
+__all__ = ["JudgeStats"]
 
 
 @dataclass

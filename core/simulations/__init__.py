@@ -9,7 +9,7 @@
 - ``chat``: the chat client both use, on ``whileai.endpoint`` (retries, timeouts, key never logged); it does not
   import the judge.
 - ``simulate``: rollouts of scenarios by an agent, as the rows the spread gate reads.
-- ``passrate``: unbiased pass@k with Wilson and bootstrap intervals, ``score``.
+- ``passrate``: ``score`` and pass@k with its intervals (the statistics are ``whileai.stats``).
 - ``environment``: the scenarios as a TRL ``environment_factory``.
 
 The offline path (scenarios, seeded agent, simulate, passrate) needs no key, no GPU and no download; the model agent

@@ -9,25 +9,27 @@ scenarios, with an interval:
   bootstrap when scenarios differ a lot.
 - ``pass@k``, ``k > 1``: a seeded percentile bootstrap over scenarios, ``n`` = the number of scenarios.
 
-Printed as ``pass@1 0.62 (95% CI 0.55 to 0.69, n=160)``. The interval functions, :func:`wilson_interval` and
-:func:`bootstrap_interval`, are pure and reusable (``whileai report`` prints with them).
+Printed as ``pass@1 0.62 (95% CI 0.55 to 0.69, n=160)``. The estimator and the intervals are the pure functions of
+``whileai.stats`` (:func:`~whileai.stats.pass_at_k`, :func:`~whileai.stats.wilson_interval`,
+:func:`~whileai.stats.bootstrap_interval`), importable from here too.
 
 With a ``judge`` (the grader callable the reference page describes), :func:`score` also runs
 ``whileai.GroupwiseGrading(grader=judge).check_spread(rows, strict=False)`` and keeps its report.
 
-What this module does not do: grade rollouts itself, or compare two arms (a difference of pass rates needs a paired
-design the report command owns).
+What this module does not do: grade rollouts itself, hold the statistics (``whileai.stats``), or compare two arms (a
+difference of pass rates needs a paired design the report command owns).
 """
 
 from __future__ import annotations
 
-import math
-import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Any
 
+from whileai.stats import BOOTSTRAP_RESAMPLES, bootstrap_interval, pass_at_k, wilson_interval
+
+# pass_at_k and the two intervals are whileai.stats' and re-exported here, with the offline path they serve
+# (``whileai.pass_at_k`` and ``whileai.wilson_interval`` resolve to this module).
 __all__ = [
     "PassRate",
     "Scored",
@@ -36,124 +38,6 @@ __all__ = [
     "score",
     "wilson_interval",
 ]
-
-BOOTSTRAP_RESAMPLES = 2000  # enough for a stable 2.5th/97.5th percentile (Efron & Tibshirani 1993, ch. 13)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimate of pass@k for one task from ``n`` samples of which ``c`` passed.
-
-    pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, equation 1): the chance that at least one of ``k`` samples
-    drawn without replacement from the ``n`` passes.
-
-    Args:
-        n: samples drawn for the task.
-        c: how many of them passed, ``0 <= c <= n``.
-        k: the budget, ``1 <= k <= n``.
-
-    Example:
-        >>> pass_at_k(4, 1, 2)
-        0.5
-        >>> pass_at_k(8, 2, 1)
-        0.25
-    """
-    if not 0 <= c <= n:
-        raise ValueError(f"passes c must lie in [0, n]; got c={c}, n={n}")
-    if not 1 <= k <= n:
-        raise ValueError(f"pass@{k} needs 1 <= k <= n samples; got n={n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def _z(confidence: float) -> float:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval for a binomial proportion (Wilson 1927).
-
-    center = (p + z²/2n) / (1 + z²/n), half-width = z / (1 + z²/n) * sqrt(p(1 - p)/n + z²/4n²), with p = successes/n.
-    Unlike the normal approximation it stays inside [0, 1] and keeps its coverage near 0 and 1.
-
-    Args:
-        successes: passes.
-        n: trials; ``n = 0`` gives the uninformative ``(0.0, 1.0)``.
-        confidence: the interval's nominal coverage.
-
-    Returns:
-        ``(low, high)``.
-
-    Example:
-        >>> [round(x, 3) for x in wilson_interval(8, 10)]
-        [0.49, 0.943]
-    """
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must lie in [0, n]; got {successes} of {n}")
-    if n == 0:
-        return (0.0, 1.0)
-    z = _z(confidence)
-    p = successes / n
-    denominator = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denominator
-    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    # The bounds at 0 and n are exactly 0 and 1; floating point would leave them a few ulps off.
-    low = 0.0 if successes == 0 else max(0.0, center - half)
-    high = 1.0 if successes == n else min(1.0, center + half)
-    return (low, high)
-
-
-def bootstrap_interval(
-    values: Sequence[float],
-    statistic: Callable[[Sequence[float]], float] | None = None,
-    confidence: float = 0.95,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """A seeded percentile bootstrap interval of a statistic over independent units (here: scenarios).
-
-    Draws ``resamples`` samples of ``len(values)`` units with replacement, computes the statistic on each, and
-    returns the ``(1 - confidence)/2`` and ``(1 + confidence)/2`` quantiles (Efron & Tibshirani 1993, ch. 13).
-
-    Args:
-        values: one number per unit, e.g. each scenario's pass@k estimate.
-        statistic: what to compute on a resample (default: the mean).
-        confidence: the interval's nominal coverage.
-        resamples: bootstrap resamples.
-        seed: the resampling seed; the same inputs and seed give the same interval.
-
-    Returns:
-        ``(low, high)``; ``(nan, nan)`` for no values.
-
-    Example:
-        >>> bootstrap_interval([1.0, 1.0, 1.0])
-        (1.0, 1.0)
-    """
-    _z(confidence)  # validates confidence
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
-    values = list(values)
-    if not values:
-        return (math.nan, math.nan)
-    if statistic is None:
-
-        def statistic(sample: Sequence[float]) -> float:
-            return sum(sample) / len(sample)
-
-    rng = random.Random(seed)
-    size = len(values)
-    estimates = sorted(statistic(rng.choices(values, k=size)) for _ in range(resamples))
-    return (_quantile(estimates, (1 - confidence) / 2), _quantile(estimates, (1 + confidence) / 2))
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted values (numpy's default rule)."""
-    position = q * (len(ordered) - 1)
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from whileai.cli.main import app
-from whileai.simulations.passrate import wilson_interval
+from whileai.stats import clustered_interval, t_quantile, wilson_interval
 
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -192,8 +192,6 @@ def test_the_summary_and_the_step_table_fit_80_columns(tmp_path: Path) -> None:
 
 
 def test_the_summary_gives_both_windows_with_clustered_intervals(tmp_path: Path, monkeypatch) -> None:
-    from whileai.reports import clustered_interval
-
     monkeypatch.chdir(tmp_path)
     _, gar = two_arms(Path("."))
     result = runner.invoke(app, ["report", str(gar)], env={"COLUMNS": "80"})
@@ -229,8 +227,6 @@ def test_a_grader_that_ranked_nothing_shows_no_factor_mean(tmp_path: Path) -> No
 
 
 def test_steps_prints_the_per_step_table_and_names_what_it_left_out(tmp_path: Path) -> None:
-    from whileai.reports import clustered_interval
-
     busy = busy_run(tmp_path)
     wide = runner.invoke(app, ["report", str(busy), "--steps"], env={"COLUMNS": "200"})
     assert wide.exit_code == 0, wide.stderr
@@ -350,8 +346,6 @@ def test_clustered_interval_covers_where_pooled_wilson_does_not() -> None:
     """Groups whose pass chance varies (a beta-binomial, intra-group correlation 0.3, 12 groups of 8): the
     clustered interval keeps its 95% coverage; Wilson on the pooled 96 completions covers about three times in
     four."""
-    from whileai.reports import clustered_interval
-
     rng = random.Random(0)
     truth, rho = 0.2, 0.3
     a, b = truth * (1 - rho) / rho, (1 - truth) * (1 - rho) / rho
@@ -371,8 +365,6 @@ def test_clustered_interval_covers_where_pooled_wilson_does_not() -> None:
 
 @given(st.lists(st.tuples(st.integers(0, 16), st.integers(1, 16)), min_size=1, max_size=40))
 def test_clustered_interval_is_never_narrower_than_pooled_wilson(raw) -> None:
-    from whileai.reports import clustered_interval
-
     groups = [(min(y, m), m) for y, m in raw]
     rate = clustered_interval(groups)
     assert rate.n == sum(m for _, m in groups) and rate.groups == len(groups) and rate.design_effect >= 1
@@ -384,10 +376,9 @@ def test_clustered_interval_is_never_narrower_than_pooled_wilson(raw) -> None:
 def test_clustered_interval_docstring_and_t_quantiles() -> None:
     import doctest
 
-    import whileai.reports
-    from whileai.reports import t_quantile
+    import whileai.stats
 
-    failures, _ = doctest.testmod(whileai.reports)
+    failures, _ = doctest.testmod(whileai.stats)
     assert failures == 0
     # scipy.stats.t.ppf(q, df), written out so that the check runs where scipy is not installed (CI)
     exact = {

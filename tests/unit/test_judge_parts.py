@@ -22,7 +22,6 @@ from whileai.judge.answers import RankingReply, check_ranking, parse_json_reply,
 from whileai.judge.client import MalformedResponse, first_choice, names_structured_output
 from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, kendall_tau, mean_kendall_tau
 from whileai.judge.prompts import escape_block, rollout_labels
-from whileai.judge.stats import percentile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -297,7 +296,7 @@ def test_stats_report_percentiles_and_agreement() -> None:
     assert d["latency_p50_s"] == pytest.approx(0.25) and d["latency_p95_s"] == pytest.approx(0.385)
     assert d["agreement_tau"] == 0.5
     assert "timeout 1" in str(stats) and "tau 0.500" in str(stats)
-    assert percentile([], 50) is None
+    assert JudgeStats().as_dict()["latency_p50_s"] is None  # no latency before the first answer
 
 
 @pytest.mark.parametrize("module", ["answers", "cache", "client", "config", "orders", "prompts", "stats"])

@@ -1,0 +1,57 @@
+"""``whileai.plots`` is the one module that imports matplotlib, only when it draws, and a missing matplotlib is a
+``MissingExtra`` naming ``pip install 'whileai[plot]'`` (exit code 3 from ``whileai report --plot``)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from whileai.errors import MissingExtra
+
+CORE = Path(__file__).resolve().parents[2] / "core"
+
+
+def imports_matplotlib(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        if any(name == "matplotlib" or name.startswith("matplotlib.") for name in names):
+            return True
+    return False
+
+
+def test_only_the_plots_module_imports_matplotlib() -> None:
+    found = sorted(str(p.relative_to(CORE)) for p in CORE.rglob("*.py") if imports_matplotlib(p))
+    assert found == ["plots.py"]
+
+
+def test_reading_runs_and_their_statistics_loads_no_matplotlib() -> None:
+    code = (
+        "import sys, json, whileai.reports, whileai.experiments, whileai.stats, whileai.plots, whileai.cli.report; "
+        "print(json.dumps([m for m in ('matplotlib', 'numpy', 'pandas') if m in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_a_missing_matplotlib_names_the_plot_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from whileai.cli.main import app
+    from whileai.plots import pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it imports
+    with pytest.raises(MissingExtra, match=r"matplotlib is not installed for a test: pip install 'whileai\[plot\]'"):
+        pyplot("a test")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
+    result = CliRunner().invoke(app, ["report", str(run), "--plot", str(tmp_path / "figure.png")])
+    assert result.exit_code == 3
+    assert "pip install 'whileai[plot]'" in result.stderr and not (tmp_path / "figure.png").exists()
