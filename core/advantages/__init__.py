@@ -9,7 +9,8 @@ Importing this package imports torch (the ``train`` extra); ``import whileai`` d
 - ``turns``: ``turn_advantages``, GAE with one step per call (7.6);
 - ``critic``: ``make_critic``, ``critic_values``, ``fit_critic``, ``explained_variance`` (7.4);
 - ``mdp``: a tabular MDP with exact values and ``sample_steps`` in the ``[B, T]`` layout (7.2);
-- ``scan``: the policy-token compaction and the discounted reverse scan underneath ``returns`` and ``turns``.
+- ``scan``: the policy-token compaction and the discounted reverse scan underneath ``returns`` and ``turns``;
+- ``native``: the plain numba loops that serve GAE and the group baselines on the CPU when numba is installed.
 
 Conventions: a reward lives on the policy token that earned it; time advances only on policy tokens; recursions
 carry their state unchanged across mask-0 positions; outputs are 0 there and rewards and values there are never read

@@ -18,11 +18,11 @@ group gets advantage 0 and not NaN. Broadcasting an episode's advantage to its t
 ``adv[:, None] * mask``. No I/O.
 
 On the CPU, torch is slow at what groups of 8 need: a sum over a last axis of 8 and a broadcast back over it each take
-3 to 5 elementwise passes' time. With numba installed (the ``fast`` extra), float32 and float64 rewards on the CPU that
-need no gradient go through ``native.centered_native``, one compiled pass that centers (and scales) every group;
-everything else (CUDA, inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch path below.
-Both give the same numbers to float32 rounding, a group of equal rewards exactly 0, and a NaN reward NaN in its own
-group and nowhere else (tests compare them).
+several elementwise passes' time. With numba installed (the ``fast`` extra), float32 and float64 rewards on the CPU
+that need no gradient go through ``native.centered_native``, one plain compiled loop over the groups; everything else
+(CUDA, inputs that require grad, numba missing, ``WHILEAI_NO_NATIVE=1``) takes the torch path below. Both give the
+same numbers to float32 rounding, a group of equal rewards exactly 0, and a NaN reward NaN in its own group and
+nowhere else (tests compare them).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Literal
 import torch
 
 from whileai.advantages.native import centered_native
-from whileai.advantages.scan import zero_outside
 
 __all__ = [
     "STD_EPS",
@@ -69,18 +68,18 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return _work(rewards).view(-1, _group_size(rewards, group_size))  # [N/G, G]
 
 
-def _fused(
+def _compiled(
     rewards: torch.Tensor, group_size: int, factor: float = 1.0, std_eps: float | None = None
 ) -> torch.Tensor | None:
-    """The kernel's answer (``native.centered_native``) in the rewards' dtype, or None where the torch path runs."""
-    fused = centered_native(_work(rewards), group_size, factor=factor, std_eps=std_eps)
-    return fused if fused is None or fused.dtype == rewards.dtype else _out(fused, rewards)
+    """The numba loop's answer (``native.centered_native``) in the rewards' dtype, or None where the torch path runs."""
+    out = centered_native(_work(rewards), group_size, factor=factor, std_eps=std_eps)
+    return out if out is None or out.dtype == rewards.dtype else _out(out, rewards)
 
 
 def _center(grouped: torch.Tensor) -> torch.Tensor:
     """``R - mean_group`` as a new tensor: ``[N/G, G]`` -> ``[N/G, G]``.
 
-    Each group is shifted by its first reward before it is summed, as the kernel does: a group of equal rewards then
+    Each group is shifted by its first reward before it is summed, as the numba loop does: a group of equal rewards then
     centers to exactly 0 at any size (a float32 sum of 5 copies of 123.456 is not 5 times it), and the centered values
     keep their digits when the rewards share a large offset. An infinite first reward is no shift (``inf - inf``
     would turn the group's finite rewards to NaN).
@@ -121,18 +120,21 @@ def group_advantages(
     if group_size < 2 and scale == "group":
         raise ValueError("a group std needs group_size >= 2")
     if scale == "group":
-        fused = _fused(rewards, group_size, std_eps=STD_EPS)
-        if fused is not None:
-            return fused
+        compiled = _compiled(rewards, group_size, std_eps=STD_EPS)
+        if compiled is not None:
+            return compiled
     grouped = _groups(rewards, group_size)  # [N/G, G]
     if scale == "batch":
-        std = grouped.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
+        # Of the rewards shifted by the first one, as each group is centered (``_center``): a large common offset then
+        # costs the float32 std no digits.
+        shifted = grouped - torch.nan_to_num(grouped[:1, :1], nan=0.0, posinf=0.0, neginf=0.0)  # [N/G, G]
+        std = shifted.std() if grouped.numel() > 1 else grouped.new_zeros(())  # []
     if scale != "group":
-        # With a batch std on the CPU the kernel multiplies by its inverse (float(std) would wait for a GPU).
+        # With a batch std on the CPU the numba loop multiplies by its inverse (float(std) would wait for a GPU).
         factor = 1.0 / (float(std) + STD_EPS) if scale == "batch" and grouped.device.type == "cpu" else 1.0
-        fused = _fused(rewards, group_size, factor=factor)  # None off the CPU
-        if fused is not None:
-            return fused
+        compiled = _compiled(rewards, group_size, factor=factor)  # None off the CPU
+        if compiled is not None:
+            return compiled
     centered = _center(grouped)  # [N/G, G]
     if scale == "none":
         return _out(centered, rewards)
@@ -163,9 +165,9 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if group_size < 2:
         raise ValueError("RLOO needs group_size >= 2")
     factor = group_size / (group_size - 1)
-    fused = _fused(rewards, group_size, factor=factor)
-    if fused is not None:
-        return fused
+    compiled = _compiled(rewards, group_size, factor=factor)
+    if compiled is not None:
+        return compiled
     return _out(_center(_groups(rewards, group_size)).mul_(factor), rewards)
 
 
@@ -188,8 +190,8 @@ def group_center_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Te
         tensor([ 1.2244, -1.2244,  0.0000,  0.0000])
     """
     grouped = _groups(rewards, group_size)  # [N/G, G]
-    fused = centered_native(grouped.view(-1), group_size)
-    centered = _center(grouped) if fused is None else fused.view(grouped.shape)  # [N/G, G]
+    compiled = centered_native(grouped.view(-1), group_size)
+    centered = _center(grouped) if compiled is None else compiled.view(grouped.shape)  # [N/G, G]
     std = centered.std() if centered.numel() > 1 else centered.new_zeros(())  # []
     return _out(centered / (std + STD_EPS), rewards)
 
@@ -222,9 +224,9 @@ def whiten(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if mask.shape != x.shape:
             raise ValueError(f"mask shape {tuple(mask.shape)} differs from x {tuple(x.shape)}")
         keep = mask != 0
-        values = zero_outside(values, keep)  # selected, never multiplied by the mask: NaN * 0 is NaN
+        values = torch.where(keep, values, 0.0)  # selected, never multiplied by the mask: NaN * 0 is NaN
         count = keep.sum().to(work)
-        centered = zero_outside(values - values.sum() / count.clamp(min=1), keep)
+        centered = torch.where(keep, values - values.sum() / count.clamp(min=1), 0.0)
     var = centered.square().sum() / (count - 1).clamp(min=1)  # [], Bessel-corrected
     out = centered / (var.sqrt() + STD_EPS)
     return out.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())

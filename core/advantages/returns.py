@@ -12,32 +12,21 @@ The chapter's conventions hold everywhere:
 - the value after a row's last policy token is 0 (the episode is over).
 
 Inputs may be any float dtype on any device; the computation runs in float32 (float64 when an input is float64) and
-returns the rewards' dtype. Its matrix products keep that precision whatever the global float32 matmul setting (TF32
-on CUDA, bfloat16 on oneDNN): see ``scan.full_precision_matmul`` and ``scan.suffix_sums``. Rows are batched and the
-recursions are vectorized scans, so a 30,000-token row costs no Python step per token. On the CPU, with numba
-installed, GAE runs as one fused compiled pass (``native``); elsewhere (CUDA, no numba, ``WHILEAI_NO_NATIVE=1``) as
-13 vectorized passes over cached blocks of rows, with no packing (``_gae_unpacked``). GAE's CPU outputs reuse the
-memory of the previous call's when nothing holds those any more (``memory.reusable_output``).
+returns the rewards' dtype. Each estimator packs every row's policy tokens to the left (``scan.PolicyLayout``) and
+runs its recursion there as one vectorized scan (``scan.discounted_reverse_scan``), so a 30,000-token row costs no
+Python step per token; the scan's matrix products keep their dtype's precision whatever the global float32 matmul
+setting (TF32 on CUDA, bfloat16 on oneDNN). On the CPU, with numba installed, GAE runs as one compiled backward loop
+per row instead (``native.gae_native``, its recursion in float64), for inputs that need no gradient.
 
 Not here: group baselines (``groups``), turn-level credit (``turns``), critics (``critic``). No I/O.
 """
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
-from whileai.advantages.memory import reusable_output
 from whileai.advantages.native import gae_native
-from whileai.advantages.scan import (
-    PolicyLayout,
-    chained_reverse_scan,
-    discounted_reverse_scan,
-    float32_matmul_is_exact,
-    suffix_sums,
-    working_dtype,
-)
+from whileai.advantages.scan import PolicyLayout, discounted_reverse_scan, working_dtype
 
 __all__ = ["gae_advantages", "nstep_returns", "outcome_rewards", "returns_to_go", "td_errors"]
 
@@ -244,130 +233,11 @@ def gae_advantages(
     fused = gae_native(rewards, values, mask, gamma, lam, work)  # one pass on the CPU when numba is installed
     if fused is not None:
         return fused[0].to(dtype), fused[1].to(dtype)
-    differentiable = torch.is_grad_enabled() and (rewards.requires_grad or values.requires_grad)
-    if (gamma * lam) ** _CHUNK >= _TINY32 and mask.numel() > 0 and not differentiable:
-        advantages, targets = _gae_unpacked(rewards.to(work), values.to(work), mask, gamma, lam)
-        return advantages.to(dtype), targets.to(dtype)
     layout = PolicyLayout(mask)
     r = layout.pack(rewards, work)  # [B, W]
     v = layout.pack(values, work)  # [B, W]
     advantages, targets = gae_packed(r, v, gamma, lam)
     return layout.unpack(advantages, dtype), layout.unpack(targets, dtype)
-
-
-# Tokens per chunk of the unpacked GAE: one cache line of float32, and the fastest [N, C] @ [C, C] product measured on
-# 2 CPU cores (16 beats 8 by 2x and 32 by 1.5x).
-_CHUNK = 16
-# The unpacked GAE divides by products of up to 16 decays gamma * lam; below this bound (gamma * lam < 0.074) it uses
-# the packed path, as it does for inputs that require grad (its in-place ops would not be differentiable).
-_TINY32 = 2.0**-60
-# Elements per block of rows on CPU: the four work buffers of a block (2 MiB each in float32) and its slices of the
-# inputs and outputs stay in cache between the passes; larger blocks spill, smaller ones pay the fixed cost of each op
-# (and of each chain of chunk heads) more often.
-_CPU_BLOCK = 2**19
-
-
-# The last CPU work buffers of each thread, reused by the next call of the same shape: fresh pages cost more than the
-# passes over them on small machines (the kernel zeroes each page on first touch), and a freed 8 MiB block is
-# usually returned to the system. At most 4 * max(2**19, W) elements per thread; CUDA has its own caching allocator.
-_WORK = threading.local()
-
-# The integer type of each work dtype's width: the policy mask as 0 or 1, to select by an integer product.
-_AS_INT = {torch.float32: torch.int32, torch.float64: torch.int64}
-
-
-def _work_buffers(r: torch.Tensor, block: int, width: int) -> tuple[torch.Tensor, ...]:
-    """Three float work buffers ``[block, width]`` of ``r``'s dtype and one of its integer width (the mask, 0 or 1)."""
-    if r.device.type != "cpu":
-        return (*(r.new_empty((block, width)) for _ in range(3)), r.new_empty((block, width), dtype=_AS_INT[r.dtype]))
-    key = (r.dtype, block, width)
-    if getattr(_WORK, "key", None) != key:
-        floats = tuple(r.new_empty((block, width)) for _ in range(3))
-        _WORK.key, _WORK.buffers = key, (*floats, r.new_empty((block, width), dtype=_AS_INT[r.dtype]))
-    return _WORK.buffers
-
-
-def _gae_unpacked(
-    r: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE on the ``[B, T]`` layout itself, with no packing: tool positions are identity steps of one scan.
-
-    The recursion is ``y[t] = x[t] + a[t+1] * y[t+1]`` over every position, with ``a = gamma * lam`` at policy
-    positions and 1 elsewhere, and input ``x = m * (r - v) + gamma * (m * v)[t+1]``, where ``m * v`` stands for ``v``
-    at policy positions and 0 elsewhere, selected (the integer product of its bit pattern with the mask's 0 or 1,
-    ``torch.where``'s result bit for bit) so that a NaN or inf there never enters the sums. At a policy position
-    followed by a policy position, ``x`` is the TD error. At the last token of a call, the bootstrap value
-    ``gamma * V(c_nx)`` sits one position earlier than ``nx``, on the last tool position, whose step to ``nx`` costs
-    one decay and whose way back to the call costs none: it reaches the call's last token with weight ``gamma``, and
-    every earlier token of the episode with exactly the weight its TD error would carry. So ``y`` equals the
-    chapter's GAE at every policy position (outputs are 0 elsewhere) and no next-value has to be looked up.
-
-    Chunks of 16 positions are solved at once: with ``H`` the running product of ``a`` within the chunk,
-    ``y[k] = (sum_{j >= k} H[j] x[j] + carry) / H[k]``; ``H >= (gamma*lam)**16`` is bounded below (the caller
-    checks), so the division is exact to rounding. Each block of rows takes 13 passes over its elements, in cache:
-    the mask as integers, ``m * v`` (written where the value targets go), ``x`` in three, ``a``, ``H`` (one
-    cumulative product), ``H x``, the chunk sums (a matrix-vector product), the suffix sums within each chunk (one
-    ``[N, 16] @ [16, 16]`` product, ``suffix_sums``), ``/ H``, the selection into the advantages, and the targets.
-    Between the chunk sums and the product, ``chained_reverse_scan`` links the chunk heads (1/16 of the elements), and
-    each chunk's carry, the next head decayed across the chunk, is added to the chunk's last ``H x``: the product
-    then sums it into every position of the chunk, and no pass over the block adds it. float32 throughout except the
-    heads' last levels (float64).
-    """
-    rows, length = r.shape
-    g = gamma * lam
-    n_chunks = -(-length // _CHUNK)
-    width = n_chunks * _CHUNK
-    advantages = reusable_output((rows, length), r.dtype, r.device, "gae advantages")
-    targets = reusable_output((rows, length), r.dtype, r.device, "gae targets")
-    policy = mask if mask.dtype == torch.bool else mask != 0  # [B, T]
-    flags = policy.view(torch.int8)  # [B, T], 1 at policy positions
-    as_int = _AS_INT[r.dtype]  # r is float32 or float64 (working_dtype)
-    # a = gamma * lam at policy positions and 1 elsewhere, built on the mask as integers: one + keep * (g - one) is
-    # g's bit pattern where keep = 1 and one's where keep = 0 (exactly g, no rounding of 1 + (g - 1)).
-    pattern = torch.tensor([1.0, g], dtype=r.dtype).view(as_int).tolist()  # [one's bits, g's bits]
-    one = torch.tensor(pattern[0], dtype=as_int, device=r.device)
-    block = rows if r.device.type != "cpu" else max(1, min(rows, _CPU_BLOCK // width))
-    x, h, s, keep = _work_buffers(r, block, width)  # [block, W] each
-    if width > length:  # the padding columns stay policy-free: x = 0 and a = 1 there
-        x[:, length:] = 0
-        keep[:, length:] = 0
-    # The chunk sums as a matrix-vector product (3 times faster than a sum over 16 on CPU) where it is exact.
-    ones = torch.ones((_CHUNK, 1), dtype=r.dtype, device=r.device) if float32_matmul_is_exact(r.device) else None
-    for start in range(0, rows, block):
-        stop = min(rows, start + block)
-        n = stop - start
-        xb, hb, sb = x[:n], h[:n], s[:n]
-        kb = keep[:n, :length]  # [n, T], 1 at policy positions, 0 elsewhere
-        vm = targets[start:stop]  # m * v, until the targets are complete
-        kb.copy_(flags[start:stop])
-        # Select, never multiply by the mask in floating point (NaN * 0 is NaN): the integer product of a float's bit
-        # pattern with 1 or 0 is that float or +0.0, torch.where's result bit for bit.
-        torch.mul(v[start:stop].view(as_int), kb, out=vm.view(as_int))  # m * v
-        if width == length:  # one flat pass; the last column, which read the next row, is set right below
-            flat = vm.view(-1)
-            torch.sub(flat[:-1], flat[1:], alpha=gamma, out=xb.view(-1)[:-1])
-        else:
-            torch.sub(vm[:, :-1], vm[:, 1:], alpha=gamma, out=xb[:, : length - 1])
-        xb[:, length - 1] = vm[:, -1]
-        rm = torch.mul(r[start:stop].view(as_int), kb, out=hb[:, :length].view(as_int)).view(r.dtype)
-        xb[:, :length].sub_(rm)  # [n, W], -x
-        torch.add(one, keep[:n], alpha=pattern[1] - pattern[0], out=hb.view(as_int))  # [n, W], a
-        h3 = hb.view(n, n_chunks, _CHUNK).cumprod_(-1)  # [n, K, 16], H
-        xb.mul_(hb)  # [n, W], -H x
-        x3 = xb.view(n, n_chunks, _CHUNK)
-        chunks = xb.view(-1, _CHUNK)  # [n * K, 16]
-        sums = (chunks @ ones if ones is not None else x3.sum(-1)).view(n, n_chunks)  # [n, K]
-        through = h3[:, :, -1]  # [n, K], the decay across each chunk
-        # heads[:, c] = -a[c*16] * y[c*16]: the recursion over chunks is heads[c] = sums[c] + through[c] heads[c+1].
-        heads = chained_reverse_scan(sums, through, g**_CHUNK)  # [n, K]
-        last = x3[:, :-1, -1]  # [n, K-1], every chunk's last -H x but the row's last chunk's (no carry there)
-        torch.addcmul(last, through[:, :-1], heads[:, 1:], out=last)  # + the carry, in x's dtype
-        suffix_sums(chunks, out=sb.view(-1, _CHUNK), negate=True)  # [n * K, 16], sum_{j >= k} H[j] x[j] + carry
-        y = torch.div(sb[:, :length], hb[:, :length], out=sb[:, :length])  # [n, T]
-        adv = advantages[start:stop]
-        torch.mul(y.view(as_int), kb, out=adv.view(as_int))  # y at policy positions, +0.0 elsewhere
-        vm.add_(adv)
-    return advantages, targets
 
 
 def gae_packed(r: torch.Tensor, v: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:

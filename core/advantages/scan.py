@@ -11,27 +11,15 @@ the chunk heads, one per chunk, are linked by the same scan with ``g**C``, recur
 ``[0, 1]``, so nothing overflows at any length or any ``g`` in ``[0, 1]`` (a cumsum of ``x * g**-k`` would overflow
 after a few hundred tokens at ``g = 0.855``).
 
-``chained_reverse_scan`` solves the same recursion with a decay that varies per step, ``y[n] = x[n] + d[n] * y[n+1]``
-with every ``d`` in ``[lo, 1]``: it links the chunk heads of ``returns``' unpacked GAE, whose per-chunk decays depend on
-how many policy tokens each chunk holds. Within a group of ``G`` steps it rescales by the running product ``P`` of the
-decays (``y[k] = sum_j P[j] x[j] / P[k]``), which stays above ``lo**G``: ``G`` is the widest of 64, 32, 16, 8, 4 that
-keeps it above ``2**-100`` in float32 (a long first level of float32 input) or ``2**-600`` in float64; rows short
-enough are solved with one small triangular matrix. A chain of a few thousand heads costs its ops' fixed cost more than
-their arithmetic, so it makes few: two levels for a CPU block of 16 rows of 32,768 tokens at ``gamma * lambda = 0.94``.
-The unpacked GAE (``returns.gae_advantages``) uses it and packs nothing; the other estimators still pack with
-``PolicyLayout``.
-
 The matrix products run at the full precision of their dtype whatever the global float32 matmul setting
 (``full_precision_matmul``): with TF32 allowed (``torch.backends.cuda.matmul.allow_tf32``, TRL's ``tf32: true``,
 ``torch.set_float32_matmul_precision("high")``) cuBLAS rounds float32 inputs to 10 bits of mantissa, and a float32
 GAE over 30,000 tokens at ``gamma = lambda = 1`` would be off by about 1% of ``|A|``. Where that setting is on, the
-float32 products run in float64 instead, and the unpacked GAE's chunk sums (``suffix_sums``) as cumulative sums.
-Nothing global is switched (only read), so no other thread sees a change and torch's check against mixing its legacy
-and per-backend precision switches never fires.
+float32 products run in float64 instead. Nothing global is switched (only read), so no other thread sees a change and
+torch's check against mixing its legacy and per-backend precision switches never fires.
 
-Garbage never meets a product: ``PolicyLayout.pack`` selects the policy tokens and zeroes every other column, and
-``zero_outside`` (like the unpacked GAE's integer product of the bit patterns with the mask's 0 or 1) selects without
-a floating-point product, so a NaN or inf at a tool position never becomes ``NaN * 0`` (NaN) in a chunk's sum.
+Garbage never meets a product: ``PolicyLayout.pack`` selects the policy tokens and zeroes every other column, so a
+NaN or inf at a tool position never becomes ``NaN * 0`` (NaN) in a chunk's sum.
 
 This module does not know about rewards, values or groups; ``returns``, ``turns`` and ``groups`` do.
 """
@@ -42,19 +30,14 @@ import torch
 
 __all__ = [
     "PolicyLayout",
-    "chained_reverse_scan",
     "discounted_reverse_scan",
     "float32_matmul_is_exact",
     "full_precision_matmul",
-    "keep_bits",
-    "lower_ones",
-    "suffix_sums",
     "working_dtype",
-    "zero_outside",
 ]
 
-# Tokens per chunk of the scan. 32 keeps the chunk product cheap (2 * 32 flops per element) and the recursion
-# shallow (3 levels at 30,000 tokens). Measured on 2 CPU cores: 32 beats 64 and 128 by 2x and 4x.
+# Tokens per chunk of the scan: 32 keeps the chunk product cheap (2 * 32 flops per element) and the recursion
+# shallow (3 levels at 30,000 tokens); wider chunks measured slower on the CPU.
 _CHUNK = 32
 
 
@@ -68,62 +51,6 @@ def working_dtype(*tensors: torch.Tensor) -> torch.dtype:
         torch.float32
     """
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-# The integer type of each float type's width, for selecting on the bits.
-_SAME_WIDTH_INT = {
-    torch.float64: torch.int64,
-    torch.float32: torch.int32,
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-}
-
-
-def keep_bits(keep: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The selection mask of ``zero_outside`` for ``dtype``: -1 (every bit set) where ``keep`` is True, 0 elsewhere,
-    in the integer type of ``dtype``'s width. Computed once, it serves several selections of the same mask.
-
-    Args:
-        keep: bool tensor.
-        dtype: the floating dtype of the tensors to select from.
-        out: optional destination (an integer view of a work buffer, so no fresh memory is touched).
-
-    Example:
-        >>> keep_bits(torch.tensor([True, False]), torch.float32)
-        tensor([-1,  0], dtype=torch.int32)
-    """
-    as_int = _SAME_WIDTH_INT[dtype]
-    out = torch.empty(keep.shape, dtype=as_int, device=keep.device) if out is None else out
-    return out.copy_(keep).neg_()
-
-
-def zero_outside(x: torch.Tensor, keep: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` where ``keep`` is True and +0.0 elsewhere, whatever ``x`` holds there: ``torch.where(keep, x, 0)``.
-
-    Never ``x * keep``: a NaN or inf at a dropped entry would make NaN. The selection runs on the bits, ``x & -keep``
-    (``keep_bits``), which gives ``torch.where``'s result exactly and is vectorized: torch's CPU ``where`` is not, and
-    takes 3 to 20 times longer on a ``[16, 32768]`` block (torch 2.13, one core). A tensor that requires grad goes
-    through ``torch.where``, which is differentiable (the gradient of a dropped entry is 0).
-
-    Args:
-        x: floating tensor.
-        keep: bool tensor of ``x``'s shape, or its ``keep_bits`` for ``x``'s dtype.
-        out: optional destination of ``x``'s shape and dtype.
-
-    Returns:
-        The selection, in ``out`` when given.
-
-    Example:
-        >>> zero_outside(torch.tensor([1.0, float("nan"), -float("inf")]), torch.tensor([True, False, False]))
-        tensor([1., 0., 0.])
-    """
-    if x.requires_grad and torch.is_grad_enabled():
-        keep = keep if keep.dtype == torch.bool else keep != 0
-        return torch.where(keep, x, 0.0) if out is None else torch.where(keep, x, x.new_zeros(()), out=out)
-    bits = keep_bits(keep, x.dtype) if keep.dtype == torch.bool else keep
-    as_int = bits.dtype
-    selected = torch.bitwise_and(x.view(as_int), bits, out=None if out is None else out.view(as_int))
-    return selected.view(x.dtype) if out is None else out
 
 
 def float32_matmul_is_exact(device: torch.device) -> bool:
@@ -210,166 +137,12 @@ def discounted_reverse_scan(x: torch.Tensor, g: float) -> torch.Tensor:
     return local.view(rows, padded)[:, :length]
 
 
-# The smallest running product of decays ``chained_reverse_scan`` divides by (float64: 1/x stays far from overflow and
-# x * 2**-600 far from the subnormals for any |x| above 1e-120).
-_TINY64 = 2.0**-600
-_TINY32 = 2.0**-60  # the same for float32 (its subnormals start at 2**-126)
-# The same bound for a float32 group of chunk heads: a product down to 2**-100 keeps every term's absolute error below
-# 2**-149 / 2**-100 (1e-15) after the division, and lets one level of 64 heads cover gamma * lam >= 0.934 (one level
-# fewer than 2**-60 allows: fewer small ops, which dominate a chain of a few thousand heads).
-_GROUP_TINY32 = 2.0**-100
-
-# Largest [R, L, L] weight tensor ``chained_reverse_scan`` builds to solve short rows in one product: about the cost of
-# one more level of groups.
-_DENSE_MAX = 2**14
-
-# Steps per group of ``chained_reverse_scan``, widest first: a wider group means fewer levels, as long as the running
-# product stays above the dtype's bound.
-_GROUPS = (64, 32, 16, 8, 4)
-
-_LOWER: dict[tuple[int, torch.dtype, torch.device, bool], torch.Tensor] = {}
-
-
-def lower_ones(size: int, dtype: torch.dtype, device: torch.device, negate: bool = False) -> torch.Tensor:
-    """The ``size x size`` matrix ``M[j, k] = 1`` for ``j >= k`` (``-1`` with ``negate``), cached per dtype and device.
-
-    ``x @ M`` sums each row of ``x`` from column ``k`` to the end: the reverse cumulative sum, as one matrix product.
-    """
-    key = (size, dtype, device, negate)
-    if key not in _LOWER:
-        ones = torch.ones(size, size, dtype=dtype, device=device).tril_()
-        _LOWER[key] = ones.neg_() if negate else ones
-    return _LOWER[key]
-
-
-def suffix_sums(x: torch.Tensor, out: torch.Tensor, negate: bool = False) -> torch.Tensor:
-    """``out[:, k] = sum_{j >= k} x[:, j]`` (``-sum`` with ``negate``) along each row of a ``[N, C]`` block of chunks.
-
-    One product with ``lower_ones``, the fastest form on 2 CPU cores; where TF32 or bfloat16 could round a float32
-    product (``float32_matmul_is_exact``), a cumulative sum instead, ``sum_{j >= k} = total - sum_{j < k}``, at float32
-    precision and about 1.5 times the product's time (a float64 product takes 7 times).
-
-    Args:
-        x: ``[N, C]``, float32 or float64.
-        out: ``[N, C]`` destination of ``x``'s dtype, not overlapping ``x``.
-        negate: return the negated sums (saves a pass when the caller has ``-x``).
-
-    Returns:
-        ``out``.
-
-    Example:
-        >>> suffix_sums(torch.tensor([[1.0, 2.0, 3.0]]), torch.empty(1, 3))
-        tensor([[6., 5., 3.]])
-    """
-    if x.dtype != torch.float32 or float32_matmul_is_exact(x.device):
-        return torch.mm(x, lower_ones(x.shape[1], x.dtype, x.device, negate), out=out)
-    torch.cumsum(x, 1, out=out)  # sum_{j <= k}
-    total = out[:, -1:].clone()  # [N, 1]
-    out.sub_(x).sub_(total)  # sum_{j < k} - total = -sum_{j >= k}
-    return out if negate else out.neg_()
-
-
-_DENSE_MASKS: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _dense_masks(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float64 ``[L, L]`` masks of ``_chain_dense``, cached: 1 where ``i < n`` (else 0), and 1 where ``i >= n``."""
-    key = (length, device)
-    if key not in _DENSE_MASKS:
-        on_and_above = torch.ones(length, length, dtype=torch.float64, device=device).triu_()
-        _DENSE_MASKS[key] = (1.0 - on_and_above, on_and_above)
-    return _DENSE_MASKS[key]
-
-
-def _chain_dense(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """``chained_reverse_scan`` of a short row as one matrix, in float64: ``y = x + C x_next`` with
-    ``C[n, i] = d[n] ... d[i]`` for ``i >= n`` and 0 below the diagonal, ``x_next[i] = x[i+1]`` (0 past the end)."""
-    x, d = x.to(torch.float64), d.to(torch.float64)
-    below, on_and_above = _dense_masks(x.shape[1], x.device)
-    # factors[:, n, i] = d[i] for i >= n and 1 below: their running product along i is C on and above the diagonal.
-    products = torch.addcmul(below, d[:, None, :], on_and_above).cumprod_(-1).mul_(on_and_above)  # [R, L, L]
-    following = torch.nn.functional.pad(x[:, 1:], (0, 1))  # [R, L], x[i+1]
-    return torch.baddbmm(x[:, :, None], products, following[:, :, None])[:, :, 0]
-
-
-def _chain_doubling(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """``chained_reverse_scan`` by recursive doubling: ``log2 L`` steps, products only (any decays, even 0)."""
-    y, reach = x.to(torch.float64, copy=True), d.to(torch.float64, copy=True)
-    length, step = x.shape[1], 1
-    while step < length:
-        y[:, : length - step] += reach[:, : length - step] * y[:, step:]
-        reach[:, : length - step] = reach[:, : length - step] * reach[:, step:]
-        step *= 2
-    return y
-
-
-def _chain_group(lo: float, single: bool) -> tuple[int, torch.dtype] | None:
-    """The widest group of ``_GROUPS`` whose running product of decays (at least ``lo**group``) stays above float32's
-    bound (when ``single``) or float64's, with its dtype; None when even 4 steps fall below float64's."""
-    for dtype, tiny in ((torch.float32, _GROUP_TINY32), (torch.float64, _TINY64)):
-        if dtype == torch.float32 and not single:
-            continue
-        for group in _GROUPS:
-            if lo**group >= tiny:
-                return group, dtype
-    return None
-
-
-def chained_reverse_scan(x: torch.Tensor, d: torch.Tensor, lo: float) -> torch.Tensor:
-    """Solve ``y[:, n] = x[:, n] + d[:, n] * y[:, n+1]`` backward along the last axis, with ``y[:, L] = 0``.
-
-    Groups of ``G`` steps are solved at once by rescaling with the running product ``P`` of the decays
-    (``y[k] = sum_{j >= k} P[j] x[j] / P[k]``, ``P[k] = d[0] ... d[k-1]`` within the group, one ``[N, G] @ [G, G]``
-    product); the group heads are linked by the same scan, recursively, and a short row is solved with one small
-    triangular matrix. ``G`` is the widest of 64, 32, 16, 8, 4 that keeps ``P`` (at least ``lo**G``) above ``2**-100``
-    in float32 or ``2**-600`` in float64; below that, recursive doubling. It links chunk heads (a few thousand per
-    row), where the fixed cost of each op dominates: it makes few of them.
-
-    Args:
-        x: ``[R, L]`` floating tensor (any strides).
-        d: ``[R, L]`` decays, every one in ``[lo, 1]`` (any strides: a column of a chunk buffer is read once).
-        lo: a lower bound of the decays (it sets the group sizes that keep the rescaling exact).
-
-    Returns:
-        ``[R, L]``, float64, except after a long first level of float32 input (more than 256 steps) while float32
-        products are exact (``float32_matmul_is_exact``): float32 then.
-
-    Example:
-        >>> chained_reverse_scan(torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.5, 0.25, 1.0]]), 0.25)
-        tensor([[1.6250, 1.2500, 1.0000]], dtype=torch.float64)
-    """
-    rows, length = x.shape
-    if length <= 16 or rows * length * length <= _DENSE_MAX:
-        return _chain_dense(x, d)
-    single = x.dtype == torch.float32 and d.dtype == torch.float32 and length > 256
-    choice = _chain_group(lo, single and float32_matmul_is_exact(x.device))
-    if choice is None:
-        return _chain_doubling(x, d)
-    group, dtype = choice
-    n_groups = -(-length // group)
-    pad = n_groups * group - length
-    if x.dtype != dtype or d.dtype != dtype:
-        x, d = x.to(dtype), d.to(dtype)
-    if pad:
-        x = torch.nn.functional.pad(x, (0, pad))
-        d = torch.nn.functional.pad(d, (0, pad), value=1.0)
-    prods = torch.cumprod(d.reshape(rows, n_groups, group), -1)  # [R, n, G], d[0] * ... * d[k] within the group
-    before = torch.nn.functional.pad(prods[:, :, :-1], (1, 0), value=1.0)  # [R, n, G], d[0] * ... * d[k-1]
-    sums = torch.empty_like(before)  # [R, n, G]
-    suffix_sums((x.reshape(rows, n_groups, group) * before).view(-1, group), out=sums.view(-1, group))
-    through = prods[:, :, -1]  # [R, n], the decay across a whole group
-    heads = chained_reverse_scan(sums[:, :, 0], through, lo**group)  # [R, n], y at each group's first step
-    carry = torch.mul(through[:, :-1], heads[:, 1:], out=through[:, :-1])  # [R, n-1], each group's incoming carry
-    sums[:, :-1] += carry[:, :, None]  # the next group's head, carried into every step of this one
-    return sums.div_(before).view(rows, n_groups * group)[:, :length]
-
-
 class PolicyLayout:
     """Where each row's policy tokens are, so they can be gathered to the left and scattered back.
 
-    Row ``b``'s ``k``-th policy token (in order) lands in column ``k`` of the packed ``[B, L]`` block, ``L`` the
-    largest policy count of the batch (rounded up so the scan's chunks need no extra copy). Columns past a row's
-    count hold 0, which every recursion in this package reads as "the episode is over" (value 0, reward 0).
+    Row ``b``'s ``k``-th policy token (in order) lands in column ``k`` of the packed ``[B, L + 1]`` block, ``L`` the
+    largest policy count of the batch (the last column is scratch). Columns past a row's count hold 0, which every
+    recursion in this package reads as "the episode is over" (value 0, reward 0).
 
     Args:
         mask: ``[B, T]`` policy mask, bool or numeric (nonzero means a policy token).
@@ -392,22 +165,20 @@ class PolicyLayout:
         if mask.dim() != 2:
             raise ValueError(f"the mask must be [B, T], got shape {tuple(mask.shape)}")
         self.mask = mask if mask.dtype == torch.bool else mask != 0  # [B, T]
-        # Through a uint8 view: torch's cumsum of a bool tensor takes a slow conversion path on CPU.
-        seen = self.mask.view(torch.uint8).cumsum(1, dtype=torch.int64)  # [B, T], policy tokens up to and including t
+        seen = self.mask.cumsum(1, dtype=torch.int64)  # [B, T], policy tokens up to and including t
         self.counts = seen[:, -1].clone() if seen.shape[1] else seen.new_zeros(seen.shape[0])  # [B]
         most = int(self.counts.max()) if self.counts.numel() else 0
         self.length = most
         seen -= 1
         self.slot = seen.masked_fill_(~self.mask, most)  # [B, T]
-        # One scratch column for the non-policy positions, rounded up to a multiple of the scan's chunk.
-        self._width = -(-(most + 1) // _CHUNK) * _CHUNK
+        self._width = most + 1  # one scratch column for the non-policy positions
 
     def pack(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Gather the policy tokens of ``x`` (``[B, T]``) to the left: ``[B, W]``, zeros past each row's count.
 
-        ``W >= L + 1`` (the scan's chunk multiple); column ``L`` and beyond are 0. Values of ``x`` at non-policy
-        positions land only in column ``L``, which is zeroed before anything reads it, so garbage there (NaN and inf
-        included) never reaches a recursion or a chunk's matrix product.
+        ``W = L + 1``. Values of ``x`` at non-policy positions land only in column ``L``, which is zeroed before
+        anything reads it, so garbage there (NaN and inf included) never reaches a recursion or a chunk's matrix
+        product.
         """
         dtype = x.dtype if dtype is None else dtype
         packed = x.new_zeros((x.shape[0], self._width), dtype=dtype)  # [B, W]

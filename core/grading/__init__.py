@@ -8,12 +8,39 @@
 - ``scripted``: the rule grader; ``reference``: a function named in a recipe; ``build``: a recipe's grading.
 
 Above ``whileai.methods`` (pure math) and below the command line. The HTTP judge is ``whileai.judge``, TRL's
-calling convention ``whileai.integrations.trl``.
+calling convention ``whileai.integrations.trl``. The names below are resolved on first use, so that importing one
+module of the package (``whileai.rows`` reads rewards through ``whileai.grading.rewards``) does not import the rest.
 """
 
-from whileai.grading.gate import SpreadReport, SpreadThresholds, spread_report
-from whileai.grading.group import GradedGroup
-from whileai.grading.groupwise import GroupwiseGrading
-from whileai.grading.stats import GradingStats
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "GradedGroup": "whileai.grading.group",
+    "GradingStats": "whileai.grading.stats",
+    "GroupwiseGrading": "whileai.grading.groupwise",
+    "SpreadReport": "whileai.grading.gate",
+    "SpreadThresholds": "whileai.grading.gate",
+    "spread_report": "whileai.grading.gate",
+}
 
 __all__ = ["GradedGroup", "GradingStats", "GroupwiseGrading", "SpreadReport", "SpreadThresholds", "spread_report"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from whileai.grading.gate import SpreadReport, SpreadThresholds, spread_report
+    from whileai.grading.group import GradedGroup
+    from whileai.grading.groupwise import GroupwiseGrading
+    from whileai.grading.stats import GradingStats
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'whileai.grading' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(_LAZY)

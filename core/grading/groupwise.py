@@ -547,12 +547,3 @@ class GroupwiseGrading:
         from whileai.integrations.trl import groupwise_reward_function  # the door to TRL's room
 
         return groupwise_reward_function(self, verifier, num_generations, gather=gather, on_graded=on_graded)
-
-
-def __getattr__(name: str) -> Any:
-    # TRL's calling convention moved to ``whileai.integrations.trl``; these names keep working from here.
-    if name in ("BatchGather", "group_labels", "trl_phase"):
-        from whileai.integrations import trl
-
-        return getattr(trl, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,11 +3,9 @@ property tests against per-group references written with the statistics module."
 
 from __future__ import annotations
 
-import functools
 import itertools
 import statistics
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -156,7 +154,7 @@ def test_dtypes_and_errors():
         expected_group_push(1.5, 8, True)
 
 
-# --- the CPU kernel (native.centered_native) and the torch path -----------------------------------------------------
+# --- the numba loop (native.centered_native) and the torch path ---------------------------------------------------
 
 ESTIMATORS = {
     "group": lambda x, g: group_advantages(x, g),
@@ -197,7 +195,7 @@ rewards_kinds = st.sampled_from(["binary", "partial credit", "continuous", "offs
 @settings(max_examples=80, deadline=None)
 @given(
     st.sampled_from([2, 3, 4, 5, 7, 8, 9, 16, 24]),
-    st.integers(1, 150),  # groups: more than one block of the kernel (64 groups) and a partial last block
+    st.integers(1, 150),  # groups
     rewards_kinds,
     st.sampled_from([torch.float32, torch.float64]),
     st.integers(0, 2**31 - 1),
@@ -226,7 +224,7 @@ def test_kernel_and_torch_path_equal_the_float64_reference(group, groups, kind, 
 def test_equal_rewards_give_exactly_zero(group, dtype):
     """A zero-variance group carries no gradient: exactly 0 on both paths, at any group size (a float32 sum of five
     copies of 123.456 is not five times it: the sum is shifted by the group's first reward)."""
-    flat = (0, 5, 9)  # in the vector kernel's first block of 8 groups, and in its padded last block
+    flat = (0, 5, 9)  # the first group, one in the middle and the last
     for value in (0.1, 0.7, 1 / 3, 123.456, -5e6):
         grouped = torch.arange(float(group)).repeat(10, 1)  # [10, G]
         grouped[list(flat)] = value
@@ -245,13 +243,13 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
     scale everything. The kernel gives exactly what the torch path gives."""
     nan, inf = float("nan"), float("inf")
     gen = torch.Generator().manual_seed(group)
-    # 83 groups: more than one block of either kernel (8 groups, 64 groups) and a partial last block
+    # 83 groups, poisoned ones among them: the first, the last but one and some in between
     rewards = (torch.rand(group * 83, generator=gen) < 0.5).float()
     rewards[1] = nan  # group 0
     rewards[group] = inf  # group 1, first member
     rewards[3 * group + 1] = inf  # group 3, not the first member
     rewards[5 * group], rewards[5 * group + 1] = inf, -inf  # group 5
-    rewards[81 * group] = -inf  # group 81, in the partial last block, first member
+    rewards[81 * group] = -inf  # group 81, first member
     poisoned = {0, 1, 3, 5, 81}
     for name, estimator in ESTIMATORS.items():
         fused, plain = estimator(rewards, group), torch_path(estimator, rewards, group)
@@ -263,52 +261,7 @@ def test_nan_and_inf_rewards_stay_in_their_group_on_both_paths(group):
             assert {int(g) for g in torch.nonzero(~finite_groups)} == poisoned, name
 
 
-@functools.cache
-def _transposing_loop(group: int):
-    """The transposing loop kernel for ``group``, compiled once per size (the library serves these sizes with the
-    vector kernel)."""
-    import numba
-
-    from whileai.advantages.native import _group_rows
-
-    return numba.njit(error_model="numpy")(_group_rows(group))
-
-
-@pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
-@settings(max_examples=40, deadline=None)
-@given(
-    st.sampled_from([8, 16, 24]),
-    st.integers(1, 40),  # groups: whole blocks of 8, a partial last block, or only that
-    st.booleans(),
-    st.sampled_from([np.float32, np.float64]),
-    st.integers(0, 2**31 - 1),
-)
-def test_the_vector_kernel_equals_the_transposing_loop(group, groups, std, dtype, seed):
-    """Groups of a multiple of 8 run in the vector kernel; it gives what the scalar kernel gives, to rounding (its
-    group sum is a tree), with the same NaN positions."""
-    from whileai.advantages.native import _group_kernel
-
-    rng = np.random.default_rng(seed)
-    values, odds = [0.0, 0.25, 1.0, 3.5, -2.0, np.nan, np.inf], [0.4, 0.1, 0.3, 0.1, 0.06, 0.02, 0.02]
-    rewards = rng.choice(values, size=group * groups, p=odds).astype(dtype)
-    vector, loop = _group_kernel(group), _transposing_loop(group)
-    assert "_vector_rows" in vector.py_func.__qualname__
-    outs = []
-    for kernel in (vector, loop):
-        out = np.full_like(rewards, 7.0)
-        kernel(rewards, out, std, dtype(8 / 7), dtype(STD_EPS))
-        outs.append(out)
-    np.testing.assert_allclose(outs[0], outs[1], rtol=2e-6 if dtype == np.float32 else 1e-13, atol=1e-6)
-
-
-@pytest.mark.skipif(not native_available(), reason="numba is not installed (the fast extra)")
-def test_which_kernel_serves_which_group_size():
-    """Multiples of 8 up to 128 in the vector kernel, every other size in the transposing loop; both agree with the
-    torch path on a group past the vector kernel's cap."""
-    from whileai.advantages.native import _group_kernel
-
-    for size, kernel in ((8, "_vector_rows"), (128, "_vector_rows"), (12, "_group_rows"), (136, "_group_rows")):
-        assert kernel in _group_kernel(size).py_func.__qualname__, size
+def test_a_large_group_gives_what_the_torch_path_gives():
     rewards = torch.rand(136 * 3, generator=torch.Generator().manual_seed(0))
     for name, estimator in ESTIMATORS.items():
         torch.testing.assert_close(estimator(rewards, 136), torch_path(estimator, rewards, 136), msg=name)
@@ -329,7 +282,7 @@ def test_other_reward_dtypes_compute_in_float32_on_both_paths(dtype):
 
 
 def test_a_strided_view_of_rewards_gives_what_its_copy_gives():
-    """The kernel reads a non-contiguous ``[N]`` (a column of a bigger tensor) through a contiguous copy."""
+    """The numba loop reads a non-contiguous ``[N]`` (a column of a bigger tensor) through a contiguous copy."""
     table = torch.rand(64, 3)
     column = table[:, 1]  # stride 3
     assert not column.is_contiguous()

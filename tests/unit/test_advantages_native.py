@@ -1,4 +1,4 @@
-"""The fused CPU kernel for masked GAE gives the torch scan's numbers, and steps aside where it must."""
+"""The numba loops of whileai.advantages.native give the torch paths' numbers, and step aside where they must."""
 
 from __future__ import annotations
 
@@ -60,9 +60,8 @@ def _recursion(r: list[float], v: list[float], m: list[bool], gamma: float, lam:
     st.integers(0, 2**31 - 1),
 )
 def test_the_kernel_keeps_nan_and_inf_on_policy_tokens_where_the_recursion_puts_them(length, discounts, seed) -> None:
-    """The kernel takes two positions a step (the earlier one from ``e + c * A_next``); on policy tokens a NaN or an
-    infinite reward or value must still land where the token-by-token recursion puts NaN, +inf or -inf, and every
-    finite advantage must agree to rounding, odd and even lengths alike."""
+    """On policy tokens a NaN or an infinite reward or value lands where the token-by-token recursion puts NaN, +inf
+    or -inf, and every finite advantage agrees to rounding, odd and even lengths alike."""
     gamma, lam = discounts
     generator = torch.Generator().manual_seed(seed)
     mask = torch.rand(1, length, generator=generator) < 0.7
@@ -115,70 +114,43 @@ def test_disabled_by_the_environment(monkeypatch) -> None:
 
 
 @needs_native
-def test_a_second_process_loads_the_group_kernels_from_numbas_cache(tmp_path) -> None:
-    """Each group kernel is compiled once per machine, not once per process: a kernel whose index key changed from
-    one process to the next (a closure numba cannot hash the same way twice) would cost every run seconds."""
+def test_a_second_process_loads_the_loops_from_numbas_cache(tmp_path) -> None:
+    """The loops are compiled once per machine, not once per process: a loop whose cache key changed from one process
+    to the next would cost every run its compile time."""
     import subprocess
     import sys
 
     probe = (
         "import torch\n"
-        "from whileai.advantages import group_advantages\n"
-        "from whileai.advantages.native import _group_kernel\n"
-        "for size in (8, 5):\n"
-        "    group_advantages(torch.rand(size * 3), size)\n"
-        "    print(size, sum(_group_kernel(size).stats.cache_hits.values()))\n"
+        "from whileai.advantages import gae_advantages, group_advantages\n"
+        "from whileai.advantages.native import _kernels\n"
+        "group_advantages(torch.rand(8 * 3), 8)\n"
+        "gae_advantages(torch.rand(2, 5), torch.rand(2, 5), torch.ones(2, 5, dtype=torch.bool))\n"
+        "print(*(sum(kernel.stats.cache_hits.values()) for kernel in _kernels()))\n"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True) for _ in range(2)]
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
-    assert runs[0].stdout.split() == ["8", "0", "5", "0"]  # compiled, then written to the cache
-    assert runs[1].stdout.split() == ["8", "1", "5", "1"]  # read back
+    assert runs[0].stdout.split() == ["0", "0"]  # compiled, then written to the cache
+    assert runs[1].stdout.split() == ["1", "1"]  # read back
 
 
 @needs_native
-def test_a_vector_kernel_that_cannot_be_built_leaves_the_torch_path(monkeypatch) -> None:
-    """An llvmlite or numba without what the vector kernel needs costs speed, never a result."""
+def test_a_loop_that_cannot_compile_leaves_the_torch_path(monkeypatch) -> None:
+    """A numba that cannot compile the loops on this platform costs speed, never a result."""
     from whileai.advantages import group_advantages, native
 
-    def unavailable() -> None:
-        raise ImportError("no numba.extending.intrinsic here")
+    def cannot_compile(*args) -> None:
+        raise RuntimeError("no code generation for this platform")
 
-    monkeypatch.setattr(native, "_GROUP_KERNELS", {})
-    monkeypatch.setattr(native, "_BLOCK", None)
-    monkeypatch.setattr(native, "_vector_block", unavailable)
+    monkeypatch.setattr(native, "_KERNELS", (cannot_compile, cannot_compile))
     rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0] * 3)
-    assert native._group_kernel(8) is None
     assert native.centered_native(rewards, 8) is None
+    assert not native.native_available()
     torch.testing.assert_close(group_advantages(rewards, 8)[:2], torch.tensor([2.4742, -0.3535]), atol=1e-4, rtol=0)
-
-
-@needs_native
-def test_the_vector_kernels_run_unoptimized(tmp_path) -> None:
-    """Built with ``NUMBA_OPT=0`` (numba's debugging setting), every form of the vector kernel (groups of 8 and 16,
-    float32 and float64: transposed back, and broadcast from a stack buffer) gives the transposing loop's numbers. The
-    buffer's vector stores once assumed a vector's alignment; the optimizer removed the buffer, an unoptimized build
-    crashed on it. In a subprocess: a crash must fail the test, not end the run."""
-    import subprocess
-    import sys
-
-    probe = (
-        "import numba, numpy as np\n"
-        "from whileai.advantages import native\n"
-        "rng = np.random.default_rng(0)\n"
-        "for size in (8, 16):\n"
-        "    vector = numba.njit(error_model='numpy')(native._vector_rows(size))\n"
-        "    loop = numba.njit(error_model='numpy')(native._group_rows(size))\n"
-        "    for dtype in (np.float32, np.float64):\n"
-        "        x = rng.normal(size=size * 8 * 3 + size * 3).astype(dtype)\n"
-        "        for std in (True, False):\n"
-        "            a, b = np.empty_like(x), np.empty_like(x)\n"
-        "            vector(x, a, std, dtype(1.25), dtype(1e-4))\n"
-        "            loop(x, b, std, dtype(1.25), dtype(1e-4))\n"
-        "            print(size, dtype.__name__, std, bool(np.allclose(a, b, rtol=1e-5, atol=1e-5)))\n"
-    )
-    env = {**os.environ, "NUMBA_OPT": "0", "NUMBA_CACHE_DIR": str(tmp_path)}
-    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = run.stdout.split("\n")[:-1]
-    assert len(lines) == 8 and all(line.endswith("True") for line in lines), run.stdout
+    monkeypatch.setattr(native, "_KERNELS", (cannot_compile, cannot_compile))
+    mask = torch.tensor([[1, 1, 0, 0, 0, 1, 1, 0, 0, 1]], dtype=torch.bool)
+    rewards = torch.tensor([[0, -0.1, 0, 0, 0, 0, -0.1, 0, 0, 0.9]])
+    values = torch.tensor([[0.5, 0.4, 9, 9, 9, 0.6, 0.7, 9, 9, 0.8]])
+    assert native.gae_native(rewards, values, mask, 1.0, 0.0, torch.float32) is None
+    assert gae_advantages(rewards, values, mask, 1.0, 0.0)[0][0, 1].item() == pytest.approx(0.1)

@@ -1,6 +1,6 @@
-"""The unpacked GAE path of whileai.advantages.returns (the torch path: CUDA's, and the CPU's without numba) and the
-chained scan under it (whileai.advantages.scan): against plain loops, the chapter's recursion token by token in float64,
-the packed path and the numba kernel, across chunk, group, block and padding boundaries."""
+"""The torch path of ``gae_advantages`` (CUDA's, the CPU's without numba, and that of inputs that require grad: policy
+tokens packed by ``scan.PolicyLayout``, one ``scan.discounted_reverse_scan``) and the numba loop: against the chapter's
+recursion token by token in float64, and against each other, across the scan's chunk boundaries."""
 
 from __future__ import annotations
 
@@ -11,20 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import whileai.advantages.returns as returns_module
 from whileai.advantages import gae_advantages
 from whileai.advantages.native import native_available
-from whileai.advantages.returns import _gae_unpacked, gae_packed
-from whileai.advantages.scan import PolicyLayout, chained_reverse_scan
-
-
-def loop_chain(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    y = torch.zeros_like(x, dtype=torch.float64)
-    acc = torch.zeros(x.shape[0], dtype=torch.float64)
-    for t in reversed(range(x.shape[1])):
-        acc = x[:, t].double() + d[:, t].double() * acc
-        y[:, t] = acc
-    return y
+from whileai.advantages.returns import gae_packed
+from whileai.advantages.scan import PolicyLayout
 
 
 def packed_gae(r, v, m, gamma, lam):
@@ -33,63 +23,9 @@ def packed_gae(r, v, m, gamma, lam):
     return layout.unpack(adv), layout.unpack(tgt)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 2000), st.sampled_from([1.0, 0.9, 0.3, 1e-3, 0.0]), st.integers(1, 3))
-def test_chained_scan_matches_loop(length, lo, rows):
-    gen = torch.Generator().manual_seed(length)
-    x = torch.randn(rows, length, dtype=torch.float64, generator=gen)
-    d = lo + (1 - lo) * torch.rand(rows, length, dtype=torch.float64, generator=gen)
-    y = chained_reverse_scan(x, d, lo)
-    assert y.dtype == torch.float64
-    assert torch.allclose(y, loop_chain(x, d), atol=1e-10, rtol=1e-10)
-
-
-@pytest.mark.parametrize("lo", [1.0, 0.95, 0.6, 0.4])
-def test_chained_scan_float32_first_level(lo):
-    """A long float32 row: a first level of float32 groups (64 steps at lo >= 0.35, fewer below), then float64."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 3000, generator=gen)
-    d = lo + (1 - lo) * torch.rand(3, 3000, generator=gen)
-    y = chained_reverse_scan(x, d, lo)
-    assert y.dtype == torch.float32
-    reference = loop_chain(x, d)
-    assert torch.allclose(y.double(), reference, atol=1e-5 * reference.abs().max().item())
-
-
-def test_chained_scan_reads_strided_columns():
-    """The heads of a chunk buffer are its strided first and last columns: read as they are, no copy needed."""
-    gen = torch.Generator().manual_seed(1)
-    chunks = torch.randn(2, 700, 16, dtype=torch.float64, generator=gen)
-    decays = 0.5 + 0.5 * torch.rand(2, 700, 16, dtype=torch.float64, generator=gen)
-    x, d = chunks[:, :, 0], decays[:, :, -1]
-    assert not x.is_contiguous()
-    assert torch.allclose(chained_reverse_scan(x, d, 0.5), loop_chain(x, d), atol=1e-10)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.integers(1, 5),
-    st.integers(1, 300),
-    st.floats(0.3, 1.0),
-    st.floats(0.3, 1.0),
-    st.floats(0.0, 1.0),
-    st.integers(0, 2**31 - 1),
-)
-def test_unpacked_equals_packed(rows, length, gamma, lam, density, seed):
-    gen = torch.Generator().manual_seed(seed)
-    r = torch.randn(rows, length, dtype=torch.float64, generator=gen)
-    v = torch.randn(rows, length, dtype=torch.float64, generator=gen)
-    m = torch.rand(rows, length, generator=gen) < density
-    adv, tgt = _gae_unpacked(r, v, m, gamma, lam)
-    ref_adv, ref_tgt = packed_gae(r, v, m, gamma, lam)
-    assert torch.allclose(adv, ref_adv, atol=1e-10)
-    assert torch.allclose(tgt, ref_tgt, atol=1e-10)
-
-
 @pytest.mark.parametrize("length", [16, 1000, 4099])
-def test_unpacked_row_blocks_and_padding(monkeypatch, length):
-    """Rows processed in several blocks (a short last one), T a multiple of 16 or not, spans and random masks."""
-    monkeypatch.setattr(returns_module, "_CPU_BLOCK", 3 * length)
+def test_default_path_equals_packed_on_spans_and_random_masks(length):
+    """Several rows, T a multiple of 16 or not, spans and random masks, at several discounts."""
     gen = torch.Generator().manual_seed(length)
     rows = 8
     r = torch.randn(rows, length, dtype=torch.float64, generator=gen)
@@ -103,8 +39,8 @@ def test_unpacked_row_blocks_and_padding(monkeypatch, length):
             assert torch.allclose(tgt, ref_tgt, atol=1e-10)
 
 
-def test_small_discounts_and_gradients_take_the_packed_path():
-    """gamma * lam below 0.074 (the rescaling bound) and inputs that require grad: same numbers, packed path."""
+def test_small_discounts_and_gradients():
+    """gamma * lam near 0 and inputs that require grad: the packed path's numbers, and a gradient."""
     gen = torch.Generator().manual_seed(3)
     r, v = (
         torch.randn(2, 50, generator=gen, dtype=torch.float64),
@@ -121,7 +57,7 @@ def test_small_discounts_and_gradients_take_the_packed_path():
     assert torch.allclose(adv.detach(), gae_advantages(r, v, m, 0.99, 0.95)[0], atol=1e-12)
 
 
-def test_unpacked_float32_long_spans_match_float64():
+def test_float32_long_spans_match_float64():
     gen = torch.Generator().manual_seed(4)
     r, v = torch.randn(4, 32768, generator=gen), torch.randn(4, 32768, generator=gen)
     m = ((torch.arange(32768) % 80) < 50).expand(4, 32768)
@@ -200,7 +136,7 @@ TORCH_PATH_CASES = {
     "T = 5": (run_mask(3, 5, seed=5, longest=2), 0.99, 0.95),
     "T = 16": (run_mask(3, 16, seed=6, longest=4), 0.99, 0.95),
     "T = 17": (run_mask(3, 17, seed=7, longest=4), 0.99, 0.95),
-    "gamma * lambda near the unpacked bound": (run_mask(2, 3000, seed=8), 0.3, 0.3),
+    "gamma * lambda = 0.09": (run_mask(2, 3000, seed=8), 0.3, 0.3),
 }
 
 
@@ -254,29 +190,10 @@ def test_torch_path_equals_the_numba_kernel(case, dtype):
     st.integers(0, 2**31 - 1),
 )
 def test_torch_path_property(rows, length, longest, gamma, lam, seed):
-    """Any shape, run structure and discounts (below gamma * lambda = 0.074 the packed path serves), in float64."""
+    """Any shape, run structure and discounts, in float64."""
     mask = run_mask(rows, length, seed, longest)
     r, v, clean_r, clean_v = garbage_case(mask, torch.float64, seed)
     advantages, targets = torch_path_gae(r, v, mask, gamma, lam)
     ref_advantages, ref_targets = reference_gae(clean_r, clean_v, mask, gamma, lam)
     assert_matches(advantages, ref_advantages, torch.float64)
     assert_matches(targets, ref_targets, torch.float64)
-
-
-def test_torch_path_outputs_are_not_overwritten_while_held():
-    """The outputs' memory is reused by the next call only once nothing holds it (memory.reusable_output)."""
-    mask = spans(4, 1000)
-    r1, v1, _, _ = garbage_case(mask, torch.float32, seed=1)
-    r2, v2, _, _ = garbage_case(mask, torch.float32, seed=2)
-    first = torch_path_gae(r1, v1, mask, 0.99, 0.95)
-    kept = [x.clone() for x in first]
-    second = torch_path_gae(r2, v2, mask, 0.99, 0.95)
-    assert all(torch.equal(x, y) for x, y in zip(first, kept, strict=True))
-    view = second[0][1:3, :10]
-    expected = view.clone()
-    address = first[0].data_ptr()
-    del first, second
-    third = torch_path_gae(r1, v1, mask, 0.99, 0.95)
-    assert torch.equal(view, expected)  # the view held the second call's memory: the third did not take it
-    assert third[0].data_ptr() == address  # the first call's memory, free again, was
-    assert torch.equal(third[0], kept[0])

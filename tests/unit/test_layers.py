@@ -87,15 +87,40 @@ def test_grading_reaches_trl_only_through_its_door() -> None:
                 assert not top_level and module == "whileai.grading.groupwise", f"{module} imports {name}"
 
 
-def test_the_names_that_moved_keep_working_from_their_old_homes() -> None:
-    from whileai.grading import groupwise
-    from whileai.integrations import trl
-    from whileai.training import run
-
-    for name in ("BatchGather", "group_labels", "trl_phase"):
-        assert getattr(groupwise, name) is getattr(trl, name)
-    assert run.binary_reward is trl.binary_reward
+def test_the_page_s_defaults_path_re_exports_the_ground_floor() -> None:
     from whileai import defaults
     from whileai.simulations import defaults as page_defaults
 
     assert all(getattr(page_defaults, name) == getattr(defaults, name) for name in page_defaults.__all__)
+
+
+def test_the_statistics_stand_on_nothing_of_whileai() -> None:
+    assert imports(MODULES["whileai.stats"]) == []
+
+
+def third_party(path: Path) -> set[str]:
+    """The top-level packages a file imports, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "rooms"),
+    [
+        ("matplotlib", ("whileai.plots",)),
+        # trl_fields reads GRPOConfig's fields when asked to regenerate its table (a test compares the two)
+        ("trl", ("whileai.integrations.trl", "whileai.training", "whileai.config.trl_fields")),
+        ("transformers", ("whileai.integrations.trl", "whileai.training")),
+        ("datasets", ("whileai.integrations.trl", "whileai.training")),
+        ("aiohttp", ("whileai.http_client",)),
+    ],
+)
+def test_each_heavy_library_has_its_rooms(package: str, rooms: tuple[str, ...]) -> None:
+    for module, path in MODULES.items():
+        if package in third_party(path):
+            assert any(_within(module, room) for room in rooms), f"{module} imports {package}"
