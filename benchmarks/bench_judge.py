@@ -43,6 +43,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / "tests" / "judge_server.py"
+# A busy process that spins while the benchmark lives: killed with it, or orphaned by a SIGKILL of the benchmark.
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
@@ -122,7 +124,7 @@ def run_batch(
 
 def start_spinner() -> subprocess.Popen[bytes]:
     """A process that keeps one core busy (pinned to the last core where the OS allows it)."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
     if hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(spinner.pid, {max(os.sched_getaffinity(0))})

@@ -23,7 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
-SPIN = "while True:\n    pass\n"
+# A busy process that spins while the benchmark lives: killed with it, or orphaned by a SIGKILL of the benchmark.
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
 
 
 def train(steps: int | None, threads: int | None, folder: Path) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import threading
@@ -298,6 +299,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
     args = parser.parse_args()
     server = JudgeServer(delay=args.delay, port=args.port)
+    parent = os.getppid()
+
+    def exit_with_the_parent() -> None:  # a benchmark killed with SIGKILL must not leave this server serving
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_the_parent, daemon=True).start()
     print(server.url, flush=True)
     server._server.serve_forever()
 

@@ -86,7 +86,7 @@ def test_a_batch_of_groups_is_judged_concurrently(make_judge, judge_server, judg
     shaped = gar.shape(rewards, ["p"] * len(rewards), completions, group_size=3)
     elapsed = time.perf_counter() - start
     assert judge_server.calls == groups
-    assert elapsed < 0.3 * groups / 3  # serial would take 4.8 s
+    assert elapsed < 3.0  # 10x one call (0.3 s) on a loaded machine; serial would take 4.8 s
     assert all(shaped[3 * g] > shaped[3 * g + 1] for g in range(groups))
 
 

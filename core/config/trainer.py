@@ -1,0 +1,139 @@
+"""The recipe's ``trainer`` section: TRL ``GRPOConfig`` fields under TRL's own names, checked without importing TRL.
+
+Any ``GRPOConfig`` field is allowed, with the kind of value TRL's own annotation gives it (``trl_fields``); a name
+``GRPOConfig`` does not have is an error with the closest match. The batch arithmetic TRL checks only once torch is
+imported (whole groups per generation batch, per evaluation batch) is checked here at parse time, and a trainer
+``output_dir`` is refused: the run folder is the recipe's. This module validates; ``whileai.training.plan`` turns the
+section into ``GRPOConfig`` arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from whileai.config.trl_fields import GRPO_CONFIG_KINDS
+
+__all__ = ["TrainerSection"]
+
+
+_KINDS: dict[str, Any] = {
+    "bool": bool,
+    "int": int,
+    "float": float,
+    "str": str,
+    "list[float]": list[float],
+    "list[str]": list[str],
+}
+_KIND_WORDS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "str": "text",
+    "list[float]": "a list of numbers",
+    "list[str]": "a list of text",
+}
+
+
+def _of_kind(name: str, kind: str, value: Any) -> Any:
+    """``value`` checked (and converted: '1e-5' is a float) as the kind TRL's ``GRPOConfig`` field takes."""
+    base = kind.rstrip("?")
+    if value is None:
+        if kind.endswith("?") or base == "any":
+            return None
+        raise ValueError(f"{name}: {_KIND_WORDS.get(base, 'a value')} is needed, not null")
+    if base == "any":
+        return value
+    try:
+        return TypeAdapter(_KINDS[base]).validate_python(value)
+    except ValidationError:
+        nullable = " or null" if kind.endswith("?") else ""
+        raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
+
+
+class TrainerSection(BaseModel):
+    """TRL ``GRPOConfig`` fields, under TRL's own names, handed over as ``GRPOConfig(**trainer)``.
+
+    Any GRPOConfig field is allowed; a name GRPOConfig does not have is an error with the closest match.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    num_generations: int = Field(8, ge=2, description="Completions per prompt: the group size G.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "none",
+        description="TRL's division of advantages by a std. A grader arm needs 'none' so TRL trains on equation 3; "
+        "a binary arm may use any.",
+    )
+    per_device_train_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
+    learning_rate: float = Field(1e-6, gt=0, description="Adam learning rate.")
+    seed: int = Field(42, description="Seed of the run.")
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_alias(cls, value: Any) -> Any:
+        # TRL accepts booleans too: True is "group", False is "none".
+        if value is True:
+            return "group"
+        if value is False:
+            return "none"
+        return value
+
+    @model_validator(mode="after")
+    def _known_fields(self) -> TrainerSection:
+        extra = self.model_extra or {}
+        if "output_dir" in extra:
+            raise ValueError(
+                "output_dir belongs at the recipe's top level: here it would split the run in two (checkpoints "
+                "and completions in one folder, grading.jsonl and whileai_run.json in another)"
+            )
+        for name, value in list(extra.items()):
+            if name not in GRPO_CONFIG_KINDS:
+                close = difflib.get_close_matches(name, sorted(GRPO_CONFIG_KINDS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{name!r} is not a field of TRL's GRPOConfig{hint}")
+            extra[name] = _of_kind(name, GRPO_CONFIG_KINDS[name], value)
+        return self
+
+    @model_validator(mode="after")
+    def _whole_groups_per_batch(self) -> TrainerSection:
+        # TRL's GRPOConfig checks these only once torch is imported; the arithmetic needs none of it. Processes: the
+        # launcher's WORLD_SIZE (1 for `whileai validate` on its own).
+        extra = self.model_extra or {}
+        processes = int(os.environ.get("WORLD_SIZE") or 1)
+        per_device = self.per_device_train_batch_size
+        steps, size = extra.get("steps_per_generation"), extra.get("generation_batch_size")
+        if steps is not None and size is not None:
+            raise ValueError("give steps_per_generation or generation_batch_size, not both")
+        if size is None:
+            steps = steps or extra.get("gradient_accumulation_steps") or 1
+            size = per_device * processes * steps
+            how = f"per_device_train_batch_size {per_device} x {processes} process(es) x steps_per_generation {steps}"
+        else:
+            how = "generation_batch_size"
+            if size % (per_device * processes):
+                raise ValueError(
+                    f"generation_batch_size {size} must be divisible by the global batch size {per_device * processes}"
+                )
+        if size % self.num_generations:
+            raise ValueError(
+                f"the generation batch, {how} = {size}, must be divisible by num_generations {self.num_generations}: "
+                "each prompt's completions are graded as one group in one batch"
+            )
+        evaluation = extra.get("eval_strategy")
+        if evaluation not in (None, "no"):
+            group = extra.get("num_generations_eval") or self.num_generations
+            batch = (extra.get("per_device_eval_batch_size") or 8) * processes
+            if batch % group:
+                raise ValueError(
+                    f"the evaluation batch, per_device_eval_batch_size x {processes} process(es) = {batch}, must be "
+                    f"divisible by num_generations_eval {group}"
+                )
+        return self
+
+    def grpo_kwargs(self) -> dict[str, Any]:
+        """The section as keyword arguments for ``GRPOConfig``."""
+        return self.model_dump()
