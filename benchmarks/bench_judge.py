@@ -44,11 +44,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / "tests" / "judge_server.py"
 # A busy process that spins while the benchmark lives: killed with it, or orphaned by a SIGKILL of the benchmark.
-SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
+# (The parent's pid comes as an argument: read in the child, it could already be init's.)
+SPIN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    pass\n"
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, str(SERVER), "--delay", str(delay)], stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, str(SERVER), "--delay", str(delay), "--parent", str(os.getpid())]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     url = process.stdout.readline().strip()
     if not url.startswith("http://"):
@@ -124,7 +126,7 @@ def run_batch(
 
 def start_spinner() -> subprocess.Popen[bytes]:
     """A process that keeps one core busy (pinned to the last core where the OS allows it)."""
-    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())])
     if hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(spinner.pid, {max(os.sched_getaffinity(0))})

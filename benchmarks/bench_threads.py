@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
 # A busy process that spins while the benchmark lives: killed with it, or orphaned by a SIGKILL of the benchmark.
-SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
+# (The parent's pid comes as an argument: read in the child, it could already be init's.)
+SPIN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    pass\n"
 
 
 def train(steps: int | None, threads: int | None, folder: Path) -> tuple[float, float]:
@@ -50,7 +52,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for busy in (False, True):
-            spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
+            spinner = subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())]) if busy else None
             try:
                 for threads in (1, 2):
                     seconds, whole = train(options.steps, threads, Path(tmp) / f"run-{busy}-{threads}")

@@ -207,6 +207,8 @@ def main() -> int:
     for task, spec in tasks.items():
         runs = [folders[(task, arm, seed)] for seed in seeds for arm in spec["arms"]]
         experiment = seed_experiment(runs, window=spec["window"], metrics=spec["metrics"])
+        for arm in experiment["arms"].values():
+            arm["runs"] = {seed: _in_repo(folder) for seed, folder in arm["runs"].items()}
         results["tasks"][task] = experiment
         figure = options.results / f"{prefix}_{task}.png"
         subprocess.run(
@@ -224,6 +226,13 @@ def main() -> int:
     return 0
 
 
+def _in_repo(path: str | Path) -> str:
+    """A path as the committed results name it: relative to the repository root when it lies inside it (the results
+    must not carry the absolute paths of the machine that ran them), absolute otherwise."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else str(path)
+
+
 def _machine() -> dict[str, Any]:
     import platform
 
@@ -234,7 +243,7 @@ def _machine() -> dict[str, Any]:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     return {
-        "whileai": str(Path(whileai.__file__).parent),
+        "whileai": _in_repo(Path(whileai.__file__).parent),
         "commit": commit.strip(),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -297,9 +297,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--delay", type=float, default=0.0, help="seconds each auto answer waits")
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
+    parser.add_argument("--parent", type=int, default=None, help="exit when this process is gone (default: ours)")
     args = parser.parse_args()
     server = JudgeServer(delay=args.delay, port=args.port)
-    parent = os.getppid()
+    parent = args.parent if args.parent is not None else os.getppid()
 
     def exit_with_the_parent() -> None:  # a benchmark killed with SIGKILL must not leave this server serving
         while os.getppid() == parent:
