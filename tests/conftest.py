@@ -1,7 +1,9 @@
-"""Shared fixtures: where the reference page lives."""
+"""Shared fixtures: where the reference page lives; ``child_processes`` registered for every test module."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SPEC = REPO.parent / "shared" / "spec"
 VENDORED_SPEC = REPO / "tests" / "spec"
+
+
+def _register(name: str) -> None:
+    # pytest runs with --import-mode=importlib: a helper beside the tests is loaded by path under its own name.
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+_register("child_processes")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import child_processes
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(SCRIPT is None, reason="the whileai script is no
 
 
 def run(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SCRIPT, *map(str, args)], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    return child_processes.run([SCRIPT, *map(str, args)], timeout=120, env=env, cwd=REPO)
 
 
 def test_exit_0_with_the_page_verdict() -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_reward_benchmark_prints_its_table_and_verdicts() -> None:
-    done = subprocess.run(
+    done = child_processes.run(
         [sys.executable, str(REPO / "benchmarks" / "bench_reward.py"), "--quick"],
         capture_output=True,
         text=True,

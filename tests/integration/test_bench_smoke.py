@@ -4,17 +4,17 @@ shared)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def bench(script: str, *args: str) -> str:
-    done = subprocess.run(
+    done = child_processes.run(
         [sys.executable, f"benchmarks/{script}", *args], cwd=REPO, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -57,7 +57,7 @@ def test_bench_advantages_fails_loudly_on_a_missing_peer() -> None:
         pytest.skip("verl is installed here")
     except ImportError:
         pass
-    done = subprocess.run(
+    done = child_processes.run(
         [sys.executable, "benchmarks/bench_advantages.py", "--quick", "--threads", "1"],
         cwd=REPO,
         capture_output=True,

@@ -18,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 from types import ModuleType
 
+import child_processes
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     where = tmp_path_factory.mktemp("dry")
     command = [sys.executable, str(GPU / "device_check.py"), "--dry-run", "--out", str(where / "out")]
     command += ["--work", str(where / "work"), "--wheels", str(where / "no_wheels")]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    result = child_processes.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     return result, where / "out"
 
 
@@ -105,7 +106,7 @@ def test_dry_run_checked_the_shapes_it_promises(dry_run, device_check: ModuleTyp
 
 
 def test_arguments_need_an_output_folder() -> None:
-    result = subprocess.run(
+    result = child_processes.run(
         [sys.executable, str(GPU / "device_check.py"), "--dry-run"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 2 and "--out" in result.stderr

@@ -12,8 +12,10 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
+import child_processes
 import pytest
 
 pytest.importorskip("torch")
@@ -47,12 +49,17 @@ def test_two_processes_grade_whole_groups_once(tmp_path: Path) -> None:
     )
     port = str(_free_port())
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    workers = [
-        subprocess.Popen([sys.executable, str(WORKER), str(rank), port, str(tmp_path)], env=env, stderr=subprocess.PIPE)
-        for rank in (0, 1)
-    ]
-    for worker in workers:
-        _, err = worker.communicate(timeout=180)
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                child_processes.spawn(
+                    [sys.executable, str(WORKER), str(rank), port, str(tmp_path)], env=env, stderr=subprocess.PIPE
+                )
+            )
+            for rank in (0, 1)
+        ]
+        errors = [worker.communicate(timeout=180)[1] for worker in workers]
+    for worker, err in zip(workers, errors, strict=True):
         assert worker.returncode == 0, err.decode()[-2000:]
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
@@ -70,23 +77,19 @@ def test_the_others_wait_for_rank_0_s_gate_beyond_the_process_group_timeout(tmp_
     processes rank 0's verdict; a plain barrier (the control) is ended by the timeout."""
     port = str(_free_port())
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    workers = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), port, str(tmp_path), how],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        for rank in (0, 1)
-    ]
-    try:
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                child_processes.spawn(
+                    [sys.executable, str(WORKER), str(rank), port, str(tmp_path), how],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+            for rank in (0, 1)
+        ]
         outputs = [worker.communicate(timeout=180) for worker in workers]
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
     if how == "barrier":
         assert workers[1].returncode != 0 and not (tmp_path / "rank1.json").exists()
         return

@@ -4,10 +4,10 @@ arm, 3 steps), including its rerun of one seed, which must reproduce the recorde
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 
 pytest.importorskip("trl")
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_quick_experiment_runs_reproduces_and_writes_its_table(tmp_path: Path) -> None:
     runs, results = tmp_path / "runs", tmp_path / "results"
-    done = subprocess.run(
+    done = child_processes.run(
         [sys.executable, "benchmarks/figure8.py", "--quick", "--runs", str(runs), "--results", str(results)],
         cwd=REPO,
         capture_output=True,
@@ -39,7 +39,7 @@ def test_the_quick_experiment_runs_reproduces_and_writes_its_table(tmp_path: Pat
     assert "### echo: 3 steps, 2 seeds per arm, final window 2 steps" in table
     assert "every logged per-step number identical" in table
     # a second run reuses every finished run (same arguments) and only reruns the one seed it checks
-    again = subprocess.run(
+    again = child_processes.run(
         [sys.executable, "benchmarks/figure8.py", "--quick", "--runs", str(runs), "--results", str(results)],
         cwd=REPO,
         capture_output=True,

@@ -6,8 +6,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import ExitStack
 from pathlib import Path
 
+import child_processes
 import pytest
 
 from whileai import GroupwiseGrading
@@ -60,13 +62,15 @@ _WRITER = textwrap.dedent(
 @pytest.mark.slow
 def test_two_processes_writing_at_once_do_not_corrupt_the_cache(tmp_path) -> None:
     path = tmp_path / "cache" / "judge_cache.sqlite"
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), name, "150"], stderr=subprocess.PIPE, text=True)
-        for name in ("first", "second")
-    ]
-    for writer in writers:
-        _, err = writer.communicate(timeout=60)
-        assert writer.returncode == 0, err
+    with ExitStack() as stack:
+        writers = [
+            stack.enter_context(
+                child_processes.spawn([sys.executable, "-c", _WRITER, str(path), name, "150"], stderr=subprocess.PIPE)
+            )
+            for name in ("first", "second")
+        ]
+        errors = [writer.communicate(timeout=60)[1] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0, 0], errors
     from whileai.judge import JudgeCache
 
     cache = JudgeCache(path)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 
 pytest.importorskip("accelerate")
@@ -85,7 +86,7 @@ def _launch(words: list[str], timeout: float) -> subprocess.CompletedProcess[str
     assert executable is not None, "the accelerate command is not installed"
     # a test run under a launcher must not hand its own rank to the processes it starts
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    return subprocess.run(
+    return child_processes.run(
         [executable, *words[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import subprocess
 import sys
 
+import child_processes
 import pytest
 
 MODULES = ["scan", "returns", "groups", "turns", "critic", "mdp"]
@@ -23,4 +23,4 @@ def test_docstring_examples(name):
 
 def test_import_whileai_does_not_import_torch():
     code = "import sys, whileai; assert 'torch' not in sys.modules; assert 'whileai.advantages' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    child_processes.run([sys.executable, "-c", code], check=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 
+import child_processes
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,7 +118,6 @@ def test_disabled_by_the_environment(monkeypatch) -> None:
 def test_a_second_process_loads_the_loops_from_numbas_cache(tmp_path) -> None:
     """The loops are compiled once per machine, not once per process: a loop whose cache key changed from one process
     to the next would cost every run its compile time."""
-    import subprocess
     import sys
 
     probe = (
@@ -129,7 +129,9 @@ def test_a_second_process_loads_the_loops_from_numbas_cache(tmp_path) -> None:
         "print(*(sum(kernel.stats.cache_hits.values()) for kernel in _kernels()))\n"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True) for _ in range(2)]
+    runs = [
+        child_processes.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True) for _ in range(2)
+    ]
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     assert runs[0].stdout.split() == ["0", "0"]  # compiled, then written to the cache
     assert runs[1].stdout.split() == ["1", "1"]  # read back

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import email.utils
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import child_processes
 import pytest
 import yaml
 from hypothesis import given
@@ -69,7 +69,7 @@ def test_the_shipped_judge_recipe_holds_a_valid_judge_section() -> None:
 
 def test_importing_the_judge_does_not_import_its_http_client() -> None:
     code = "import sys, whileai, whileai.judge; print('aiohttp' in sys.modules or 'openai' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    out = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
 
 

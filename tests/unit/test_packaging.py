@@ -8,6 +8,7 @@ import sys
 import venv
 from pathlib import Path
 
+import child_processes
 import pytest
 
 try:
@@ -39,7 +40,7 @@ def test_every_python_folder_is_a_listed_package() -> None:
 
 
 def _run(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return child_processes.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_import_whileai_is_light() -> None:
@@ -78,7 +79,7 @@ def test_ruff_bans_importing_the_source_folders(tmp_path: Path) -> None:
     probe = REPO / "tests" / "unit" / "_ruff_probe_tmp.py"
     probe.write_text("import core\nfrom cli import main\n")
     try:
-        done = subprocess.run(
+        done = child_processes.run(
             [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--no-cache", str(probe)],
             cwd=REPO,
             capture_output=True,
@@ -114,7 +115,7 @@ def test_base_install_is_light() -> None:
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    built = subprocess.run(
+    built = child_processes.run(
         [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-w", str(dist)],
         capture_output=True,
         text=True,
@@ -125,7 +126,7 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run(
+    installed = child_processes.run(
         [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
     )
     assert installed.returncode == 0, installed.stderr
@@ -133,12 +134,12 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
         "import whileai as wai, json; "
         "print(json.dumps([wai.__file__, wai.redistribute([1, 1, 0, 0], factors={0: 1.0, 1: 0.5})]))"
     )
-    done = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = child_processes.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     path, out = json.loads(done.stdout)
     assert path.startswith(str(env_dir)) and out == [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
     script = env_dir / "bin" / "whileai"
-    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    version = child_processes.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
     assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0"
-    helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    helped = child_processes.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "Exit codes" in helped.stdout

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 from typer.testing import CliRunner
 
@@ -37,7 +37,7 @@ def test_reading_runs_and_their_statistics_loads_no_matplotlib() -> None:
         "import sys, json, whileai.reports, whileai.experiments, whileai.stats, whileai.plots, whileai.cli.report; "
         "print(json.dumps([m for m in ('matplotlib', 'numpy', 'pandas') if m in sys.modules]))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections import defaultdict
 
+import child_processes
 import pytest
 
 import whileai
@@ -230,5 +230,5 @@ def test_importing_the_simulations_stays_light():
         "import sys, whileai.simulations.environment, whileai.simulations.simulate, whileai.simulations.passrate;"
         "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
     )
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    output = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
