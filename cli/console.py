@@ -1,8 +1,9 @@
 """Output and errors for the command line: results on stdout, messages and progress on stderr, exit codes.
 
 ``guarded`` wraps a command: a ``WhileaiError`` (bad input, missing extra, grader unavailable, no spread) becomes
-one line on stderr and its exit code, without a traceback unless ``whileai --debug`` is given. Text the program did
-not write (paths, pydantic messages, ``whileai[train]``) is printed with Rich markup off, so square brackets survive.
+one line on stderr and its exit code, Ctrl-C one line and 130; ``whileai --debug`` adds the traceback and keeps the
+exit code. Text the program did not write (paths, pydantic messages, ``whileai[train]``) is printed with Rich markup
+off, so square brackets survive.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
 
-__all__ = ["err", "guarded", "hack_note", "out", "print_json", "set_debug"]
+__all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug"]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -54,36 +55,49 @@ def say(message: str) -> None:
 
 
 def guarded(command: F) -> F:
-    """Map whileai's errors to exit codes with one line on stderr."""
+    """Map whileai's errors to exit codes with one line on stderr; Ctrl-C is 130 with one line too.
+
+    ``whileai --debug`` prints the traceback first and changes nothing else: the exit code is the same.
+    """
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
         except WhileaiError as error:
-            if is_debug():
-                raise
+            _traceback_when_debugging()
             label = "missing install" if isinstance(error, MissingExtra) else "error"
             err.print(f"whileai: {label}: {error}", markup=False)
             raise typer.Exit(error.exit_code) from None
         except ImportError as error:
-            if is_debug():
-                raise
+            _traceback_when_debugging()
             name = getattr(error, "name", None) or str(error)
             err.print(f"whileai: missing install: {name} (pip install 'whileai[train]')", markup=False)
             raise typer.Exit(MissingExtra.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            _traceback_when_debugging()
+            err.print("whileai: interrupted (Ctrl-C)", markup=False)
+            raise typer.Exit(INTERRUPTED) from None
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as error:
             # Anything else reached here through input whileai did not foresee: one line, exit 2 (bad input), and
             # never 1, which a CI job reads as "no spread".
-            if is_debug():
-                raise
+            _traceback_when_debugging()
             text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            err.print(
-                f"whileai: error: {type(error).__name__}: {text} (rerun with whileai --debug for the traceback)",
-                markup=False,
-            )
+            hint = "" if is_debug() else " (rerun with whileai --debug for the traceback)"
+            err.print(f"whileai: error: {type(error).__name__}: {text}{hint}", markup=False)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# The exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+
+def _traceback_when_debugging() -> None:
+    if is_debug():
+        import traceback
+
+        err.print(traceback.format_exc(), markup=False, end="")

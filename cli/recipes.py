@@ -66,7 +66,7 @@ def validate(
 
     Example: whileai validate recipes/refund_scripted.yaml grading.cap=2 --print
 
-    Exit codes: 0 valid; 2 bad recipe (the message names the YAML path and what is allowed).
+    Exit codes: 0 valid; 2 bad recipe (the message names the YAML path and what is allowed); 130 interrupted.
     """
     from whileai.config import load_recipe
 
@@ -74,9 +74,8 @@ def validate(
     _check_files(loaded)
     if print_recipe:
         out.print(loaded.dump(), markup=False, end="")
-    sections = [
-        name for name in ("grader", "verifier", "model", "data", "simulate") if getattr(loaded.recipe, name) is not None
-    ]
+    # Every section the recipe (with its includes and overrides) sets; the others keep their defaults.
+    sections = [name for name in type(loaded.recipe).model_fields if name in loaded.resolved and name != "include"]
     say(f"whileai: {recipe} is valid (sections: {', '.join(sections) or 'defaults only'})")
 
 

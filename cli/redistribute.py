@@ -116,6 +116,9 @@ def redistribute(
 
     A batch line is {"rewards": [...], "factors": {...}} or {"rewards": [...], "ranking": [...]}, with optional
     "hacks"; the output line adds "advantages", "lambda" and "fell_back" (with "reason").
+
+    Exit codes: 0 ok; 2 bad input (a ranking, factor or hack that is not a pass of the group, named); 130
+    interrupted (Ctrl-C).
     """
     knobs = {"cap": cap, "min_factor": min_factor, "hack_zero": hack_zero, "hack_reward": hack_reward}
     if input_file is not None:
@@ -136,6 +139,10 @@ def redistribute(
     if hacks:
         answer["hacks"] = _indices(hacks, "hacks")
     group = _grade(answer, values, knobs)
+    if group.failure == "unusable answer":  # the calculator's input, not a grader's: say what is wrong, and where
+        reason = (group.reason or "").removeprefix("unusable answer: ")
+        option = "--hacks" if reason.startswith("hack") else "--ranking" if ranking is not None else "--factors"
+        raise BadInput(f"{option}: {reason}")
     # A is taken after confirmed hacks got a failure's reward, so a failure's A and A' agree as equation 3 says.
     effective = group.effective_rewards
     original = [r - sum(effective) / len(effective) for r in effective]

@@ -60,7 +60,8 @@ def report(
 
     Example: whileai report runs/tiny_cpu_binary runs/tiny_cpu_gar --window 10 --steps
 
-    Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing.
+    Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing;
+    130 interrupted (Ctrl-C).
     """
     from whileai.reports import (
         INTERVAL_METHOD,

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from whileai.cli.console import err, guarded, say
 from whileai.errors import BadInput
@@ -78,13 +77,14 @@ def simulate(
 
     Served model: whileai simulate --agent model --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B -o r.jsonl
 
-    Exit codes: 0 ok; 2 bad input; 4 the model's endpoint is unavailable.
+    Exit codes: 0 ok; 2 bad input; 4 the model's endpoint is unavailable; 130 interrupted (Ctrl-C).
     """
     from pydantic import ValidationError
 
     from whileai.config import load_recipe
     from whileai.config.load import default_recipe, is_override
     from whileai.config.schema import SimulateSection
+    from whileai.progress import phase_bar
     from whileai.simulations.agents import seeded_agent
     from whileai.simulations.passrate import score
     from whileai.simulations.scenarios import load_scenarios
@@ -142,15 +142,7 @@ def simulate(
     elif customer_base_url or customer_model or customer_api_key_env:
         raise BadInput("--customer-base-url, --customer-model and --customer-api-key-env need --simulator")
     remote = section.agent == "model" or simulator
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(bar_width=None),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
+    with phase_bar("simulating", "scenarios", err) as bar:
         task = bar.add_task("simulate", total=len(chosen))
         try:
             rows = run(

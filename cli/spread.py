@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,8 +16,10 @@ if TYPE_CHECKING:
 
 DEFAULT_RULE = "grader/tool_calls.yaml"
 
-# The progress bar moves once per this many rows: a call per group costs more than the rule grading it.
+# The progress bar moves once per this many rows (a call per group costs more than a rule grading it), or once a
+# tenth of a second has passed (a judge grades a batch of groups in seconds).
 PROGRESS_STEP = 4096
+PROGRESS_SECONDS = 0.1
 
 
 @guarded
@@ -59,14 +62,13 @@ def spread(
 
     Exit codes: 0 spread; 1 no spread or too few scores; 2 bad input; 3 missing install; 4 grader unavailable (down,
     or failing on at least spread.broken_fraction of the groups, 90%: --json lists the failures by kind, --debug
-    prints the first traceback).
+    prints the first traceback); 130 interrupted (Ctrl-C).
     """
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from whileai.config import load_recipe
     from whileai.config.load import default_recipe, is_override
     from whileai.grading.build import build_grading, grader_from_spec
     from whileai.grading.gate import check_spread_file
+    from whileai.progress import phase_bar
     from whileai.rows import RowFields
 
     overrides = [a for a in arguments or [] if is_override(a)]
@@ -74,6 +76,11 @@ def spread(
     if len(paths) > 1:
         raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
     rows = Path(paths[0]) if paths else None
+    run_recipe = _run_recipe(rows) if recipe is None and grader is None else None
+    if run_recipe is not None:
+        say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
+            "chooses another)")  # fmt: skip
+        recipe = run_recipe
     if recipe is not None:
         loaded = load_recipe(recipe, overrides)
         if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
@@ -110,24 +117,17 @@ def spread(
     def on_graded(group) -> None:
         tables.append(_group_table(group))
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("grading"),
-        BarColumn(bar_width=None),
-        TextColumn("{task.completed:,.0f} rows"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
+    with phase_bar("grading", "rows", err) as bar:
         task = bar.add_task("grading", total=None)
         unshown = [0]  # rows graded since the bar last moved
+        moved = [time.monotonic()]
 
         def progress(rows: int) -> None:
             unshown[0] += rows
-            if unshown[0] >= PROGRESS_STEP:
+            if unshown[0] >= PROGRESS_STEP or time.monotonic() - moved[0] > PROGRESS_SECONDS:
                 bar.advance(task, unshown[0])
                 unshown[0] = 0
+                moved[0] = time.monotonic()
 
         def on_restart() -> None:
             tables.clear()
@@ -145,6 +145,7 @@ def spread(
             controls=settings.controls,
             seed=settings.seed,
         )
+        bar.advance(task, unshown[0])
 
     if run.rows.left_out:
         shown = ", ".join(run.rows.left_out[:4])
@@ -173,6 +174,24 @@ def spread(
         raise typer.Exit(GraderUnavailable.exit_code)
     if not run.report.ok:
         raise typer.Exit(1)
+
+
+def _run_recipe(rows: Path | None) -> Path | None:
+    """The ``recipe.yaml`` of a training run whose folder (or its ``completions/``) ``rows`` names, when that run
+    trained with a grader (a binary arm has none to grade with), else None."""
+    import yaml
+
+    if rows is None:
+        return None
+    for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
+        candidate = folder / "recipe.yaml"
+        if candidate.is_file() and (folder / "completions").is_dir():
+            try:
+                written = yaml.safe_load(candidate.read_text())
+            except (OSError, yaml.YAMLError):
+                return None
+            return candidate if isinstance(written, dict) and written.get("grader") else None
+    return None
 
 
 def _group_table(group) -> Table:

@@ -235,7 +235,8 @@ def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
     The steps are those of the completion logs (the same ones :func:`compare_arms` reads), else those of the log
     history. The pass rate pools the window's completions with :func:`~whileai.stats.clustered_interval` over all its
     groups; the length is the mean of TRL's ``completions/mean_length`` (tokens) over the window's logged steps. A
-    run with no more than ``window`` steps has one window (``last`` is ``first``).
+    run with no more than ``window`` steps has one window (``last`` is ``first``); the two windows never overlap (a
+    run shorter than two windows is split in halves: 4 steps with a window of 3 compare steps 1-2 with 3-4).
 
     Returns:
         ``{"window", "steps", "interval", "first", "last"}``; each window is ``{"steps": [from, to], "pass_rate":
@@ -260,8 +261,10 @@ def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
             "mean_length": sum(lengths) / len(lengths) if lengths else None,
         }
 
-    first = summarize(steps[:window]) if steps else None
-    last = summarize(steps[-window:]) if len(steps) > window else first
+    # The two windows never share a step: a run shorter than two windows is split in halves.
+    size = min(window, len(steps) // 2) if len(steps) > window else window
+    first = summarize(steps[:size]) if steps else None
+    last = summarize(steps[-size:]) if len(steps) > window else first
     return {"window": window, "steps": len(steps), "interval": INTERVAL_METHOD, "first": first, "last": last}
 
 

@@ -20,6 +20,13 @@ setting (TF32).
 
 from __future__ import annotations
 
+try:
+    import torch  # noqa: F401  (the estimators are torch code)
+except ImportError:  # pragma: no cover - exercised in a subprocess without torch
+    from whileai.errors import MissingExtra
+
+    raise MissingExtra("torch", "train", "whileai.advantages") from None
+
 from whileai.advantages.critic import critic_values, explained_variance, fit_critic, make_critic
 from whileai.advantages.groups import (
     STD_EPS,

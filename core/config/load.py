@@ -184,6 +184,13 @@ def _format_error(error: Mapping[str, Any]) -> str:
         message = message[len("Value error, ") :]
     if kind == "missing":
         return f"{path}: required"
+    if kind == "union_tag_invalid":  # a misspelt grader kind: the did-you-mean the other keys get
+        context = error.get("ctx") or {}
+        allowed = [t.strip().strip("'") for t in str(context.get("expected_tags", "")).split(",") if t.strip()]
+        tag = str(context.get("tag", ""))
+        close = difflib.get_close_matches(tag, allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{path}.kind: unknown kind {tag!r}{hint} (allowed: {', '.join(allowed)})"
     shown_input = error.get("input")
     if (
         "input" in error
@@ -194,13 +201,33 @@ def _format_error(error: Mapping[str, Any]) -> str:
     return f"{path}: {message}"
 
 
-def validate_recipe(data: Mapping[str, Any], source: str) -> Recipe:
-    """Validate a merged mapping; a ``BadInput`` names ``source`` and every bad YAML path."""
+def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[str] = ()) -> Recipe:
+    """Validate a merged mapping; a ``BadInput`` names every bad YAML path, and for each the override that set it
+    (``override 'trainer.lr=1': ...``) or else ``source``."""
     try:
         return Recipe.model_validate(dict(data))
     except ValidationError as err:
-        lines = [_format_error(e) for e in err.errors()]
-        raise BadInput(f"{source}: " + "; ".join(lines)) from None
+        lines = []
+        for error in err.errors():
+            item = _override_behind(error, overrides)
+            lines.append((f"override {item!r}" if item is not None else source, _format_error(error)))
+        text = "; ".join(f"{where}: {line}" for where, line in lines)
+        raise BadInput(text) from None
+
+
+def _override_behind(error: Mapping[str, Any], overrides: Iterable[str]) -> str | None:
+    """The ``key=value`` override that an error's YAML path (or the key it names) came from, if one did."""
+    tags = ("scripted", "python", "judge")
+    loc = [str(p) for i, p in enumerate(error.get("loc", ())) if not (i == 1 and p in tags)]
+    where = ".".join(loc)
+    message = str(error.get("msg", ""))
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if where and (key == where or (key.startswith(where + ".") and repr(key.rpartition(".")[2]) in message)):
+            return item
+        if where and where.startswith(key + "."):
+            return item
+    return None
 
 
 # A ``key=value`` override: a dotted YAML path, then '='. A rows path such as ``runs/a=b.jsonl`` is not one (a slash
@@ -220,8 +247,9 @@ def is_override(argument: str) -> bool:
 
 def default_recipe(overrides: Iterable[str] = (), base_dir: Path | None = None) -> LoadedRecipe:
     """The built-in defaults as a recipe (a command given no ``--recipe``), with ``key=value`` overrides applied."""
+    overrides = list(overrides)
     merged = parse_overrides(overrides)
-    return LoadedRecipe(validate_recipe(merged, "defaults"), None, base_dir or Path.cwd(), merged)
+    return LoadedRecipe(validate_recipe(merged, "defaults", overrides), None, base_dir or Path.cwd(), merged)
 
 
 def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe:
@@ -245,6 +273,7 @@ def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe
         block = _find_include(name, base_dir, file)
         merged = _merge(merged, _read_yaml(block))
     merged = _merge(merged, {k: v for k, v in data.items() if k != "include"})
+    overrides = list(overrides)
     merged = _merge(merged, parse_overrides(overrides))
-    recipe = validate_recipe(merged, str(file))
+    recipe = validate_recipe(merged, str(file), overrides)
     return LoadedRecipe(recipe, file, base_dir, merged)

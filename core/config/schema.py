@@ -90,7 +90,9 @@ class ScriptedRule(Section):
         "'lines' its lines.",
     )
     pattern: str | None = Field(
-        "<tool_call>", description="The regular expression counted when measure is 'matches' (tool calls by default)."
+        None,
+        description="The regular expression counted when measure is 'matches' (default '<tool_call>': tool calls); "
+        "the other measures read no pattern.",
     )
     order: Literal["ascending", "descending"] = Field(
         "ascending", description="'ascending': the smallest measure ranks best (fewest calls); 'descending': largest."
@@ -115,8 +117,12 @@ class ScriptedRule(Section):
 
     @model_validator(mode="after")
     def _pattern_for_matches(self) -> ScriptedRule:
+        if self.measure == "matches" and self.pattern is None:
+            object.__setattr__(self, "pattern", "<tool_call>")  # tool calls, the measure's default
         if self.measure == "matches" and not self.pattern:
             raise ValueError("measure 'matches' needs a pattern, e.g. pattern: '<tool_call>'")
+        if self.measure != "matches" and self.pattern is not None:
+            raise ValueError(f"measure {self.measure!r} reads no pattern: remove pattern, or use measure: matches")
         return self
 
 

@@ -47,6 +47,8 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
         raise ValueError(f"{name}: {_KIND_WORDS.get(base, 'a value')} is needed, not null")
     if base == "any":
         return value
+    if base == "float" and type(value) is int:  # logging_steps: 1 stays 1 (TRL takes a whole number or a ratio)
+        return value
     try:
         return TypeAdapter(_KINDS[base]).validate_python(value)
     except ValidationError:

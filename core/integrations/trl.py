@@ -45,6 +45,7 @@ __all__ = [
     "groupwise_reward_function",
     "grpo_trainer",
     "json_tool_arguments",
+    "logged_step",
     "trl_phase",
 ]
 
@@ -176,25 +177,40 @@ def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:
     return phase, size
 
 
+def logged_step(trainer_state: Any, phase: str) -> int:
+    """The step TRL logs a batch's completions under: in training the step the batch trains (``global_step + 1``, so
+    the first generation is step 1, as TRL's logs and ``completions_00001.parquet`` count), in evaluation the step
+    the model has reached (``global_step``).
+
+    Example:
+        >>> state = type("State", (), {"global_step": 3})()
+        >>> logged_step(state, "train"), logged_step(state, "eval")
+        (4, 3)
+    """
+    step = getattr(trainer_state, "global_step", 0)
+    step = step if isinstance(step, int) else 0
+    return step + 1 if phase == "train" else step
+
+
 class BatchNames:
     """A name for each batch TRL hands a reward function, unique in the run and the same on every process.
 
-    TRL can score several batches at one ``global_step``: gradient accumulation with ``steps_per_generation``, or
-    an evaluation over several batches. A name is the step, the batch's number at that step and phase, and the phase:
-    ``"3.0"``, ``"3.1"`` for training, ``"eval-4.0"`` for evaluation. Every process calls its reward function once
-    per batch, so the counters agree across processes.
+    TRL can score several batches at one step: gradient accumulation with ``steps_per_generation``, or an evaluation
+    over several batches. A name is the step (:func:`logged_step`), the batch's number at that step and phase, and
+    the phase: ``"4.0"``, ``"4.1"`` for training, ``"eval-3.0"`` for evaluation. Every process calls its reward
+    function once per batch, so the counters agree across processes.
 
     Example:
         >>> names, state = BatchNames(), type("State", (), {"global_step": 3})()
         >>> names.next("train", state), names.next("train", state), names.next("eval", state)
-        ('3.0', '3.1', 'eval-3.0')
+        ('4.0', '4.1', 'eval-3.0')
     """
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, int], int] = {}
 
     def next(self, phase: str, trainer_state: Any) -> str:
-        step = getattr(trainer_state, "global_step", 0)
+        step = logged_step(trainer_state, phase)
         number = self._seen.get((phase, step), 0)
         self._seen[(phase, step)] = number + 1
         return f"{step}.{number}" if phase == "train" else f"{phase}-{step}.{number}"
@@ -328,13 +344,16 @@ def grpo_trainer(
     callbacks: Sequence[Any],
     grader_arm: bool,
     where: str,
+    say: Callable[[str], None] | None = None,
 ) -> Any:
     """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
 
     TRL's completion log (``_logs["completion"]``, written to Parquet in ``log``) has its tool calls' arguments made
     JSON strings just before it is written; transformers' printer and tqdm callbacks make way for ``callbacks``
     (whileai's own progress). For a grader arm the built trainer is checked as :func:`signal_problems` says (an
-    environment class that defines ``get_reward`` is a second reward function the recipe never names).
+    environment class that defines ``get_reward`` is a second reward function the recipe never names). A resumed
+    checkpoint lacks the weights tied to others (a tied ``lm_head.weight``): that is said once through ``say``, in
+    place of transformers' warning of missing keys, which stays for any other missing key.
 
     Raises:
         BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
@@ -349,6 +368,17 @@ def grpo_trainer(
             if self.log_completions and isinstance(logs, dict) and "completion" in logs:
                 json_tool_arguments(logs["completion"])
             return super().log(*arguments, **keywords)
+
+        def _issue_warnings_after_load(self, load_result: Any) -> None:
+            missing = set(getattr(load_result, "missing_keys", None) or ())
+            tied = getattr(self.model, "all_tied_weights_keys", None) or {}
+            if not missing or not missing <= set(tied) or getattr(load_result, "unexpected_keys", None):
+                return super()._issue_warnings_after_load(load_result)
+            self.model.tie_weights()
+            if say is not None:
+                names = ", ".join(f"{key} (tied to {tied[key]})" for key in sorted(missing))
+                say(f"whileai: the checkpoint does not store {names}: tied again on loading, as saved")
+            return None
 
     trainer = WhileaiGRPOTrainer(
         model=model,

@@ -1,8 +1,8 @@
 """A training run's folder: what is in it, how a run continues in it, and how it says the way a run ended.
 
 One folder holds the whole run: ``recipe.yaml``, ``spread_gate.json``, ``whileai_run.json``, ``grading.jsonl`` (a
-line per graded group, ``step`` being the step its generation ran at, counted from 0), TRL's
-``completions/completions_NNNNN.parquet`` (named by the step they were logged at, counted from 1), ``checkpoint-N``,
+line per graded group, ``step`` counted as TRL counts: from 1), TRL's ``completions/completions_NNNNN.parquet``
+(named by the step they were logged at), ``checkpoint-N``,
 ``trainer_state.json``, ``final/``. A folder that holds a run's training output is used: a new run goes elsewhere,
 or continues it with ``--resume``. A resume from ``checkpoint-N`` replays the steps after N, so what they logged is
 dropped first and every step is logged once.
@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from whileai.errors import BadInput
 
@@ -90,18 +92,18 @@ def read_grading_log(path: Path, say: Callable[[str], None] | None = None) -> li
 
 
 def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Drop what a run logged from step ``step`` on, before a resume from ``checkpoint-step`` replays it.
+    """Drop what a run logged after step ``step``, before a resume from ``checkpoint-step`` replays it.
 
-    ``grading.jsonl`` keeps the groups generated before ``step`` (checkpoint-N has graded steps 0..N-1), and TRL's
-    completion logs of later steps are removed (``completions_NNNNN.parquet`` with NNNNN > N), so a second
-    interruption leaves no stale rows for ``whileai spread`` or ``whileai report``.
+    ``grading.jsonl`` keeps the groups of steps 1..N (checkpoint-N has trained them, and its evaluation at step N ran
+    before it was saved), and TRL's completion logs of later steps are removed (``completions_NNNNN.parquet`` with
+    NNNNN > N), so a second interruption leaves no stale rows for ``whileai spread`` or ``whileai report``.
 
     Returns:
         The groups kept, as records.
     """
     log = out / "grading.jsonl"
     groups = read_grading_log(log, say)
-    kept = [g for g in groups if (g.get("step") or 0) < step]
+    kept = [g for g in groups if (g.get("step") or 0) <= step]
     dropped = len(groups) - len(kept)
     if log.is_file():
         partial = log.with_suffix(".jsonl.partial")
@@ -112,7 +114,7 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
         if number.isdigit() and int(number) > step:
             path.unlink()
     if dropped:
-        say(f"whileai: {dropped} graded group(s) from step {step} on will be graded again")
+        say(f"whileai: {dropped} graded group(s) after step {step} will be graded again")
     return kept
 
 
@@ -144,7 +146,39 @@ class GradingLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, groups: list[Any], state: Any) -> None:
-        step = getattr(state, "global_step", None)
+        from whileai.integrations.trl import logged_step
+
         with self.path.open("a") as handle:
             for group in groups:
-                handle.write(json.dumps({"step": step, **group.as_dict()}) + "\n")
+                handle.write(json.dumps({"step": logged_step(state, group.phase), **group.as_dict()}) + "\n")
+
+
+# What the spread gate reads: a resume whose recipe agrees with the run's on these sections keeps its verdict. The
+# trainer's generation settings shape a gate on the initial model's completions, so they count there too.
+_GATE_SECTIONS = ("grader", "grading", "spread", "simulate", "verifier", "model", "data")
+_SAMPLE_FIELDS = ("max_completion_length", "temperature", "top_p", "top_k", "num_generations", "seed")
+
+
+def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The spread gate's verdict a run folder keeps, for a resume of that run with ``recipe`` (its JSON dump).
+
+    Returns:
+        ``(gate, why)``: the verdict ``spread_gate.json`` holds, or ``None`` with why the gate runs again (no
+        verdict recorded, or the recipe now reads differently from the run's ``recipe.yaml`` on a section the gate
+        depends on).
+    """
+    path = out / "spread_gate.json"
+    try:
+        gate = json.loads(path.read_text())
+        before = yaml.safe_load((out / "recipe.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None, "the run folder keeps no verdict"
+    if not isinstance(gate, dict) or "verdict" not in gate or not isinstance(before, dict):
+        return None, "the run folder keeps no verdict"
+    changed = [name for name in _GATE_SECTIONS if before.get(name) != recipe.get(name)]
+    if gate.get("source") == "sample":
+        then, now = before.get("trainer") or {}, recipe.get("trainer") or {}
+        changed += [f"trainer.{f}" for f in _SAMPLE_FIELDS if then.get(f) != now.get(f)]
+    if changed:
+        return None, f"the recipe's {', '.join(changed)} changed since the verdict"
+    return gate, ""

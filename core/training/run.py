@@ -35,7 +35,15 @@ from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.trl import binary_reward
-from whileai.training.folder import GradingLog, forget_after, last_checkpoint, mark_run, training_output, write_json
+from whileai.training.folder import (
+    GradingLog,
+    forget_after,
+    last_checkpoint,
+    mark_run,
+    recorded_gate,
+    training_output,
+    write_json,
+)
 
 __all__ = ["Gate", "TrainingResult", "binary_reward", "gate_source", "run_training"]
 
@@ -292,9 +300,16 @@ def _train(
     sampled_gate = recipe.grader is not None and gate_source(loaded) == "sample"
     gate: dict[str, Any] | None = None
     if main:
+        # A resume keeps the verdict the run was gated on, unless what the gate reads has changed since.
+        if resume:
+            gate, why = recorded_gate(out, loaded.recipe.model_dump(mode="json"))
+            if gate is None:
+                say(f"whileai: the spread gate runs again: {why}")
+            else:
+                say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(loaded.dump())
-        if not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1:
+        if gate is None and not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1:
             gate = _run_gate(loaded, say)
 
     # 3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
@@ -320,9 +335,11 @@ def _train(
         verdict = gate if gate is not None or sampled_gate else _run_gate(loaded, say)
         if verdict is not None and _refused(verdict, skip_spread_gate):
             return verdict
-        if model.tiny is not None:
+        # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
+        # again: the checkpoint holds the weights training has reached.
+        if model.tiny is not None and not (resume and (Path(model_path) / "tokenizer_config.json").is_file()):
             _build_tiny(model_path, model, task, recipe.trainer.seed, say)
-        if sampled_gate:
+        if verdict is None:
             from whileai.training.sample import sample_groups
 
             sample = recipe.spread.sample
@@ -367,6 +384,7 @@ def _train(
         callbacks=[RichProgress(say), *callbacks],
         grader_arm=grading is not None,
         where=str(loaded.path),
+        say=say if main else None,
     )
 
     # 6. Train, save, and say how it went.

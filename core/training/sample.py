@@ -24,6 +24,7 @@ from typing import Any
 from whileai.errors import MissingExtra
 from whileai.grading.rewards import verifier_reward
 from whileai.grading.text import completion_text, prompt_text
+from whileai.progress import phase
 
 __all__ = ["end_of_sequence_ids", "generation_config", "sample_groups"]
 
@@ -101,25 +102,31 @@ def sample_groups(
     template_kwargs = dict(args.chat_template_kwargs or {})
     torch.manual_seed(seed)
     groups = []
-    for index, row in enumerate(rows):
-        prompt = row["prompt"]
-        ids = _prompt_ids(tokenizer, prompt, template_kwargs)
-        inputs = torch.tensor([ids] * size)  # [G, P]: one row per completion, as TRL repeats each prompt
-        with torch.no_grad():
-            output = model.generate(
-                inputs, attention_mask=torch.ones_like(inputs), generation_config=config
-            )  # [G, P+L]
-        completion_ids = []
-        for sequence in output[:, len(ids) :].tolist():
-            cut = next((i + 1 for i, token in enumerate(sequence) if token in ends), len(sequence))  # EOS kept
-            completion_ids.append(sequence[:cut])
-        texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        chat = not isinstance(prompt, str)
-        completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
-        columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
-        rewards = verifier(prompts=[prompt] * size, completions=completions, completion_ids=completion_ids, **columns)
-        task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
-        shown = prompt_text(prompt)
-        scored = [(verifier_reward(r), shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)]
-        groups.append((task, scored))
+    with phase("sampling the spread gate's groups", len(rows), "groups") as advance:
+        for index, row in enumerate(rows):
+            prompt = row["prompt"]
+            ids = _prompt_ids(tokenizer, prompt, template_kwargs)
+            inputs = torch.tensor([ids] * size)  # [G, P]: one row per completion, as TRL repeats each prompt
+            with torch.no_grad():
+                output = model.generate(
+                    inputs, attention_mask=torch.ones_like(inputs), generation_config=config
+                )  # [G, P+L]
+            completion_ids = []
+            for sequence in output[:, len(ids) :].tolist():
+                cut = next((i + 1 for i, token in enumerate(sequence) if token in ends), len(sequence))  # EOS kept
+                completion_ids.append(sequence[:cut])
+            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            chat = not isinstance(prompt, str)
+            completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+            columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
+            rewards = verifier(
+                prompts=[prompt] * size, completions=completions, completion_ids=completion_ids, **columns
+            )
+            task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
+            shown = prompt_text(prompt)
+            scored = [
+                (verifier_reward(r), shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)
+            ]
+            groups.append((task, scored))
+            advance(1)
     return groups

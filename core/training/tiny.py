@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import MissingExtra
+from whileai.progress import phase
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -278,14 +279,16 @@ def _warm_start(model: Any, batches: list[tuple[list[int], list[int]]], pad: int
     optimizer = torch.optim.AdamW(model.parameters(), lr=warm.learning_rate)
     model.train()
     loss_value = float("nan")
-    for _ in range(warm.steps):
-        chosen = [batches[rng.randrange(len(batches))] for _ in range(warm.batch_size)]
-        inputs, attention, labels = warm_batch(chosen, pad)
-        loss = model(input_ids=inputs, attention_mask=attention, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        loss_value = float(loss.detach())
+    with phase("warm start", warm.steps, "steps") as advance:
+        for _ in range(warm.steps):
+            chosen = [batches[rng.randrange(len(batches))] for _ in range(warm.batch_size)]
+            inputs, attention, labels = warm_batch(chosen, pad)
+            loss = model(input_ids=inputs, attention_mask=attention, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            loss_value = float(loss.detach())
+            advance(1)
     model.eval()
     return loss_value
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import child_processes
 import pytest
 from typer.testing import CliRunner
 
@@ -265,8 +266,23 @@ def test_redistribute_cap_and_fallback() -> None:
         invoke("redistribute", "--rewards", "1,0,0,0", "--factors", "0=0.1", "--cap", "2", "--json").stdout
     )
     assert data["lambda"] == 2.0
+    # the calculator's bad input is exit 2 naming the option and the member, never a quiet fallback
     result = invoke("redistribute", "--rewards", "1,1,0", "--ranking", "0,2")
-    assert result.exit_code == 0 and "fell back" in result.stderr and "is a failure" in result.stderr
+    assert result.exit_code == 2 and "--ranking: ranked index 2 is a failure" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ranking", "5,0"], "--ranking: ranked index 5 is not a member of the group of 4"),
+        (["--factors", "0=2.0"], "--factors: factor 2.0 for pass 0 is outside (0, 1]"),
+        (["--factors", "7=0.5"], "--factors: factor given for 7, which is not a pass"),
+        (["--hacks", "9"], "--hacks: hack 9 is not a member of the group of 4"),
+    ],
+)
+def test_redistribute_names_the_member_a_bad_option_gets_wrong(args, message) -> None:
+    result = invoke("redistribute", "--rewards", "1,1,0,0", *args)
+    assert result.exit_code == 2 and message in result.stderr and "fell back" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -387,7 +403,6 @@ def test_report_reads_a_spread_report_and_a_trl_run(tmp_path: Path) -> None:
 
 
 def test_train_dry_run_prints_the_plan_without_torch() -> None:
-    import subprocess
     import sys
 
     recipe = REPO / "recipes" / "tiny_cpu_gar.yaml"
@@ -397,7 +412,7 @@ def test_train_dry_run_prints_the_plan_without_torch() -> None:
         f"app(['train', {str(recipe)!r}, 'trainer.max_steps=5', '--dry-run'], standalone_mode=False)\n"
         "print('HEAVY', [m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
     assert "spread gate" in done.stdout and "max_steps=5" in done.stdout and "scale_rewards='none'" in done.stdout

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -82,7 +83,7 @@ def write_run(
                         "step": step,
                         "prompt": f"task {digit} please repeat the digit",
                         "completion": f"{digit} done" if reward else "no",
-                        "whileai_group": f"{step - 1}:{index}",
+                        "whileai_group": f"{step}.0:{index}",
                         "whileai_reward": reward,
                         "advantage": reward - mean,
                     }
@@ -92,7 +93,7 @@ def write_run(
                 reason = fallback if fallback and not grading and any(rewards) else None
                 grading.append(
                     {
-                        "step": step - 1,
+                        "step": step,  # as TRL counts: the first step is 1
                         "task_id": f"echo-{digit}",
                         "rewards": rewards,
                         "passed": [bool(r) for r in rewards],
@@ -162,7 +163,7 @@ def report_at(columns: int, *args: object) -> subprocess.CompletedProcess:
     """``whileai report`` in a real process whose terminal is ``columns`` wide."""
     env = {**os.environ, "COLUMNS": str(columns)}
     command = [sys.executable, "-m", "whileai.cli.main", "report", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    return child_processes.run(command, capture_output=True, text=True, env=env, timeout=120)
 
 
 def assert_fits(text: str, columns: int = 80) -> None:
@@ -210,6 +211,18 @@ def test_the_summary_gives_both_windows_with_clustered_intervals(tmp_path: Path,
     # a window wider than the run is one window
     whole = runner.invoke(app, ["report", str(gar), "--window", "6"], env={"COLUMNS": "80"})
     assert " ".join(whole.stdout.splitlines()[1].split()) == "steps 1-6"
+
+
+def test_a_run_shorter_than_two_windows_is_split_in_halves(tmp_path: Path) -> None:
+    def windows(run: Path) -> str:
+        shown = runner.invoke(app, ["report", str(run)], env={"COLUMNS": "80"})
+        assert shown.exit_code == 0, shown.stderr
+        return next(" ".join(line.split()) for line in shown.stdout.splitlines() if line.lstrip().startswith("steps"))
+
+    four = write_run(tmp_path / "four", GAR[:4], GAR_LENGTHS[:4], GAR_FACTORS[:4])
+    assert windows(four) == "steps 1-2 steps 3-4"  # never steps 1-3 beside steps 2-4
+    five = write_run(tmp_path / "five", GAR[:5], GAR_LENGTHS[:5], GAR_FACTORS[:5])
+    assert windows(five) == "steps 1-2 steps 4-5"
 
 
 def test_a_grader_that_ranked_nothing_shows_no_factor_mean(tmp_path: Path) -> None:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import child_processes
 import yaml
 from typer.testing import CliRunner
 
@@ -76,3 +82,35 @@ def test_the_recipes_hosted_judge_command_works_with_overrides(judge_server, tmp
     assert request["body"]["model"] == "gpt-4.1-mini"
     assert headers.get("authorization") == "Bearer sk-test-secret-1234"
     assert "sk-test-secret" not in result.stdout + result.stderr
+
+
+def test_a_real_sigint_to_spread_waiting_on_a_judge_exits_130(judge_server, judge_tools, tmp_path: Path) -> None:
+    """Ctrl-C while the judge takes its time: exit 130 with a word, no traceback (the process in its own group)."""
+    judge_server.push(*[judge_tools.Hang(30)] * 8)
+    recipe = judge_recipe(tmp_path, judge_server.url)
+    command = [sys.executable, "-m", "whileai.cli.main", "spread", "--recipe", str(recipe), "grader.judge.timeout_s=60"]
+    with child_processes.spawn(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        deadline = time.monotonic() + 120
+        while not judge_server.requests and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert judge_server.requests, "the judge was never asked"
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().endswith("whileai: interrupted (Ctrl-C)") and "Traceback" not in stderr
+
+
+def test_spread_shows_the_judges_progress_with_its_rate_on_a_terminal(judge_tools, tmp_path: Path) -> None:
+    """On a terminal (Rich's TTY_COMPATIBLE stands in for one) the judge's batches move a bar with the rows graded
+    and their rate; off a terminal nothing is drawn."""
+    server = judge_tools.JudgeServer(delay=0.3).start()
+    try:
+        recipe = judge_recipe(tmp_path, server.url)
+        command = [sys.executable, "-m", "whileai.cli.main", "spread", "--recipe", str(recipe), "--no-cache"]
+        shown = child_processes.run(command, env={**os.environ, "TTY_COMPATIBLE": "1"}, timeout=120)
+        plain = child_processes.run(command, env={**os.environ, "TTY_COMPATIBLE": "0"}, timeout=120)
+    finally:
+        server.stop()
+    assert shown.returncode == plain.returncode == 0, shown.stderr
+    assert "grading" in shown.stderr and " rows/s" in shown.stderr, shown.stderr
+    assert "rows/s" not in plain.stderr

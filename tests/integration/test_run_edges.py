@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import child_processes
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -45,6 +46,7 @@ import numpy as np
 import torch
 
 from whileai.training.tasks import echoes_digits
+import child_processes
 
 
 def plus_minus_one(prompts, completions, **kwargs):
@@ -118,10 +120,10 @@ def test_every_group_label_is_its_own_with_gradient_accumulation_and_evaluation(
     assert result.exit_code == 0, result.stderr
     groups = grading_log(out)
     labels = [g["group"] for g in groups]
-    assert len(labels) == len(set(labels))  # two generations at step 0, four evaluation batches at step 1
+    assert len(labels) == len(set(labels))  # two generations for step 1, four evaluation batches at step 1
     train_labels = {g["group"].rsplit(":", 1)[0] for g in groups if g["phase"] == "train"}
     eval_labels = {g["group"].rsplit(":", 1)[0] for g in groups if g["phase"] == "eval"}
-    assert train_labels == {"0.0", "0.1"} and eval_labels == {f"eval-1.{k}" for k in range(4)}
+    assert train_labels == {"1.0", "1.1"} and eval_labels == {f"eval-1.{k}" for k in range(4)}
     # every logged completion's group is one graded group of 8, joined one to one
     trl_signal.assert_equation_3(out, size=8, every_group_logged=False)
     frames = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
@@ -182,23 +184,16 @@ def test_the_printed_continue_command_resumes_with_every_flag(tmp_path: Path) ->
     out = tmp_path / "interrupted"
     command = [whileai, "train", str(recipe), *SMOKE, "trainer.max_steps=12", "trainer.save_steps=2"]
     command += [f"output_dir={out}", "--skip-spread-gate"]  # a flat grader: refused without the flag
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
-    try:
+    with child_processes.spawn(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
         deadline = time.monotonic() + 600
         while not (out / "checkpoint-2").is_dir() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
     assert process.returncode == 130, stderr
     line = re.search(r"Continue with: (.+)$", stderr, re.MULTILINE)
     assert line is not None and "--skip-spread-gate" in line.group(1), stderr
-    resumed = subprocess.run(
-        ["bash", "-c", line.group(1)], cwd=tmp_path, capture_output=True, text=True, timeout=600, start_new_session=True
-    )
+    resumed = child_processes.run(["bash", "-c", line.group(1)], cwd=tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     run = json.loads((out / "whileai_run.json").read_text())
     assert run["status"] == "finished" and run["steps"] == 12 and run["skip_spread_gate"] is True

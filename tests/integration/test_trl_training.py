@@ -126,10 +126,16 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
     again = [*first, "trainer.max_steps=3", "--resume"]
     result = runner.invoke(app, again, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
+    # the gate is not run again: its recorded verdict stands, and the tiny model is not rebuilt
+    assert f"the spread gate's verdict from {out / 'spread_gate.json'}: yes" in result.stderr
+    assert "spread gate on" not in result.stderr and "warm start" not in result.stderr
+    # the tied lm_head a checkpoint leaves out is said once, in whileai's words
+    assert "missing keys" not in result.stderr
+    assert result.stderr.count("does not store lm_head.weight (tied to model.embed_tokens.weight)") == 1
     summary = json.loads((out / "whileai_run.json").read_text())
     assert summary["resumed"] is True and summary["steps"] == 3
     lines = (out / "grading.jsonl").read_text().splitlines()
-    assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {2}
+    assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {3}
 
 
 @pytest.mark.slow
@@ -154,17 +160,17 @@ def test_ctrl_c_says_how_to_resume_and_resume_grades_each_step_once(tmp_path: Pa
     summary = json.loads((out / "whileai_run.json").read_text())
     assert summary["status"] == "interrupted" and summary["last_checkpoint"] == "checkpoint-2"
     logged = [json.loads(line)["step"] for line in (out / "grading.jsonl").read_text().splitlines()]
-    assert sorted(set(logged)) == [0, 1, 2]  # step 2 was graded, then interrupted before its checkpoint
+    assert sorted(set(logged)) == [1, 2, 3]  # step 3 was graded, then interrupted before its checkpoint
 
     resumed = runner.invoke(app, [*args, "--resume"], catch_exceptions=False)
     assert resumed.exit_code == 0, resumed.stderr
     assert "resuming from checkpoint-2" in resumed.stderr
     steps = [json.loads(line)["step"] for line in (out / "grading.jsonl").read_text().splitlines()]
     per_step = {step: steps.count(step) for step in set(steps)}
-    assert sorted(per_step) == [0, 1, 2, 3] and len(set(per_step.values())) == 1  # every step once, none twice
+    assert sorted(per_step) == [1, 2, 3, 4] and len(set(per_step.values())) == 1  # every step once, none twice
     assert json.loads((out / "whileai_run.json").read_text())["status"] == "finished"
     report = json.loads(runner.invoke(app, ["report", str(out), "--json"]).stdout)["reports"][0]
-    assert report["grader"]["groups"] == len(steps) == 4 * per_step[0]
+    assert report["grader"]["groups"] == len(steps) == 4 * per_step[1]
 
 
 @pytest.mark.slow

@@ -565,7 +565,7 @@ def test_trl_reward_logs_the_verifier_reward_per_completion() -> None:
     extras = {}
     reward = wai.GroupwiseGrading(grader=by_order).trl_reward(verifier, num_generations=2)
     reward(prompts=["p"] * 2, completions=["done", "x"], log_extra=lambda c, v: extras.__setitem__(c, v))
-    assert extras == {"whileai_reward": [1.0, 0.0], "whileai_group": ["0.0:0", "0.0:0"]}
+    assert extras == {"whileai_reward": [1.0, 0.0], "whileai_group": ["1.0:0", "1.0:0"]}
 
 
 class ThreadGather:
@@ -693,7 +693,7 @@ def test_two_batches_at_one_step_get_labels_of_their_own_that_grading_shares() -
     gar = wai.GroupwiseGrading(grader=by_order)
     reward = gar.trl_reward(lambda **kw: [1.0, 0.0] * 2, num_generations=2, on_graded=lambda g, s: graded.extend(g))
     state = type("State", (), {"global_step": 5})()
-    for _ in range(2):  # gradient accumulation: two generations at step 5
+    for _ in range(2):  # gradient accumulation: two generations at global step 5, for step 6
         extras: dict = {}
         reward(
             prompts=["p"] * 4,
@@ -703,6 +703,6 @@ def test_two_batches_at_one_step_get_labels_of_their_own_that_grading_shares() -
             log_metric=lambda name, value: None,
         )
         logged += extras["whileai_group"]
-    assert logged == ["5.0:0", "5.0:0", "5.0:1", "5.0:1", "5.1:0", "5.1:0", "5.1:1", "5.1:1"]
-    assert [g.label for g in graded] == ["5.0:0", "5.0:1", "5.1:0", "5.1:1"]
+    assert logged == ["6.0:0", "6.0:0", "6.0:1", "6.0:1", "6.1:0", "6.1:0", "6.1:1", "6.1:1"]
+    assert [g.label for g in graded] == ["6.0:0", "6.0:1", "6.1:0", "6.1:1"]
     assert [g.as_dict()["group"] for g in graded] == [g.label for g in graded]

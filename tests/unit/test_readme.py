@@ -1,4 +1,6 @@
-"""The README's two lines are what CI and a new user run, and its quickstart prints what it says."""
+"""The README's two lines are what CI and a new user run, its examples and those of docs/ print what they say, and
+everything they point to is in the checkout. (The tour's shell commands run in
+tests/integration/test_readme_walkthrough.py.)"""
 
 from __future__ import annotations
 
@@ -9,10 +11,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [REPO / "README.md", *DOCS]  # the README and the long reference it links to
 
 
 def _fenced(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def _examples(text: str) -> list[tuple[str, str]]:
+    """Each python block followed directly by a text block: (code, what it prints)."""
+    return re.findall(r"```python\n(.*?)```\n\n```text\n(.*?)```", text, re.S)
+
+
+def _run(code: str, name: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, name, "exec"), {"__name__": "readme"})
+    return out.getvalue()
 
 
 def test_ci_runs_the_readme_test_line() -> None:
@@ -28,28 +44,40 @@ def test_the_main_job_line_names_shipped_files() -> None:
     assert paths and all((REPO / path).is_file() for path in paths)
 
 
+def test_a_newcomer_reaches_a_command_on_the_first_screen() -> None:
+    """The first command within 40 lines, the main job's line within 50, the tour's spread verdict and a trained
+    run within 120."""
+    lines = README.splitlines()
+
+    def line_of(text: str, after: int = 0) -> int:
+        return next(number for number, line in enumerate(lines, start=1) if number > after and text in line)
+
+    assert line_of("```bash") <= 40
+    assert line_of("&& whileai train recipes/tiny_cpu_gar.yaml") <= 50
+    tour = line_of("## A five-minute tour")
+    assert line_of("spread: yes. The grader tells these passes apart.", after=tour) <= 120
+    assert line_of("whileai: trained 60 steps; the run is in runs/tiny_cpu_binary", after=tour) <= 120
+
+
 def test_quickstart_prints_what_the_readme_says() -> None:
-    code = next(b for b in _fenced("python") if "import whileai" in b)
-    expected = next(b for b in _fenced("text") if b.startswith("spread check"))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "README-quickstart", "exec"), {"__name__": "readme"})
-    assert out.getvalue() == expected
+    code, expected = next((c, e) for c, e in _examples(README) if "import whileai" in c)
+    assert expected.startswith("spread check")  # the spread gate, then the TRL reward function
+    assert _run(code, "README-quickstart") == expected
 
 
 def test_every_python_example_prints_what_the_readme_shows() -> None:
-    """Each python block followed by a text block prints exactly that text (torch examples need the train extra)."""
+    """Each python block followed by a text block, in the README and in docs/, prints exactly that text (torch
+    examples need the train extra)."""
     import pytest
 
-    pairs = re.findall(r"```python\n(.*?)```\n\n```text\n(.*?)```", README, re.S)
-    assert len(pairs) >= 2
-    for number, (code, expected) in enumerate(pairs):
-        if "import torch" in code:
-            pytest.importorskip("torch")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"README-example-{number}", "exec"), {"__name__": "readme"})
-        assert out.getvalue() == expected, number
+    counted = 0
+    for page in PAGES:
+        for number, (code, expected) in enumerate(_examples(page.read_text())):
+            if "import torch" in code:
+                pytest.importorskip("torch")
+            assert _run(code, f"{page.name}-example-{number}") == expected, (page.name, number)
+            counted += 1
+    assert counted >= 5  # the quickstart, the four verdicts, the method's two, the estimators
 
 
 def test_every_command_and_exit_code_is_in_the_readme() -> None:
@@ -57,13 +85,43 @@ def test_every_command_and_exit_code_is_in_the_readme() -> None:
 
     for command in app.registered_commands:
         assert f"`whileai {command.name}" in README, command.name
-    for code in range(5):
+    for code in (*range(5), 130):
         assert f"| {code} |" in README
 
 
 def test_every_file_the_readme_names_is_in_the_checkout() -> None:
-    """A cloner has what the README points to (the reference page is vendored under tests/spec/)."""
-    named = set(re.findall(r"(?<![\w/.])((?:recipes|configs|tests|benchmarks|core|cli|\.ci)/[\w./-]+)", README))
-    assert "tests/spec/groupwise-grading.txt" in named and "../shared" not in README
-    missing = [p for p in sorted(named) if "*" not in p and not (REPO / p.rstrip(".")).exists()]
-    assert not missing, missing
+    """A cloner has what the README and docs/ point to (the reference page is vendored under tests/spec/)."""
+    assert "tests/spec/groupwise-grading.txt" in README
+    pattern = r"(?<![\w/.])((?:recipes|configs|tests|benchmarks|core|cli|docs|\.ci)/[\w./-]+)"
+    for page in PAGES:
+        text = page.read_text()
+        assert "../shared" not in text, page.name
+        named = set(re.findall(pattern, text))
+        missing = [p for p in sorted(named) if "*" not in p and not (REPO / p.rstrip(".")).exists()]
+        assert not missing, (page.name, missing)
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_leads_somewhere() -> None:
+    """Every relative link and image of the README and docs/ names a file that exists, and a heading it has."""
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.is_file(), (page.name, target)
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked), (page.name, target)
+
+
+def test_the_readme_links_every_page_of_docs() -> None:
+    assert DOCS, "docs/ holds the long reference the README links to"
+    for page in DOCS:
+        assert f"](docs/{page.name}" in README, page.name
