@@ -306,13 +306,24 @@ class _LoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    async def _shutdown(self) -> None:
+        # A batch still in flight (its caller stopped by Ctrl-C) is cancelled before its session closes: a task
+        # left pending would print its traceback when the interpreter exits.
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if self.http is not None:
+            await self.http.close()
+
     def stop(self) -> None:
-        """Close the session and stop the loop (a no-op in a forked child, which does not own them)."""
+        """Cancel what is in flight, close the session and stop the loop (a no-op in a forked child, which does not
+        own them)."""
         if self.pid != os.getpid() or self.loop.is_closed():
             return
-        if self.http is not None and self.thread.is_alive():
+        if self.thread.is_alive():
             try:
-                asyncio.run_coroutine_threadsafe(self.http.close(), self.loop).result(timeout=5)
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(timeout=5)
             except Exception:  # closing is best effort
                 pass
         if self.thread.is_alive():
