@@ -3,10 +3,11 @@ the judge's config shares), the calls and their outcomes, the errors, the counte
 over HTTP is ``whileai.http_client.EndpointClient``; this module imports no HTTP, asyncio or ssl, so the recipe
 schema that reads these settings stays light.
 
-Each call has a wall-clock timeout (``timeout_s``); connection errors, timeouts, 408, 409, 429 (honouring
-``Retry-After``), 5xx and a 200 that is no chat completion (an empty or cut body, no choices, an empty message: what a
-dropped reply looks like behind a proxy) are retried with exponential backoff and jitter; calls still running at the
-batch deadline (``batch_deadline_s``) are cancelled.
+Each call has a timeout (``timeout_s``: for the whole answer, or for the silence between two pieces of a streamed
+one); connection errors, timeouts, 408, 409, 429 (honouring ``Retry-After``), 5xx and a 200 that is no chat
+completion (an empty or cut body, no choices, an empty message: what a dropped reply looks like behind a proxy) are
+retried with exponential backoff and jitter; a call still running ``batch_deadline_s`` after it was first sent is
+cancelled.
 
 A :class:`Call` says what to send and how to read the reply, so that a caller shapes its requests without reaching
 into the client: ``body`` builds the request each time the call is sent, ``read`` turns the response into the
@@ -234,9 +235,15 @@ class EndpointSettings(EndpointChecks):
     )
     backoff_max_s: float = Field(default=20.0, gt=0.0, description="Longest wait between two retries of a call.")
     batch_deadline_s: float = Field(
-        default=600.0, gt=0.0, description="Calls of one `run` still going after this many seconds are cancelled."
+        default=600.0,
+        gt=0.0,
+        description="A call still going this many seconds after it was first sent is cancelled (its retries included).",
     )
     concurrency: int = Field(default=32, ge=1, description="Most calls in flight at once, on one connection pool.")
+    stream: bool = Field(
+        default=False,
+        description="Stream answers: timeout_s then bounds the silence between two pieces, not the whole answer.",
+    )
 
     def chat_request(self, messages: Sequence[Any], **fields: Any) -> dict[str, Any]:
         """The body of one chat completion: ``model``, ``messages``, ``temperature``, ``max_tokens``, then
@@ -248,6 +255,9 @@ class EndpointSettings(EndpointChecks):
             "max_tokens": self.max_tokens,
             **fields,
         }
+        if self.stream:
+            request["stream"] = True
+            request["stream_options"] = {"include_usage": True}
         request.update(self.extra_body)
         return request
 
@@ -318,6 +328,11 @@ class EndpointStats:
         with self._lock:
             self.calls += 1
             self.retries += int(retry)
+
+    def count_streamed(self, pieces: int) -> None:
+        """Count pieces of a streamed answer as completion tokens as they come; the answer's usage corrects it."""
+        with self._lock:
+            self.tokens_out += pieces
 
     def count_answer(self, seconds: float, tokens_in: int, tokens_out: int) -> None:
         with self._lock:

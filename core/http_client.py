@@ -39,7 +39,7 @@ import time
 import urllib.parse
 import urllib.request
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from whileai.endpoint import (
@@ -203,6 +203,68 @@ def _text(raw: bytes, charset: str | None) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
+class _Silent(Exception):
+    """The server sent nothing for the call's ``timeout_s``."""
+
+
+async def _read_events(response: Any, on_piece: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
+    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. ``on_piece``
+    is called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
+
+    Raises:
+        MalformedResponse: an event that is not JSON, or one that carries an error (vLLM reports a failure met
+            mid-answer that way).
+        _ConnectionLost: the stream ended before ``[DONE]`` or a finish reason.
+        _Refused: more than the reply limit.
+    """
+    content: list[str] = []
+    finish: str | None = None
+    usage: Any = None
+    model: Any = None
+    buffer = b""
+    size = 0
+    done = False
+    while not done and (chunk := await response.content.readany()):
+        size += len(chunk)
+        if size > RESPONSE_LIMIT_BYTES:
+            raise _Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # a comment (": keep-alive"), an event name, a blank line between events
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise MalformedResponse(f"a stream event is not JSON: {data[:80]!r}") from None
+            if not isinstance(event, dict):
+                raise MalformedResponse("a stream event is not a JSON object")
+            if event.get("error"):
+                raise MalformedResponse(f"the stream carries an error: {event['error']}")
+            usage = event.get("usage") or usage
+            model = event.get("model") or model
+            for choice in event.get("choices") or []:
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(piece, str) and piece:
+                    content.append(piece)
+                    if on_piece is not None:
+                        on_piece()
+                finish = choice.get("finish_reason") or finish
+    if not done and finish is None:
+        raise _ConnectionLost("the stream ended before the answer was whole")
+    message = {"role": "assistant", "content": "".join(content)}
+    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
 class _Transport:
     """Chat-completion POSTs on one aiohttp session: auth headers, the proxy of each URL, same-origin redirects, the
     size limit, and aiohttp's errors turned into this module's three."""
@@ -229,22 +291,37 @@ class _Transport:
             skip_auto_headers=("User-Agent",),
         )
 
-    async def post(self, path: str, request: dict[str, Any]) -> str:
-        """POST ``request`` as JSON and return the body's text.
+    async def post(
+        self,
+        path: str,
+        request: dict[str, Any],
+        silence_s: float | None = None,
+        on_piece: Callable[[], None] | None = None,
+    ) -> str | dict[str, Any]:
+        """POST ``request`` as JSON: the body's text, or for a streamed reply (``text/event-stream``) the chat
+        completion its events add up to (``on_piece`` called for each piece of content).
+
+        ``silence_s`` bounds each wait for the next piece of a reply; None waits as long as the caller does. A reply
+        given up (cancelled, too large, silent, unreadable) closes its connection, so the server sees the request go
+        and stops working on it.
 
         Raises:
             _StatusError: a status >= 300 that is no same-origin redirect.
             _Dropped, _ConnectionLost: no whole reply.
+            _Silent: nothing came for ``silence_s`` seconds.
             _Refused: a redirect to another origin, too many redirects, a body over the limit.
+            MalformedResponse: a stream that carries an error or is no chat completion.
         """
         aiohttp = self.aiohttp
         body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         url = self.yarl.URL(self.base_url + path)
         headers = {**self.headers, "Content-Type": "application/json"}
+        # sock_read: the longest wait for the next bytes from the server, the reply's head included.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=silence_s)
         for _ in range(_MAX_REDIRECTS + 1):
             try:
                 async with self.session.post(
-                    url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False
+                    url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False, timeout=timeout
                 ) as response:
                     location = response.headers.get("Location")
                     if 300 <= response.status < 400 and location:
@@ -257,10 +334,18 @@ class _Transport:
                             )
                         url = target
                         continue
-                    text = _text(await self._read(response), response.charset)
+                    try:
+                        if response.status < 300 and response.content_type == "text/event-stream":
+                            return await _read_events(response, on_piece)
+                        text = _text(await self._read(response), response.charset)
+                    except BaseException:
+                        response.close()  # not back to the pool: the server must see the request go
+                        raise
                     if response.status >= 300:
                         raise _StatusError(response.status, text, {k.lower(): v for k, v in response.headers.items()})
                     return text
+            except aiohttp.ServerTimeoutError:  # sock_read: the server went silent
+                raise _Silent(f"the server sent nothing for {silence_s:g}s") from None
             except aiohttp.ClientConnectorError as exc:  # no connection at all (a proxy's included)
                 raise _ConnectionLost(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # closed or reset before a reply
@@ -271,13 +356,27 @@ class _Transport:
                 raise _ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
         raise _Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
 
+    async def get(self, url: str, timeout_s: float) -> tuple[int, str] | None:
+        """GET ``url``: its status and text, or None when it could not be read within ``timeout_s``."""
+
+        async def read() -> tuple[int, str]:
+            async with self.session.get(
+                url, headers={**self.headers, "Accept": "*/*"}, proxy=proxy_for(url), allow_redirects=False
+            ) as response:
+                return response.status, _text(await self._read(response), response.charset)
+
+        try:
+            return await asyncio.wait_for(read(), timeout_s)
+        except (asyncio.TimeoutError, _Refused, self.aiohttp.ClientError, OSError, ValueError):
+            return None
+
     async def _read(self, response: Any) -> bytes:
         length = response.content_length
         if length is not None and length > RESPONSE_LIMIT_BYTES:
             raise _Refused(f"the reply is {length} bytes, over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
         parts: list[bytes] = []
         size = 0
-        async for chunk in response.content.iter_chunked(1 << 16):
+        while chunk := await response.content.readany():
             size += len(chunk)
             if size > RESPONSE_LIMIT_BYTES:
                 raise _Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
@@ -416,6 +515,7 @@ class EndpointClient:
     async def _ensure_http(self, runtime: _LoopThread) -> None:
         if runtime.http is None:
             runtime.http = _Transport(self._url, self._authorization, self.settings.concurrency)
+        if runtime.semaphore is None:
             runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
 
     # ------------------------------------------------------------------ one call
@@ -424,65 +524,125 @@ class EndpointClient:
         base = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2**attempt)
         return base * random.uniform(0.5, 1.0)
 
-    async def _post(self, runtime: _LoopThread, request: dict[str, Any]) -> dict[str, Any]:
-        """POST one chat completion and return the response's JSON object.
+    async def _post(
+        self,
+        runtime: _LoopThread,
+        request: dict[str, Any],
+        silence_s: float | None = None,
+        on_piece: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
+        """POST one chat completion and return the response's JSON object (a streamed one assembled).
 
-        The body is read as text and decoded here, so that an empty or cut one is told apart from any other error.
+        An unstreamed body is read as text and decoded here, so that an empty or cut one is told apart from any
+        other error.
 
         Raises:
             MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
-                object.
-            _StatusError, _ConnectionLost, _Refused: the call got no usable reply.
+                object, or a stream that carries an error.
+            _StatusError, _ConnectionLost, _Silent, _Refused: the call got no usable reply.
         """
         assert runtime.http is not None
-        text = await runtime.http.post("/chat/completions", request)
-        if not text.strip():
+        reply = await runtime.http.post("/chat/completions", request, silence_s, on_piece)
+        if isinstance(reply, dict):
+            return reply
+        if not reply.strip():
             raise MalformedResponse("the body is empty")
         try:
-            response = json.loads(text)
+            response = json.loads(reply)
         except ValueError:
             raise MalformedResponse(
-                f"the body is not JSON (cut short?) after {len(text)} characters: {self.shown(text, 80)!r}"
+                f"the body is not JSON (cut short?) after {len(reply)} characters: {self.shown(reply, 80)!r}"
             ) from None
         if not isinstance(response, dict):
             raise MalformedResponse("the body is not a JSON object")
         return response
 
-    def _count_answer(self, started: float, response: dict[str, Any]) -> None:
+    def _count_answer(self, started: float, response: dict[str, Any], streamed: int = 0) -> None:
+        """Count an answered request; ``streamed`` pieces were counted as completion tokens as they came, and the
+        server's usage, where it reports one, replaces that estimate."""
         usage = response.get("usage")
         usage = usage if isinstance(usage, dict) else {}
+        tokens_out = int(usage.get("completion_tokens") or 0)
         self.stats.count_answer(
             time.perf_counter() - started,
             int(usage.get("prompt_tokens") or 0),
-            int(usage.get("completion_tokens") or 0),
+            tokens_out - streamed if tokens_out else 0,
         )
 
-    async def _ask(self, runtime: _LoopThread, call: Call, deadline: float) -> Any:
+    def get(self, url: str, timeout_s: float = 5.0) -> tuple[int, str] | None:
+        """GET ``url`` (any path of the server, e.g. llama.cpp's ``/props``) on the client's session: its status
+        and text, or None when nothing readable came within ``timeout_s``."""
+        runtime = self._start()
+
+        async def fetch() -> tuple[int, str] | None:
+            await self._ensure_http(runtime)
+            assert runtime.http is not None
+            return await runtime.http.get(url, timeout_s)
+
+        future = asyncio.run_coroutine_threadsafe(fetch(), runtime.loop)
+        try:
+            return future.result(timeout=timeout_s + 5)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return None
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Allow ``concurrency`` calls in flight from the next batch on (the server's own figure, once known)."""
+        self.settings = self.settings.model_copy(update={"concurrency": max(1, int(concurrency))})
+        if self._runtime is not None:
+            self._runtime.semaphore = None
+
+    async def _ask(self, runtime: _LoopThread, call: Call) -> Any:
         settings = self.settings
         loop = asyncio.get_running_loop()
         attempt = 0
         retry = False  # a repeat after a failure; a call sent again after a refused form is not one
         resent = False  # the one free resend of a request whose connection died before any reply
+        # The deadline counts from the call's first slot: time spent queued behind the concurrency limit is this
+        # client's doing, not the server's, so a batch larger than the server's slots is not cut short by it.
+        deadline: float | None = None
         while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if deadline is not None and deadline - loop.time() <= 0:
                 raise CallError("the batch deadline passed before the call could be made", "deadline")
             wait_hint: float | None = None
             assert runtime.semaphore is not None
             async with runtime.semaphore:
+                if deadline is None:
+                    deadline = loop.time() + settings.batch_deadline_s
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise CallError("the batch deadline passed before the call could be made", "deadline")
                 # The body is built once the call may go, so a call queued behind a refusal sends the new form.
                 request = call.body()
                 self.stats.count_call(retry=retry)
                 started = time.perf_counter()
-                timeout = min(settings.timeout_s, remaining)
+                # A streamed call may take as long as the batch allows while pieces keep coming; timeout_s bounds
+                # the silence between them. An unstreamed one has timeout_s for the whole answer.
+                streaming = bool(request.get("stream"))
+                timeout = remaining if streaming else min(settings.timeout_s, remaining)
+                streamed = [0]
+
+                def piece(counter: list[int] = streamed) -> None:
+                    counter[0] += 1
+                    self.stats.count_streamed(1)
+
                 response: dict[str, Any] = {}
                 try:
-                    response = await asyncio.wait_for(self._post(runtime, request), timeout=timeout)
+                    response = await asyncio.wait_for(
+                        self._post(runtime, request, settings.timeout_s if streaming else None, piece),
+                        timeout=timeout,
+                    )
                     answer = call.read(response)
                 except asyncio.TimeoutError:
-                    if timeout < settings.timeout_s:
+                    if streaming or timeout < settings.timeout_s:
                         raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
                     error = CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")
+                    retryable = True
+                except _Silent:
+                    error = CallError(
+                        f"no answer within timeout_s={settings.timeout_s} (the server sent nothing for that long)",
+                        "timeout",
+                    )
                     retryable = True
                 except _Dropped as exc:
                     if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
@@ -508,13 +668,13 @@ class EndpointClient:
                     error = CallError(f"HTTP 200 but {self.shown(str(exc))}", "bad response")
                     retryable = True
                 except call.unusable:  # an answer, just not a usable one: counted, and not retried
-                    self._count_answer(started, response)
+                    self._count_answer(started, response, streamed[0])
                     raise
                 except Exception as exc:  # anything else a reader raises
                     error = CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error")
                     retryable = False
                 else:
-                    self._count_answer(started, response)
+                    self._count_answer(started, response, streamed[0])
                     return answer
             if not retryable or attempt >= settings.max_retries:
                 if attempt:
@@ -536,9 +696,9 @@ class EndpointClient:
             attempt += 1
             retry = True
 
-    async def _ask_safely(self, runtime: _LoopThread, call: Call, deadline: float) -> Outcome:
+    async def _ask_safely(self, runtime: _LoopThread, call: Call) -> Outcome:
         try:
-            return Outcome(answer=await self._ask(runtime, call, deadline))
+            return Outcome(answer=await self._ask(runtime, call))
         except CallError as exc:
             return Outcome(error=exc)
         except call.unusable as exc:  # its message quotes the reply, which could quote anything
@@ -546,12 +706,16 @@ class EndpointClient:
         except Exception as exc:  # a bug in a reader must not stop the batch
             return Outcome(error=CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error"))
 
+    def _batch_limit(self, calls: int) -> float:
+        """The longest a batch of ``calls`` can take: a deadline per wave of ``concurrency`` calls."""
+        waves = -(-calls // self.settings.concurrency)
+        return waves * self.settings.batch_deadline_s
+
     async def _ask_all(self, runtime: _LoopThread, calls: Sequence[Call]) -> list[Outcome]:
         await self._ensure_http(runtime)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.batch_deadline_s
-        tasks = [asyncio.ensure_future(self._ask_safely(runtime, call, deadline)) for call in calls]
-        _, pending = await asyncio.wait(tasks, timeout=self.settings.batch_deadline_s)
+        tasks = [asyncio.ensure_future(self._ask_safely(runtime, call)) for call in calls]
+        # Each call keeps its own deadline; this bound only guards against a call that ignores its own.
+        _, pending = await asyncio.wait(tasks, timeout=self._batch_limit(len(calls)) + 1)
         for task in pending:
             task.cancel()
         if pending:
@@ -563,13 +727,13 @@ class EndpointClient:
 
     def run(self, calls: Sequence[Call]) -> list[Outcome]:
         """Every call's answer or the exception standing in for it, in order; all of them in flight at once (up to
-        ``concurrency``), within one ``batch_deadline_s``. Never raises for a failed call."""
+        ``concurrency``), each within ``batch_deadline_s`` of being sent. Never raises for a failed call."""
         if not calls:
             return []
         runtime = self._start()
         future = asyncio.run_coroutine_threadsafe(self._ask_all(runtime, calls), runtime.loop)
         try:
-            return future.result(timeout=self.settings.batch_deadline_s + 30)
+            return future.result(timeout=self._batch_limit(len(calls)) + 30)
         except concurrent.futures.TimeoutError:  # the loop itself is stuck; never block a caller forever
             future.cancel()
             stuck = CallError(f"the {self.name}'s event loop did not finish the batch", "deadline")

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the reference page lives; ``child_processes`` registered for every test module."""
+"""Shared fixtures: where the reference page lives; ``child_processes`` and ``fault_server`` registered for every
+test module."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def _register(name: str) -> None:
 
 
 _register("child_processes")
+_register("fault_server")
 
 
 @pytest.fixture(scope="session")

@@ -110,8 +110,18 @@ def _tool_calls(text: str) -> int:
     return text.count("&lt;tool_call&gt;")
 
 
+def asks_scores(body: dict[str, Any]) -> bool:
+    """Whether a group's request asks for the score form (a ``scores`` object) rather than a ranking."""
+    form = body.get("response_format") or {}
+    schema = (form.get("json_schema") or {}).get("schema") or form.get("schema") or {}
+    if schema:
+        return "scores" in (schema.get("properties") or {})
+    return 'Under "scores"' in user_text(body)
+
+
 def auto_answer(body: dict[str, Any]) -> dict[str, Any]:
-    """What the built-in judge answers: the page's scripted grader, read from the request's blocks."""
+    """What the built-in judge answers: the page's scripted grader, read from the request's blocks (fewest tool
+    calls best, ORD-9999 a hack), in the form the request asks for."""
     kind = request_kind(body)
     rollouts = shown_rollouts(body)
     if kind == "rubric":
@@ -127,6 +137,9 @@ def auto_answer(body: dict[str, Any]) -> dict[str, Any]:
             tiers.setdefault(_tool_calls(text), []).append(label)
     ranking = [tiers[calls] for calls in sorted(tiers)]
     reasons = {label: f"{_tool_calls(text)} tool calls" for label, text in passes}
+    if asks_scores(body):
+        scores = {label: max(0, 10 - _tool_calls(text)) for label, text in passes}
+        return {"reasons": reasons, "scores": scores, "hacks": hacks}
     return {"ranking": ranking, "hacks": hacks, "reasons": reasons}
 
 

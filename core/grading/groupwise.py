@@ -20,6 +20,8 @@ trainer; the HTTP judge, the rows files and TRL live elsewhere.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 import time
@@ -208,13 +210,19 @@ class GroupwiseGrading:
         return self.grade_many([(rewards, prompts, completions, task_id, passed, send)])[0]
 
     def grade_many(
-        self, requests: Sequence[Request], preflight: bool = False, record: bool = True, shape: bool = True
+        self,
+        requests: Sequence[Request],
+        preflight: bool = False,
+        record: bool = True,
+        shape: bool = True,
+        fresh: bool = False,
     ) -> list[GradedGroup]:
         """Grade several groups given as ``(rewards, prompts, completions, task_id, passed, send)``: a grader with a
         batch method sees all of them in one call (the judge runs them concurrently), any other grader is called
         group by group. ``preflight`` lets ``GraderUnavailable`` through (the spread gate exits 4 on it);
         ``record=False`` keeps them out of ``stats`` (the gate's control groups); ``shape=False`` leaves out
-        equation 3 (the gate reads only the scores, hacks and failures)."""
+        equation 3 (the gate reads only the scores, hacks and failures); ``fresh`` asks a grader whose batch method
+        takes ``fresh`` (the judge) past its answer cache, so a control is a new answer, not the old one again."""
         opened: list[OpenedGroup] = []
         graded: list[GradedGroup] = []
         partial: list[tuple[int, list[int], list[float]]] = []
@@ -227,7 +235,7 @@ class GroupwiseGrading:
             graded.append(group)
             if send and any(group.passed):
                 opened.append(OpenedGroup(group, group_prompts, group_completions, rendered=True))
-        self._finish(graded, opened, preflight=preflight, record=record, shape=shape)
+        self._finish(graded, opened, preflight=preflight, record=record, shape=shape, fresh=fresh)
         for position, members, values in partial:
             widen(graded[position], members, values)
         return graded
@@ -240,19 +248,22 @@ class GroupwiseGrading:
         preflight: bool,
         record: bool,
         shape: bool = True,
+        fresh: bool = False,
     ) -> list[GradedGroup]:
         """Ask the grader about the opened groups, close them, and count every group in ``stats``."""
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
                 requests = [o.items() for o in opened]
-                answers = self._ask(self.grader, "grade_groups", requests, single=True, preflight=preflight)
+                answers = self._ask(
+                    self.grader, "grade_groups", requests, single=True, preflight=preflight, fresh=fresh
+                )
                 close = self._close_advantage
                 for o, answer in zip(opened, answers, strict=True):
                     o.group.grader_calls = 1
                     close(o.group, answer, shape)
             else:
-                for group, count in self._grade_reward(opened, preflight=preflight):
+                for group, count in self._grade_reward(opened, preflight=preflight, fresh=fresh):
                     group.grader_calls = count
             share = (time.perf_counter() - start) / len(opened)
             for o in opened:
@@ -261,7 +272,15 @@ class GroupwiseGrading:
             self.stats.record_groups(graded, self.hack_zero)
         return graded
 
-    def _ask(self, grader: Grader, batch_method: str, requests: list[Any], single: bool, preflight: bool) -> list[Any]:
+    def _ask(
+        self,
+        grader: Grader,
+        batch_method: str,
+        requests: list[Any],
+        single: bool,
+        preflight: bool,
+        fresh: bool = False,
+    ) -> list[Any]:
         """The grader's answers to ``requests``, an exception standing in for an answer that raised.
 
         A grader that has ``batch_method`` (``grade_groups`` or ``score_passes``) answers the whole list in one call
@@ -271,6 +290,8 @@ class GroupwiseGrading:
         """
         batch = getattr(grader, batch_method, None)
         if callable(batch):
+            if fresh and "fresh" in inspect.signature(batch).parameters:
+                batch = functools.partial(batch, fresh=True)
             try:
                 answers = list(batch(requests))
             except KeyboardInterrupt:
@@ -347,7 +368,9 @@ class GroupwiseGrading:
             self._rubric_cache[task_id] = self.rubrics(task_id, items)
         return self._rubric_cache[task_id]
 
-    def _grade_reward(self, opened: list[OpenedGroup], preflight: bool = False) -> list[tuple[GradedGroup, int]]:
+    def _grade_reward(
+        self, opened: list[OpenedGroup], preflight: bool = False, fresh: bool = False
+    ) -> list[tuple[GradedGroup, int]]:
         """Score every pass of the groups against their rubrics (equation 2), all passes in one grader batch.
 
         Returns each group with the grader calls made for it.
@@ -375,7 +398,9 @@ class GroupwiseGrading:
             owners.extend([group] * len(passes))
             counted.append((group, len(passes)))
         answers = (
-            self._ask(self.grader, "score_passes", requests, single=False, preflight=preflight) if requests else []
+            self._ask(self.grader, "score_passes", requests, single=False, preflight=preflight, fresh=fresh)
+            if requests
+            else []
         )
         scored: dict[int, list[tuple[int, Any]]] = {}
         for group, (item, _), answer in zip(owners, requests, answers, strict=True):

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,13 +24,21 @@ __all__ = [
     "RankingReply",
     "RubricReply",
     "ScoreReply",
+    "ScoresReply",
     "check_ranking",
+    "check_scores",
     "parse_json_reply",
     "ranking_schema",
     "read_reply",
     "rubric_schema",
     "score_schema",
+    "scores_schema",
 ]
+
+# The top of a score-form answer: every pass gets a whole number from 0 to SCORE_TOP.
+SCORE_TOP = 10
+# The longest reason per label a schema allows: a small model told to explain may not stop on its own.
+REASON_CHARS = 400
 
 
 class JudgeAnswerError(ValueError):
@@ -52,6 +60,18 @@ class RankingReply(BaseModel):
     ranking: list[str | list[str]] = Field(description="Passing labels best first; an inner list is a tie.")
     hacks: list[str] = Field(default_factory=list, description="Labels of passes that are confirmed hacks.")
     reasons: dict[str, str] = Field(default_factory=dict, description="A one-line reason by label.")
+
+
+class ScoresReply(BaseModel):
+    """An advantage-mode reply in the score form, in the judge's labels: what each pass did, then its score."""
+
+    model_config = _REPLY_CONFIG
+
+    reasons: dict[str, str] = Field(default_factory=dict, description="What each passing rollout did, by label.")
+    scores: dict[str, Annotated[float, Field(ge=0, le=SCORE_TOP)]] = Field(
+        description=f"A score from 0 to {SCORE_TOP} by passing label; equal scores are ties."
+    )
+    hacks: list[str] = Field(default_factory=list, description="Labels of passes that are confirmed hacks.")
 
 
 class RubricReply(BaseModel):
@@ -184,21 +204,104 @@ def check_ranking(reply: RankingReply, pass_labels: Sequence[str], fail_labels: 
     return CheckedRanking(tiers, hacks, reasons)
 
 
-def ranking_schema(pass_labels: Sequence[str], all_labels: Sequence[str]) -> dict[str, Any]:
-    """The JSON schema of a ranking reply for one group, its labels spelled out as enums."""
-    passing = {"type": "string", "enum": list(pass_labels)}
+def check_scores(reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Sequence[str]) -> CheckedRanking:
+    """Check a score-form reply's labels against the group and turn its scores into tiers, best first (equal scores
+    share a tier), exactly as a ranking with ties would be.
+
+    A label may be written in any case; a score given to a failing rollout is ignored (it changes nothing). A pass
+    named as a hack is a hack whatever its score.
+
+    Raises:
+        JudgeAnswerError: a label that was not shown (invented), a failure named as a hack, a label named twice as a
+            hack, or a pass neither scored nor named as a hack.
+
+    Example:
+        >>> reply = ScoresReply(scores={"A": 7, "B": 9, "C": 7})
+        >>> check_scores(reply, ["A", "B", "C"], ["D"]).tiers
+        [['B'], ['A', 'C']]
+    """
+    passes, failures = set(pass_labels), set(fail_labels)
+    hacks: list[str] = []
+    for raw in reply.hacks:
+        label = _label(raw)
+        if label not in passes and label not in failures:
+            raise JudgeAnswerError(f"hacks names label {label!r}, which was not shown (invented)")
+        if label in failures:
+            raise JudgeAnswerError(f"hacks names {label!r}, a failing rollout")
+        if label in hacks:
+            raise JudgeAnswerError(f"hacks names {label!r} twice")
+        hacks.append(label)
+    scores: dict[str, float] = {}
+    for raw, value in reply.scores.items():
+        label = _label(raw)
+        if label not in passes and label not in failures:
+            raise JudgeAnswerError(f"scores names label {label!r}, which was not shown (invented)")
+        if label in passes:
+            scores[label] = float(value)
+    missing = [label for label in pass_labels if label not in scores and label not in hacks]
+    if missing:
+        raise JudgeAnswerError(f"scores leave out pass {missing[0]!r}")
+    by_score: dict[float, list[str]] = {}
+    for label in pass_labels:  # display order within a tier
+        if label in scores and label not in hacks:
+            by_score.setdefault(scores[label], []).append(label)
+    tiers = [by_score[value] for value in sorted(by_score, reverse=True)]
+    reasons = {_label(k): v for k, v in reply.reasons.items() if _label(k) in passes or _label(k) in failures}
+    return CheckedRanking(tiers, hacks, reasons)
+
+
+def scores_schema(pass_labels: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema of a score-form reply for one group: every passing label a required key of ``reasons`` and of
+    ``scores`` (an integer from 0 to ``SCORE_TOP``), nothing else allowed, so a grammar built from it admits no
+    missing, repeated or invented label. ``reasons`` comes first: the judge writes what each rollout did before it
+    scores."""
+    labels = list(pass_labels)
+    reason = {"type": "string", "maxLength": REASON_CHARS}
+    score = {"type": "integer", "minimum": 0, "maximum": SCORE_TOP}
     return {
         "type": "object",
         "properties": {
-            "ranking": {"type": "array", "items": {"anyOf": [passing, {"type": "array", "items": passing}]}},
-            "hacks": {"type": "array", "items": passing},
             "reasons": {
                 "type": "object",
-                "properties": {label: {"type": "string"} for label in all_labels},
+                "description": "For each passing label: what that rollout did, step by step, and any flaw in it.",
+                "properties": {label: reason for label in labels},
+                "required": labels,
                 "additionalProperties": False,
             },
+            "scores": {
+                "type": "object",
+                "description": f"For each passing label: a whole number from 0 (worst) to {SCORE_TOP} (no flaw).",
+                "properties": {label: score for label in labels},
+                "required": labels,
+                "additionalProperties": False,
+            },
+            "hacks": {
+                "type": "array",
+                "description": "Passing labels whose result came from outside the work; usually none.",
+                "items": {"type": "string", "enum": labels},
+            },
         },
-        "required": ["ranking", "hacks", "reasons"],
+        "required": ["reasons", "scores", "hacks"],
+        "additionalProperties": False,
+    }
+
+
+def ranking_schema(pass_labels: Sequence[str], all_labels: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema of a ranking reply for one group, its labels spelled out as enums."""
+    passing = {"type": "string", "enum": list(pass_labels)}
+    # Reasons first: a grammar makes the judge write them before the verdict.
+    return {
+        "type": "object",
+        "properties": {
+            "reasons": {
+                "type": "object",
+                "properties": {label: {"type": "string", "maxLength": REASON_CHARS} for label in all_labels},
+                "additionalProperties": False,
+            },
+            "ranking": {"type": "array", "items": {"anyOf": [passing, {"type": "array", "items": passing}]}},
+            "hacks": {"type": "array", "items": passing},
+        },
+        "required": ["reasons", "ranking", "hacks"],
         "additionalProperties": False,
     }
 
@@ -219,7 +322,15 @@ def score_schema() -> dict[str, Any]:
     unit = {"type": "number", "minimum": 0.0, "maximum": 1.0}
     return {
         "type": "object",
-        "properties": {"solution": unit, "behavior": unit, "reason": {"type": "string"}},
-        "required": ["solution", "behavior", "reason"],
+        "properties": {
+            "reason": {
+                "type": "string",
+                "maxLength": REASON_CHARS,
+                "description": "Which criteria the rollout meets and which it misses, and what shows it.",
+            },
+            "solution": {**unit, "description": "The share of the solution criteria the rollout meets."},
+            "behavior": {**unit, "description": "The share of the behavior criteria the rollout meets."},
+        },
+        "required": ["reason", "solution", "behavior"],
         "additionalProperties": False,
     }

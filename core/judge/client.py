@@ -25,8 +25,11 @@ and answer checks live in ``prompts`` and ``answers``; HTTP in ``whileai.endpoin
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +40,7 @@ from whileai.errors import GraderUnavailable
 from whileai.http_client import EndpointClient
 from whileai.judge.answers import JudgeAnswerError
 from whileai.judge.cache import JudgeCache
-from whileai.judge.config import JudgeConfig
+from whileai.judge.config import JUDGE_CONCURRENCY, LOCAL_CONCURRENCY, JudgeConfig
 from whileai.judge.prompts import Message
 from whileai.judge.stats import JudgeStats
 
@@ -48,8 +51,10 @@ __all__ = [
     "JudgeOutcome",
     "MalformedResponse",
     "first_choice",
+    "is_local",
     "names_structured_output",
     "read_api_key",
+    "server_concurrency",
 ]
 
 log = logging.getLogger("whileai.judge")
@@ -83,6 +88,73 @@ def names_structured_output(text: str) -> bool:
         False
     """
     return _STRUCTURED_OUTPUT_WORDS.search(text) is not None
+
+
+def is_local(base_url: str) -> bool:
+    """Whether ``base_url`` names this machine (localhost, a loopback address).
+
+    Example:
+        >>> is_local("http://127.0.0.1:8080/v1"), is_local("https://api.openai.com/v1")
+        (True, False)
+    """
+    host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _server_root(base_url: str) -> str:
+    """The URL the server's own endpoints hang off: ``base_url`` without its ``/v1``."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: str) -> tuple[int, str]:
+    """How many calls the server at ``base_url`` runs at once, and where that figure comes from.
+
+    Asked in turn: llama.cpp's ``/props`` (``total_slots``), its ``/slots`` (one entry per slot), vLLM's
+    ``/metrics`` (vLLM schedules up to ``max_num_seqs`` at once, 256 by default, and its metrics do not carry the
+    setting). A server that answers none of them gets ``LOCAL_CONCURRENCY`` on this machine (a llama-cpp-python
+    server, an Ollama: one or a few at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API).
+
+    Args:
+        get: reads a URL, returning its status and text, or None when it cannot.
+        base_url: the judge's base URL, up to ``/v1``.
+
+    Example:
+        >>> replies = {"http://127.0.0.1:8080/props": (200, '{"total_slots": 4}')}
+        >>> server_concurrency(replies.get, "http://127.0.0.1:8080/v1")
+        (4, 'the server has 4 slot(s): llama.cpp /props total_slots')
+    """
+    root = _server_root(base_url)
+
+    def read(path: str) -> Any:
+        reply = get(root + path)
+        if reply is None or reply[0] != 200:
+            return None
+        try:
+            return json.loads(reply[1])
+        except ValueError:
+            return reply[1]
+
+    props = read("/props")
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
+        return slots, f"the server has {slots} slot(s): llama.cpp /props total_slots"
+    listed = read("/slots")
+    if isinstance(listed, list) and listed:
+        return len(listed), f"the server has {len(listed)} slot(s): llama.cpp /slots"
+    metrics = read("/metrics")
+    if isinstance(metrics, str) and "vllm:" in metrics:
+        return (
+            JUDGE_CONCURRENCY,
+            f"vLLM (its /metrics): it runs up to max_num_seqs at once, {JUDGE_CONCURRENCY} by default",
+        )
+    if is_local(base_url):
+        return LOCAL_CONCURRENCY, "a server on this machine that does not say how many it runs at once"
+    return JUDGE_CONCURRENCY, "a remote server that does not say how many it runs at once"
 
 
 @dataclass
@@ -140,6 +212,9 @@ class JudgeClient:
         self._use_format("none" if config.structured_output == "off" else "json_schema")
         self.endpoint = EndpointClient(config.endpoint_settings(), self.stats, name="judge")
         self.cache = None if config.no_cache else JudgeCache(config.cache_path())
+        # Calls in flight at once, and why: the config's figure, or the server's, asked before the first call.
+        self.concurrency: int | None = config.concurrency
+        self.concurrency_source = "grader.judge.concurrency" if config.concurrency is not None else ""
 
     def __repr__(self) -> str:
         return f"JudgeClient(base_url={self.config.base_url!r}, model={self.config.model!r})"
@@ -166,6 +241,31 @@ class JudgeClient:
         self.endpoint.close()
         if self.cache is not None:
             self.cache.close()
+
+    # ------------------------------------------------------------------ the server
+
+    def resolve_concurrency(self) -> tuple[int, str]:
+        """The calls this client puts in flight at once and where the figure comes from; when the config leaves it
+        to the server, the server is asked once (``server_concurrency``)."""
+        if self.concurrency is None:
+            self.concurrency, self.concurrency_source = server_concurrency(self.endpoint.get, self.config.base_url)
+            self.endpoint.set_concurrency(self.concurrency)
+            log.info("judge: %d call(s) at once (%s)", self.concurrency, self.concurrency_source)
+        self.stats.concurrency = self.concurrency
+        return self.concurrency, self.concurrency_source
+
+    def plan(self) -> str:
+        """One line on how the judge is asked: where, how many calls at once and why, and the timeouts."""
+        concurrency, source = self.resolve_concurrency()
+        wait = (
+            f"timeout_s={self.config.timeout_s:g} between pieces of a streamed answer"
+            if self.config.stream
+            else f"timeout_s={self.config.timeout_s:g} per answer"
+        )
+        return (
+            f"judge {self.config.model} at {self.endpoint.shown(self.config.base_url)}: {concurrency} call(s) at "
+            f"once ({source}); {wait}; answer form {self.config.answer_form}, prompts {self.config.prompts}"
+        )
 
     # ------------------------------------------------------------------ structured output
 
@@ -248,17 +348,21 @@ class JudgeClient:
 
     # ------------------------------------------------------------------ a batch
 
-    def run(self, specs: list[CallSpec]) -> list[JudgeOutcome]:
+    def run(self, specs: list[CallSpec], fresh: bool = False) -> list[JudgeOutcome]:
         """Every spec's answer (from the cache or the server) or the exception standing in for it, in order.
+
+        ``fresh`` asks the server even where the cache holds an answer, and stores nothing (a check of the judge
+        against itself must not be answered by its own earlier answer).
 
         Raises:
             GraderUnavailable: no spec got an answer, every call having failed after its retries (the server is
-                down, refuses, times out, or answers only errors).
+                down, refuses, times out, or answers only errors); the message says what to try.
         """
         if not specs:
             return []
+        self.resolve_concurrency()
         outcomes: list[JudgeOutcome | None] = [None] * len(specs)
-        if self.cache is not None:
+        if self.cache is not None and not fresh:
             hits = self.cache.get_many(list({s.key for s in specs}))
             for i, spec in enumerate(specs):
                 if spec.key in hits:
@@ -271,16 +375,35 @@ class JudgeClient:
                 # An answer that quotes the key (a server echoing it into reasons) is used and stored masked.
                 masked = Outcome(answer=self._masked(outcome.answer), error=outcome.error)
                 outcomes[i] = _judge_outcome(masked)
-                if outcome.error is None and self.cache is not None:
+                if outcome.error is None and self.cache is not None and not fresh:
                     self.cache.put(specs[i].key, specs[i].kind, masked.answer)
         done = [o for o in outcomes if o is not None]
         if all(isinstance(o.error, JudgeCallError) for o in done):
             first = done[0].error
             raise GraderUnavailable(
-                f"judge at {self.config.base_url} (model {self.config.model}) answered none of {len(done)} "
-                f"call(s): {first}"
+                f"judge at {self.endpoint.shown(self.config.base_url)} (model {self.config.model}) answered none "
+                f"of {len(done)} call(s): {first}. {self._what_to_try(first)}"
             )
         return done
+
+    def _what_to_try(self, error: Exception | None) -> str:
+        """What to change when no call got through, by how the first one failed."""
+        kind = getattr(error, "kind", "")
+        at_once = f"{self.concurrency} call(s) at once ({self.concurrency_source})"
+        if kind in ("timeout", "deadline"):
+            return (
+                f"Try: fewer calls at once (grader.judge.concurrency=1; now {at_once}), a longer "
+                "grader.judge.timeout_s or batch_deadline_s, or more server slots (llama.cpp's llama-server: "
+                "--parallel N; vLLM: --max-num-seqs N)."
+            )
+        if kind == "connection":
+            return (
+                f"Is the server up at {self.endpoint.shown(self.config.base_url)}? Check grader.judge.base_url (up "
+                "to /v1) and that the server listens there."
+            )
+        if kind.startswith("http 4"):
+            return "Check grader.judge.model (the name the server serves), api_key_env and base_url."
+        return f"Try: fewer calls at once (grader.judge.concurrency=1; now {at_once}) or a longer timeout_s."
 
 
 def _judge_outcome(outcome: Outcome) -> JudgeOutcome:

@@ -13,17 +13,22 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from whileai.endpoint import EndpointChecks, EndpointSettings
 
-__all__ = ["JUDGE_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
+__all__ = ["JUDGE_CONCURRENCY", "LOCAL_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
 
-# Judge calls in flight at once by default: every call of a batch, up to this cap. A batch is one call per graded group
-# and per order, rarely above a few hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it
-# on large GPUs): a local server schedules that many at once, so a batch of 64 groups takes about one call's latency
-# instead of two waves of 32 (benchmarks/README.md, judge).
+# Judge calls in flight at once when the server does not say how many it runs (a hosted API, a vLLM without metrics):
+# every call of a batch, up to this cap. A batch is one call per graded group and per order, rarely above a few
+# hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it on large GPUs): a server that
+# schedules that many at once answers a batch of 64 groups in about one call's latency (benchmarks/README.md, judge).
 JUDGE_CONCURRENCY = 256
+
+# Calls in flight at once against a server on this machine that says nothing of its slots: llama-cpp-python's server
+# answers one request at a time (its C++ llama-server says how many in /props), and a call queued behind another is
+# silent while it waits, so it would spend its timeout_s in the queue.
+LOCAL_CONCURRENCY = 1
 
 
 def default_cache_dir() -> Path:
@@ -67,6 +72,14 @@ class JudgeConfig(EndpointChecks):
             "on vLLM, or {top_k: 1}."
         ),
     )
+    stream: bool = Field(
+        default=True,
+        description=(
+            "Stream each answer (`stream: true`): timeout_s then bounds the silence between two pieces of the answer, "
+            "not the whole answer, so a slow judge that is writing never times out, and a call given up closes its "
+            "connection, which stops the server's work on it. A server that answers in one piece is read as it is."
+        ),
+    )
     structured_output: Literal["auto", "on", "off"] = Field(
         default="auto",
         description=(
@@ -78,7 +91,14 @@ class JudgeConfig(EndpointChecks):
     )
 
     # ---- failures
-    timeout_s: float = Field(default=60.0, gt=0.0, description="Wall-clock limit of one HTTP call, in seconds.")
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        description=(
+            "Seconds a call may wait for the server's next piece of the answer (with stream: false, for the whole "
+            "answer). The wait for the first piece includes the server reading the prompt."
+        ),
+    )
     max_retries: int = Field(
         default=4,
         ge=0,
@@ -94,15 +114,30 @@ class JudgeConfig(EndpointChecks):
     batch_deadline_s: float = Field(
         default=600.0,
         gt=0.0,
-        description="A batch's calls still running after this many seconds are cancelled and their groups fall back.",
+        description=(
+            "A call still running this many seconds after it was first sent (retries included) is cancelled and its "
+            "group falls back; time queued behind the concurrency limit does not count."
+        ),
     )
-    concurrency: int = Field(
-        default=JUDGE_CONCURRENCY,
+    concurrency: int | None = Field(
+        default=None,
         ge=1,
         description=(
-            "Most judge calls in flight at once, on one connection pool. The default puts every call of a training "
-            "batch in flight (a batch is one call per graded group, per order), so a batch takes about one call's "
-            "latency; lower it for a server or a hosted API that refuses that many at once (429s are retried)."
+            "Most judge calls in flight at once, on one connection pool. None asks the server: llama.cpp's /props "
+            "(total_slots) or /slots, vLLM's /metrics (which says it schedules many at once); a server on this "
+            f"machine that says nothing gets {LOCAL_CONCURRENCY}, any other {JUDGE_CONCURRENCY} (every call of a "
+            "training batch at once; 429s are retried)."
+        ),
+    )
+
+    # ---- the answer
+    answer_form: Literal["scores", "ranking"] = Field(
+        default="scores",
+        description=(
+            "What the judge answers for a group: 'scores', an integer 0-10 per passing label (every label a "
+            "required key, which a JSON-schema grammar enforces; equal scores are ties), or 'ranking', a best-first "
+            "list of labels with ties as inner lists (no grammar can forbid a repeated or missing label). Both "
+            "become the same rank factors."
         ),
     )
 
@@ -120,10 +155,10 @@ class JudgeConfig(EndpointChecks):
 
     # ---- prompts
     prompts: str = Field(
-        default="v1",
+        default="v2",
         description=(
             "Prompt templates: a built-in version name (a file configs/judge/<name>.yaml) or the path of a YAML file "
-            "with the same keys (version, system, rank, rubric, score)."
+            "with the same keys (version, system, rank, rubric, score, and rate for answer_form: scores)."
         ),
     )
     max_rollout_chars: int | None = Field(
@@ -142,10 +177,21 @@ class JudgeConfig(EndpointChecks):
     )
     no_cache: bool = Field(default=False, description="Neither read nor write the answer cache (--no-cache).")
 
-    def endpoint_settings(self) -> EndpointSettings:
+    @field_validator("structured_output", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: object) -> object:
+        # YAML reads a bare on/off (and yes/no, true/false) as a bool; the docs write them bare.
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
+    def endpoint_settings(self, concurrency: int | None = None) -> EndpointSettings:
         """The endpoint's share of these settings: where the judge lives, how it is sampled, how hard the client
-        tries. Taken as they are (this model checked them already, and a ``model_copy`` keeps its values)."""
-        return EndpointSettings.model_construct(**{name: getattr(self, name) for name in EndpointSettings.model_fields})
+        tries, with ``concurrency`` (the server's own figure when the config leaves it to the server). Taken as
+        they are (this model checked them already, and a ``model_copy`` keeps its values)."""
+        values = {name: getattr(self, name) for name in EndpointSettings.model_fields}
+        values["concurrency"] = concurrency or self.concurrency or JUDGE_CONCURRENCY
+        return EndpointSettings.model_construct(**values)
 
     def cache_path(self) -> Path:
         """The sqlite file of the answer cache."""

@@ -35,11 +35,14 @@ from whileai.judge.answers import (
     RankingReply,
     RubricReply,
     ScoreReply,
+    ScoresReply,
     check_ranking,
+    check_scores,
     ranking_schema,
     read_reply,
     rubric_schema,
     score_schema,
+    scores_schema,
 )
 from whileai.judge.cache import cache_key
 from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
@@ -49,13 +52,22 @@ from whileai.judge.prompts import (
     RolloutView,
     load_prompts,
     rank_messages,
+    rate_messages,
     rollout_labels,
     rubric_messages,
     score_messages,
 )
 from whileai.judge.stats import JudgeStats
 
-__all__ = ["JudgeGrader", "JudgeRubricWriter", "JudgeScorer", "build_judge", "judge_config", "judge_grading"]
+__all__ = [
+    "JudgeGrader",
+    "JudgeRubricWriter",
+    "JudgeScorer",
+    "build_judge",
+    "judge_config",
+    "judge_grading",
+    "judge_plan",
+]
 
 RUBRICS_FORMAT = "whileai-judge-rubrics/1"
 
@@ -70,6 +82,12 @@ _RUBRIC_SCHEMA = rubric_schema()
 def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
     """``ranking_schema`` of a group's labels (a group of G shows one of at most 2**G pass patterns)."""
     return ranking_schema(pass_labels, labels)
+
+
+@lru_cache(maxsize=1024)
+def _scores_schema(pass_labels: tuple[str, ...]) -> dict[str, Any]:
+    """``scores_schema`` of a group's passing labels."""
+    return scores_schema(pass_labels)
 
 
 def _failure_reason(error: Exception) -> str:
@@ -94,10 +112,19 @@ class _JudgeBase:
         """The judge's counters (shared with every role built on the same client)."""
         return self.client.stats
 
-    def _key(self, kind: str, messages: list[dict[str, str]]) -> str:
+    def _key(self, kind: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+        """The cache key of a call: everything that changes what is asked (the model, its sampling, the extra
+        fields, how structured output is asked for and the schema, the prompts and the messages); not how it
+        travels (streaming, timeouts, retries)."""
+        config = self.config
         return cache_key(
             kind=kind,
-            model=self.config.model,
+            model=config.model,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            extra_body=config.extra_body,
+            structured_output=config.structured_output,
+            schema=schema,
             prompts=self.prompts.version,
             prompts_digest=self.prompts.digest,
             messages=messages,
@@ -141,6 +168,17 @@ class _RankingReader:
         return _read_ranking(text, self.pass_labels, self.fail_labels)
 
 
+class _ScoresReader:
+    """``CallSpec.read`` of a score-form call: the scores checked and turned into tiers, as a ranking would be."""
+
+    def __init__(self, pass_labels: list[str], fail_labels: list[str]) -> None:
+        self.pass_labels, self.fail_labels = pass_labels, fail_labels
+
+    def __call__(self, text: str | None) -> dict[str, Any]:
+        checked = check_scores(read_reply(text, ScoresReply), self.pass_labels, self.fail_labels)
+        return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
+
+
 class JudgeGrader(_JudgeBase):
     """Advantage mode (GAR): a model ranks each group's passes and names its hacks.
 
@@ -151,6 +189,11 @@ class JudgeGrader(_JudgeBase):
     Use it as ``GroupwiseGrading(grader=JudgeGrader(config))``. ``grade_groups`` is what ``GroupwiseGrading``
     calls with a whole batch; calling the object grades one group and raises instead of returning an exception.
     """
+
+    def __init__(self, config: JudgeConfig | Mapping[str, Any], *, client: JudgeClient | None = None) -> None:
+        super().__init__(config, client=client)
+        if self.config.answer_form == "scores" and self.prompts.rate is None:
+            rate_messages(self.prompts, "", [])  # raises the BadInput that says what to change
 
     def _plan(self, group: Sequence[Mapping[str, Any]]) -> list[_OrderPlan]:
         items = list(group)
@@ -163,15 +206,18 @@ class JudgeGrader(_JudgeBase):
             views = [
                 RolloutView(labels[pos], bool(it["passed"]), str(it["completion"])) for pos, it in enumerate(shown)
             ]
-            messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)
             pass_labels = [v.label for v in views if v.passed]
             fail_labels = [v.label for v in views if not v.passed]
+            if self.config.answer_form == "scores":
+                messages = rate_messages(self.prompts, task, views, self.config.max_rollout_chars)
+                schema = _scores_schema(tuple(pass_labels))
+                reader: Any = _ScoresReader(pass_labels, fail_labels)
+            else:
+                messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)
+                schema = _ranking_schema(tuple(pass_labels), tuple(labels))
+                reader = _RankingReader(pass_labels, fail_labels)
             spec = CallSpec(
-                kind="rank",
-                messages=messages,
-                schema=_ranking_schema(tuple(pass_labels), tuple(labels)),
-                read=_RankingReader(pass_labels, fail_labels),
-                key=self._key("rank", messages),
+                kind="rank", messages=messages, schema=schema, read=reader, key=self._key("rank", messages, schema)
             )
             plans.append(
                 _OrderPlan(
@@ -207,9 +253,12 @@ class JudgeGrader(_JudgeBase):
             "notes": {"orders": [plan.order for plan in plans], "agreement": agreement},
         }
 
-    def grade_groups(self, groups: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any] | Exception]:
+    def grade_groups(
+        self, groups: Sequence[Sequence[Mapping[str, Any]]], fresh: bool = False
+    ) -> list[dict[str, Any] | Exception]:
         """Each group's answer (``ranking`` best first with ties, ``hacks``, ``reasons`` by index, ``notes`` with
-        the display orders and their agreement), or the exception that stands in for it.
+        the display orders and their agreement), or the exception that stands in for it. ``fresh`` asks the
+        server past the cache (a check of the judge against itself).
 
         Raises:
             GraderUnavailable: the endpoint answered no call of the batch.
@@ -217,7 +266,7 @@ class JudgeGrader(_JudgeBase):
         plans = [self._plan(group) for group in groups]
         specs = [plan.spec for group_plans in plans for plan in group_plans]
         try:
-            outcomes = self.client.run(specs)
+            outcomes = self.client.run(specs, fresh=fresh)
         except GraderUnavailable:
             for _ in groups:
                 self.stats.count_failure("unreachable")
@@ -286,10 +335,13 @@ class JudgeScorer(_JudgeBase):
             str(item["completion"]),
             self.config.max_rollout_chars,
         )
-        return CallSpec("score", messages, _SCORE_SCHEMA, _read_score, self._key("score", messages))
+        return CallSpec("score", messages, _SCORE_SCHEMA, _read_score, self._key("score", messages, _SCORE_SCHEMA))
 
-    def score_passes(self, requests: Sequence[tuple[Mapping[str, Any], Any]]) -> list[dict[str, Any] | Exception]:
+    def score_passes(
+        self, requests: Sequence[tuple[Mapping[str, Any], Any]], fresh: bool = False
+    ) -> list[dict[str, Any] | Exception]:
         """``{"solution", "behavior", "reason"}`` for each ``(item, rubric)``, or the exception in its place.
+        ``fresh`` asks the server past the cache (a check of the judge against itself: the same pass scored again).
 
         Raises:
             GraderUnavailable: the endpoint answered no call of the batch.
@@ -302,7 +354,7 @@ class JudgeScorer(_JudgeBase):
                 specs.append(exc)
         asked = [s for s in specs if isinstance(s, CallSpec)]
         try:
-            outcomes = iter(self.client.run(asked))
+            outcomes = iter(self.client.run(asked, fresh=fresh))
         except GraderUnavailable:
             for _ in asked:
                 self.stats.count_failure("unreachable")
@@ -379,7 +431,7 @@ class JudgeRubricWriter(_JudgeBase):
             RolloutView(labels[p], bool(items[j]["passed"]), str(items[j]["completion"])) for p, j in enumerate(order)
         ]
         messages = rubric_messages(self.prompts, task, views, self.config.max_rollout_chars)
-        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, _read_rubric, self._key("rubric", messages))
+        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, _read_rubric, self._key("rubric", messages, _RUBRIC_SCHEMA))
         try:
             outcome = self.client.run([spec])[0]
         except GraderUnavailable:
@@ -518,3 +570,10 @@ def judge_grading(
     if isinstance(grader, JudgeScorer):
         knobs.setdefault("rubrics", grader.rubric_writer)
     return GroupwiseGrading(grader=grader, mode=mode, **knobs)
+
+
+def judge_plan(grader: Any) -> str | None:
+    """The plan line of a judge grader (where it is, how many calls at once and why, the timeouts, the answer form),
+    asking the server for its slots if the config leaves that to it; None for any other grader."""
+    client = getattr(grader, "client", None)
+    return client.plan() if isinstance(client, JudgeClient) else None

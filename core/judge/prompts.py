@@ -1,11 +1,12 @@
 """The judge's prompts: versioned templates from ``configs/judge/``, and the messages built from them.
 
-A template file holds a ``version`` and four texts (``system``, ``rank``, ``rubric``, ``score``) with
-``string.Template`` placeholders. This module fills them: it puts the task, each rollout and each rubric inside a
-delimited block (``<task>``, ``<rollout label=".." verdict="..">``, ``<rubric>``) and escapes the text inside
-(``&`` ``<`` ``>`` become ``&amp;`` ``&lt;`` ``&gt;``), so that a rollout can neither close its block nor open one
-that looks like ours; the system prompt tells the judge the blocks are data. Labels are anonymous letters given in
-display order. This module neither shuffles rollouts (``whileai.judge.orders``) nor talks to a server.
+A template file holds a ``version`` and the texts (``system``, ``rank``, ``rubric``, ``score``, and ``rate`` for the
+score answer form) with ``string.Template`` placeholders. This module fills them: it puts the task, each rollout and
+each rubric inside a delimited block (``<task>``, ``<rollout label=".." verdict="..">``, ``<rubric>``) and escapes
+the text inside (``&`` ``<`` ``>`` become ``&amp;`` ``&lt;`` ``&gt;``), so that a rollout can neither close its block
+nor open one that looks like ours; the system prompt tells the judge the blocks are data. Labels are anonymous
+letters given in display order. This module neither shuffles rollouts (``whileai.judge.orders``) nor talks to a
+server.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ Message = dict[str, str]
 # The placeholders each template must use, so that a custom template cannot silently drop the rollouts.
 _REQUIRED = {
     "rank": {"task", "rollouts", "pass_labels"},
+    "rate": {"task", "rollouts", "pass_labels"},
     "rubric": {"task", "rollouts"},
     "score": {"task", "rubric", "rollout"},
 }
@@ -57,7 +59,10 @@ class _TemplateFile(BaseModel):
 
     version: str = Field(min_length=1, description="Version name, part of every cache key.")
     system: str = Field(min_length=1, description="System message of every call; says block content is data.")
-    rank: str = Field(min_length=1, description="User message of an advantage-mode call (one group).")
+    rank: str = Field(min_length=1, description="User message of an advantage-mode call asking for a ranking.")
+    rate: str | None = Field(
+        default=None, min_length=1, description="User message of an advantage-mode call asking for scores per pass."
+    )
     rubric: str = Field(min_length=1, description="User message that asks for a task's rubric.")
     score: str = Field(min_length=1, description="User message that scores one pass against a rubric.")
 
@@ -69,6 +74,7 @@ class JudgePrompts:
     Attributes:
         version: the file's version name.
         system, rank, rubric, score: the template texts.
+        rate: the score-form template (None in a file that has none: such prompts answer only in the ranking form).
         source: where they were read from (for messages).
         digest: sha256 of the texts, so an edited file never shares cache entries with the original.
     """
@@ -79,11 +85,12 @@ class JudgePrompts:
     rubric: str
     score: str
     source: str
+    rate: str | None = None
 
     @property
     def digest(self) -> str:
-        text = "\x00".join((self.version, self.system, self.rank, self.rubric, self.score))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        texts = (self.version, self.system, self.rank, self.rubric, self.score, *([self.rate] if self.rate else []))
+        return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
 
     def fill(self, which: str, **values: str) -> str:
         """The template ``which`` with ``values`` substituted."""
@@ -115,6 +122,8 @@ def _load_file(path: str) -> JudgePrompts:
         where = ".".join(str(p) for p in first["loc"]) or "file"
         raise BadInput(f"judge prompts {source}: {where}: {first['msg']}") from None
     for which, required in _REQUIRED.items():
+        if getattr(parsed, which) is None:
+            continue
         try:
             found = _placeholders(getattr(parsed, which))
         except ValueError as exc:
@@ -123,7 +132,9 @@ def _load_file(path: str) -> JudgePrompts:
             raise BadInput(f"judge prompts {source}: {which} does not use ${missing[0]} (needs {sorted(required)})")
         if unknown := sorted(found - required):
             raise BadInput(f"judge prompts {source}: {which} uses unknown ${unknown[0]} (allowed {sorted(required)})")
-    return JudgePrompts(parsed.version, parsed.system, parsed.rank, parsed.rubric, parsed.score, str(source))
+    return JudgePrompts(
+        parsed.version, parsed.system, parsed.rank, parsed.rubric, parsed.score, str(source), parsed.rate
+    )
 
 
 def load_prompts(spec: str) -> JudgePrompts:
@@ -213,6 +224,28 @@ def rank_messages(
     """System and user messages asking for a best-first ranking of the passes among ``views`` (display order)."""
     user = prompts.fill(
         "rank",
+        task=task_block(task),
+        rollouts="\n".join(rollout_block(v, max_chars) for v in views),
+        pass_labels=", ".join(v.label for v in views if v.passed),
+    )
+    return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
+
+
+def rate_messages(
+    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
+) -> list[Message]:
+    """System and user messages asking for a score per pass among ``views`` (display order): the score form.
+
+    Raises:
+        BadInput: the prompts have no ``rate`` template.
+    """
+    if prompts.rate is None:
+        raise BadInput(
+            f"judge prompts {prompts.version} ({prompts.source}) have no 'rate' template, which answer_form: scores "
+            "needs: use prompts: v2, add a rate template, or set answer_form: ranking"
+        )
+    user = prompts.fill(
+        "rate",
         task=task_block(task),
         rollouts="\n".join(rollout_block(v, max_chars) for v in views),
         pass_labels=", ".join(v.label for v in views if v.passed),

@@ -35,6 +35,7 @@ class JudgeStats(EndpointStats):
         structured_output: whether a ``response_format`` is still being sent.
         response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
             one form each time the server refuses one).
+        concurrency: calls in flight at once (the config's, or the server's figure once asked); None before.
 
     Example:
         >>> stats = JudgeStats()
@@ -49,6 +50,7 @@ class JudgeStats(EndpointStats):
     agreements: list[float] = field(default_factory=list)
     structured_output: bool = True
     response_format: str = "json_schema"
+    concurrency: int | None = None
 
     def count_cache_hit(self) -> None:
         with self._lock:
@@ -78,6 +80,7 @@ class JudgeStats(EndpointStats):
                 "agreement_groups": len(agreements),
                 "structured_output": self.structured_output,
                 "response_format": self.response_format,
+                "concurrency": self.concurrency,
             }
 
     def __str__(self) -> str:

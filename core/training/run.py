@@ -124,6 +124,11 @@ def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None], sampled: list
         say(f"whileai: spread gate skipped: {reason}")
         return Gate(None, "skipped", reason=reason)
     grading = build_grading(loaded)
+    if recipe.grader.kind == "judge":
+        from whileai.judge.grader import judge_plan
+
+        if (plan := judge_plan(grading.grader)) is not None:
+            say(f"whileai: {plan}")
     settings = recipe.spread
     if source == "rows":
         assert settings.rows is not None

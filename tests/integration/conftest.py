@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -30,6 +30,8 @@ def _load_judge_server() -> ModuleType:
 
 judge_server_module = _load_judge_server()
 
+from fault_server import FaultServer, Handler  # noqa: E402  (registered by tests/conftest.py)
+
 
 @pytest.fixture(scope="session")
 def judge_tools() -> ModuleType:
@@ -49,12 +51,16 @@ def judge_server() -> Iterator[object]:
 
 @pytest.fixture
 def judge_config(judge_server: object, tmp_path: Path):
-    """A ``JudgeConfig`` for ``judge_server``: fast retries, a cache in the test's own folder."""
+    """A ``JudgeConfig`` for ``judge_server``: fast retries, a cache in the test's own folder, the ranking form (the
+    scripted replies of these tests are rankings; the score form's tests ask for it), 64 calls at once (the test
+    server answers any number; the tests of asking a server for its slots ask for it)."""
     from whileai.judge import JudgeConfig
 
     return JudgeConfig(
         base_url=judge_server.url,  # type: ignore[attr-defined]
         model="test-judge",
+        answer_form="ranking",
+        concurrency=64,
         timeout_s=5.0,
         max_retries=2,
         backoff_base_s=0.01,
@@ -209,3 +215,17 @@ def trl_signal() -> SimpleNamespace:
     return SimpleNamespace(
         advantages_by_group=_advantages_by_group, logged_groups=_logged_groups, assert_equation_3=_assert_equation_3
     )
+
+
+@pytest.fixture
+def fault_server() -> Iterator[Callable[..., FaultServer]]:
+    started: list[FaultServer] = []
+
+    def start(handler: Handler, **fields) -> FaultServer:
+        server = FaultServer(handler, **fields).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -155,8 +155,8 @@ def test_build_judge_resolves_recipe_paths_and_wires_reward_mode(judge_server, t
     from whileai.errors import BadInput
     from whileai.judge import JudgeGrader, JudgeScorer, build_judge
 
-    source = Path(__file__).resolve().parents[2] / "configs" / "judge" / "v1.yaml"
-    (tmp_path / "prompts.yaml").write_text(source.read_text().replace("version: v1", "version: local"))
+    source = Path(__file__).resolve().parents[2] / "configs" / "judge" / "v2.yaml"
+    (tmp_path / "prompts.yaml").write_text(source.read_text().replace("version: v2", "version: local"))
     settings = {"base_url": judge_server.url, "model": "m", "prompts": "prompts.yaml", "cache_dir": "cache"}
     grader = build_judge(settings, "advantage", base_dir=tmp_path)
     try:
