@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,11 +14,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 DEFAULT_RULE = "grader/tool_calls.yaml"
-
-# The progress bar moves once per this many rows (a call per group costs more than a rule grading it), or once a
-# tenth of a second has passed (a judge grades a batch of groups in seconds).
-PROGRESS_STEP = 4096
-PROGRESS_SECONDS = 0.1
 
 
 @guarded
@@ -60,15 +54,18 @@ def spread(
     Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
     copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
 
-    Exit codes: 0 spread; 1 no spread or too few scores; 2 bad input; 3 missing install; 4 grader unavailable (down,
-    or failing on at least spread.broken_fraction of the groups, 90%: --json lists the failures by kind, --debug
-    prints the first traceback); 130 interrupted (Ctrl-C).
+    Exit codes: 0 spread; 1 no spread, or too few scores or controls measured; 2 bad input; 3 missing install; 4
+    grader unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%: --json lists the
+    failures by kind, --debug prints the first traceback); 130 interrupted (Ctrl-C).
+
+    On a terminal a bar on stderr counts the groups judged of those sent (controls included), with a judge's
+    completion tokens per second.
     """
     from whileai.config import load_recipe
     from whileai.config.load import default_recipe, is_override
     from whileai.grading.build import build_grading, grader_from_spec
     from whileai.grading.gate import check_spread_file
-    from whileai.progress import phase_bar
+    from whileai.progress import CounterRateColumn, phase_bar
     from whileai.rows import RowFields
 
     overrides = [a for a in arguments or [] if is_override(a)]
@@ -101,6 +98,11 @@ def spread(
         # The shipped rule itself, not a file of that name that happens to sit in the working directory.
         rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
         grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
+    if loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge" and grader is None:
+        from whileai.judge.grader import judge_plan
+
+        if (plan := judge_plan(grading.grader)) is not None:
+            say(f"whileai: {plan}")  # asks the server how many calls it runs at once
     if rows is None:
         if settings.rows is None:
             raise BadInput("give ROWS, or a recipe whose spread.rows names them")
@@ -117,35 +119,44 @@ def spread(
     def on_graded(group) -> None:
         tables.append(_group_table(group))
 
-    with phase_bar("grading", "rows", err) as bar:
-        task = bar.add_task("grading", total=None)
-        unshown = [0]  # rows graded since the bar last moved
-        moved = [time.monotonic()]
+    def judge_tokens() -> int | None:
+        """The completion tokens the HTTP judge was sent back so far (its ``JudgeStats``; other graders keep none)."""
+        tokens = getattr(getattr(grading.grader, "stats", None), "tokens_out", None)
+        return tokens if isinstance(tokens, int) else None
 
-        def progress(rows: int) -> None:
-            unshown[0] += rows
-            if unshown[0] >= PROGRESS_STEP or time.monotonic() - moved[0] > PROGRESS_SECONDS:
-                bar.advance(task, unshown[0])
-                unshown[0] = 0
-                moved[0] = time.monotonic()
+    columns = [] if judge_tokens() is None else [CounterRateColumn(lambda: judge_tokens() or 0, "judge tok")]
+    try:
+        with phase_bar("grading", "groups", err, columns) as bar:
+            task = bar.add_task("grading", total=None)
 
-        def on_restart() -> None:
-            tables.clear()
-            unshown[0] = 0
-            bar.reset(task)
+            def progress(done: int, sent: int) -> None:
+                bar.update(task, completed=done, total=sent)
 
-        run = check_spread_file(
-            rows,
-            grading,
-            fields,
-            skip_bad=skip_bad_rows or settings.skip_bad_rows,
-            progress=progress if err.is_terminal else None,
-            on_graded=on_graded if verbose else None,
-            on_restart=on_restart,
-            controls=settings.controls,
-            seed=settings.seed,
-        )
-        bar.advance(task, unshown[0])
+            def on_restart() -> None:
+                tables.clear()
+                bar.reset(task, total=None)
+
+            run = check_spread_file(
+                rows,
+                grading,
+                fields,
+                skip_bad=skip_bad_rows or settings.skip_bad_rows,
+                progress=progress if err.is_terminal else None,
+                on_graded=on_graded if verbose else None,
+                on_restart=on_restart,
+                controls=settings.controls,
+                seed=settings.seed,
+            )
+    except GraderUnavailable as error:
+        if not as_json:
+            raise  # the one line on stderr and exit 4 (console.guarded)
+        err.print(f"whileai: error: {error}", markup=False)
+        if is_debug():
+            _print_traceback(error)
+        data = _unavailable(error)
+        data["grader"] = grading.figures()
+        print_json(data)
+        raise typer.Exit(GraderUnavailable.exit_code) from None
 
     if run.rows.left_out:
         shown = ", ".join(run.rows.left_out[:4])
@@ -174,6 +185,25 @@ def spread(
         raise typer.Exit(GraderUnavailable.exit_code)
     if not run.report.ok:
         raise typer.Exit(1)
+
+
+def _unavailable(error: GraderUnavailable) -> dict[str, Any]:
+    """The ``--json`` report of a check the grader gave out on: verdict ``"broken"``, the error, and the failures
+    the check had counted by then by kind (``whileai.grading.gate.SpreadUnavailable``; else the error's own kind)."""
+    failed = getattr(error, "failed", None)
+    attempted = getattr(error, "attempted", None)
+    sent = f"after {attempted} group(s) sent" if attempted is not None else "before a verdict"
+    return {
+        "verdict": "broken",
+        "unavailable": True,
+        "error": str(error),
+        "attempted_groups": attempted,
+        "failed_groups": dict(failed) if failed is not None else {},
+        "first_failures": dict(getattr(error, "first_failures", None) or {GraderUnavailable.kind: str(error)}),
+        "summary": f"spread check: stopped {sent}: the grader is unavailable",
+        "conclusion": f"spread: unknown. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
+        "(whileai --debug spread ... shows the traceback) and run the gate again.",
+    }
 
 
 def _run_recipe(rows: Path | None) -> Path | None:

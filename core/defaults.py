@@ -51,6 +51,13 @@ SPREAD_MIN_AGREEMENT: Final[float] = 0.5
 SPREAD_MAX_ORDERED_COPIES: Final[float] = 0.1
 SPREAD_CONTROL_GROUPS: Final[int] = 32
 
+# A "yes" needs the controls measured: at least this fraction of the control groups sent (one per graded group, up to
+# SPREAD_CONTROL_GROUPS) must come back graded, since a control that falls back says nothing about position or
+# copies, and a grader that fails exactly when it is shown a copy would otherwise pass unseen. The allowance is the
+# same one in ten as SPREAD_MAX_ORDERED_COPIES (whileai's convention): a judge may drop a control to a passing 429 or
+# timeout, not three in ten.
+SPREAD_MIN_MEASURED_CONTROLS: Final[float] = 0.9
+
 # A grader whose answers fall back on this fraction of the groups or more is broken, not flat: the gate says
 # "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.
 SPREAD_BROKEN_FRACTION: Final[float] = 0.9

@@ -2,24 +2,32 @@
 rate, drawn only on a terminal (a log file gets each phase's closing line from the code that runs it).
 
 The warm start of a tiny agent, the spread gate's sampling of the initial model, a judge grading rows for
-``whileai spread`` and the simulator's rollouts all use :func:`phase`; training has its own bar
-(``whileai.training.progress``).
+``whileai spread`` and the simulator's rollouts all use :func:`phase` or :func:`phase_bar`; training has its own bar
+(``whileai.training.progress``). A bar can also show the rate of a counter kept elsewhere
+(:class:`CounterRateColumn`: ``whileai spread`` shows a judge's completion tokens per second with it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-__all__ = ["RateColumn", "phase", "phase_bar"]
+__all__ = ["CounterRateColumn", "RateColumn", "phase", "phase_bar"]
+
+
+def _rate(speed: float, unit: str) -> Text:
+    shown = f"{speed:,.0f}" if speed >= 100 else f"{speed:.2f}" if speed < 10 else f"{speed:.1f}"
+    return Text(f"{shown} {unit}/s", style="progress.data.speed")
 
 
 class RateColumn(ProgressColumn):
-    """How many ``unit`` a second, over Rich's recent window (blank until two updates have been seen)."""
+    """How many ``unit`` a second, over Rich's recent window; where Rich has no estimate (it drops its window each
+    time a task's total changes, as it does for a bar of groups sent so far), over the whole phase. Blank until
+    something is done."""
 
     def __init__(self, unit: str) -> None:
         super().__init__()
@@ -27,10 +35,45 @@ class RateColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
+        if speed is None and task.completed and task.elapsed:
+            speed = task.completed / task.elapsed
         if speed is None:
             return Text("")
-        shown = f"{speed:,.0f}" if speed >= 100 else f"{speed:.2f}" if speed < 10 else f"{speed:.1f}"
-        return Text(f"{shown} {self.unit}/s", style="progress.data.speed")
+        return _rate(speed, self.unit)
+
+
+class CounterRateColumn(ProgressColumn):
+    """The rate of a counter the bar does not move, read at each refresh: its growth since the task started (or
+    was reset) over the task's elapsed time; blank until it has grown.
+
+    A judge's tokens arrive while a batch of groups is still out, so this moves between the bar's own updates.
+
+    Example:
+        >>> tokens = [0]
+        >>> column = CounterRateColumn(lambda: tokens[0], "tokens")
+        >>> column.unit
+        'tokens'
+    """
+
+    def __init__(self, read: Callable[[], float], unit: str) -> None:
+        super().__init__()
+        self.read = read
+        self.unit = unit
+        self._since: tuple[float | None, float] = (None, read())  # (the task's start time, the count then)
+
+    def render(self, task: Task) -> Text:
+        now = self.read()
+        started, base = self._since
+        if started is None:
+            self._since = (task.start_time, base)  # counted from before the task's first draw
+        elif started != task.start_time:
+            self._since = (task.start_time, now)  # the task was reset: count again from here
+            return Text("")
+        elapsed = task.elapsed
+        grown = now - self._since[1]
+        if not elapsed or grown <= 0:
+            return Text("")
+        return _rate(grown / elapsed, self.unit)
 
 
 class _CountColumn(ProgressColumn):
@@ -43,8 +86,11 @@ class _CountColumn(ProgressColumn):
         return Text(f"{done}/{task.total:,.0f} {self.unit}" if task.total is not None else f"{done} {self.unit}")
 
 
-def phase_bar(label: str, unit: str, console: Console | None = None) -> Progress:
-    """The bar of one phase: ``label``, a bar, the count of ``unit`` and their rate, the time it has taken."""
+def phase_bar(
+    label: str, unit: str, console: Console | None = None, columns: Sequence[ProgressColumn] = ()
+) -> Progress:
+    """The bar of one phase: ``label``, a bar, the count of ``unit`` and their rate, any further ``columns`` (a
+    :class:`CounterRateColumn`), the time it has taken."""
     console = console or Console(stderr=True)
     return Progress(
         SpinnerColumn(),
@@ -52,6 +98,7 @@ def phase_bar(label: str, unit: str, console: Console | None = None) -> Progress
         BarColumn(bar_width=None),
         _CountColumn(unit),
         RateColumn(unit),
+        *columns,
         TimeElapsedColumn(),
         console=console,
         transient=True,

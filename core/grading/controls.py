@@ -11,11 +11,20 @@ Two controls, graded with the same grader on the same groups:
 - **Identical passes.** The reordered group carries one more member, a byte-identical copy of one of its passes. A
   grader that reads content must give the copy what it gives the original (the same factor, or both a hack); the gate
   wants the copies ordered in at most ``max_ordered_copies`` of the controls. A rule that never returns ties fails
-  here, on purpose: it orders what it cannot tell apart, by position.
+  here, on purpose: it orders what it cannot tell apart, by position. Passes that were identical already (the same
+  completion text twice in a graded group) are the same check on the first grading: while the controls run, every
+  graded group that holds some counts with the copies, at no extra call.
 
-One extra grader call per control group (a judge answers a repeated check from its cache). This module builds the
-control groups and scores the outcome; ``whileai.grading.gate`` grades them and turns the figures into the verdict.
-No I/O.
+A control is evidence only when it comes back graded. One whose first grading ordered passes but whose second ties
+them all counts as tau 0: of the pairs the first grading ordered, none kept its order, which is what tau's numerator
+says (only the normalization is undefined), and calling it a failed measurement would send a grader that ties
+whenever it sees a copy to "grade more groups" instead of "no". One that falls back measured nothing: a "yes" needs
+at least ``min_measured`` of the control groups sent measured, else the gate says "too few", so a grader that fails
+exactly when it is shown a copy cannot pass by its failures.
+
+One extra grader call per control group (a judge answers a repeated check from its cache). This module picks the
+groups to show again, builds the control groups and scores the outcome (``ControlsTally``, ``controls_report``);
+``whileai.grading.gate`` grades them and turns the figures into the verdict. No I/O.
 """
 
 from __future__ import annotations
@@ -27,9 +36,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.defaults import SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT
+from whileai.defaults import SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT, SPREAD_MIN_MEASURED_CONTROLS
+from whileai.grading.group import GradedGroup, Mode, pass_scores
+from whileai.grading.text import completion_text
 
-__all__ = ["ControlGroup", "ControlsReport", "controls_report", "kendall_tau", "make_control"]
+__all__ = [
+    "ControlGroup",
+    "ControlsReport",
+    "ControlsTally",
+    "controls_report",
+    "identical_passes_tied",
+    "kendall_tau",
+    "make_control",
+]
 
 
 def kendall_tau(first: Mapping[int, float], second: Mapping[int, float]) -> float | None:
@@ -81,6 +100,10 @@ class ControlGroup:
         return {self.members[k]: s for k, s in scores.items() if k != self.copy}
 
 
+# A control's outcome: the first grading's scores by original index, the control's by control index, the control.
+Outcome = tuple[Mapping[int, float], Mapping[int, float], ControlGroup]
+
+
 def make_control(size: int, passes: Sequence[int], seed: str) -> ControlGroup:
     """The control of a group of ``size`` whose passes are ``passes`` (at least one): a seeded shuffle that moves
     every position it can (a group of two is swapped), with a copy of a seeded pass at a seeded place.
@@ -103,33 +126,92 @@ def make_control(size: int, passes: Sequence[int], seed: str) -> ControlGroup:
     return ControlGroup(members, where, original)
 
 
+def identical_passes_tied(scores: Mapping[int, float], completions: Sequence[Any]) -> bool | None:
+    """Whether the passes of one grading that share a completion text all got the same score (a hack scores 0, so
+    two hacks tie); None when no two passes share a text.
+
+    ``scores`` by member index (``pass_scores``), ``completions`` every member's completion.
+
+    Example:
+        >>> identical_passes_tied({0: 1.0, 1: 0.5, 2: 1.0}, ["a", "b", "a"])
+        True
+        >>> identical_passes_tied({0: 1.0, 1: 0.5, 2: 0.5}, ["a", "a", "b"]), identical_passes_tied({0: 1.0}, ["a"])
+        (False, None)
+    """
+    seen: dict[str, float] = {}
+    found = False
+    for index, score in scores.items():
+        completion = completions[index]
+        text = completion if isinstance(completion, str) else completion_text(completion)
+        if text not in seen:
+            seen[text] = score
+            continue
+        found = True
+        if not math.isclose(seen[text], score, abs_tol=1e-9):
+            return False
+    return True if found else None
+
+
 @dataclass
 class ControlsReport:
     """What the controls found, with the thresholds the gate applies.
 
     Attributes:
-        taus: Kendall's tau per control group where it is defined (the original grading ordered two passes).
-        copies: for each control group, whether the copy got the same score as its original.
-        failed: control groups whose grading fell back (not counted above).
+        taus: Kendall's tau per measured control whose first grading ordered two passes; a control that tied every
+            one of them counts as 0.
+        tied: controls that tied every pass the first grading ordered (in ``taus`` as 0).
+        copies: for each measured control, whether the copy got the same score as its original.
+        existing: for each graded group that already held identical passes, whether the first grading gave them all
+            the same score.
+        failed: control groups whose grading fell back (measured nothing).
+        failures: those, by kind (as the report's ``failed``).
+        sent: control groups sent (measured ones and failed ones).
         min_agreement: the lowest mean tau that passes.
         max_ordered_copies: the largest fraction of ordered copies that passes.
+        min_measured: the smallest fraction of the control groups sent that must be measured for a "yes".
     """
 
     taus: list[float] = field(default_factory=list)
     copies: list[bool] = field(default_factory=list)
+    existing: list[bool] = field(default_factory=list)
+    tied: int = 0
     failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    sent: int = 0
     min_agreement: float = SPREAD_MIN_AGREEMENT
     max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
+    min_measured: float = SPREAD_MIN_MEASURED_CONTROLS
 
     @property
     def agreement(self) -> float | None:
-        """Mean Kendall's tau between the two gradings; None without a defined tau."""
+        """Mean Kendall's tau between the two gradings; None without a group to compare."""
         return sum(self.taus) / len(self.taus) if self.taus else None
 
     @property
+    def checks(self) -> list[bool]:
+        """Every identical-pass check, tied or not: the controls' copies, then the groups' own identical passes."""
+        return [*self.copies, *self.existing]
+
+    @property
     def ordered_copies(self) -> float | None:
-        """Fraction of controls whose identical copy got a different score; None without controls."""
-        return sum(not tied for tied in self.copies) / len(self.copies) if self.copies else None
+        """Fraction of the identical-pass checks whose passes got different scores; None without one."""
+        checks = self.checks
+        return sum(not tied for tied in checks) / len(checks) if checks else None
+
+    @property
+    def measured(self) -> int:
+        """Control groups that came back graded."""
+        return max(self.sent - self.failed, 0)
+
+    @property
+    def needed(self) -> int:
+        """Control groups that must be measured for a "yes": ``min_measured`` of those sent, rounded up."""
+        return math.ceil(self.min_measured * self.sent - 1e-9)
+
+    @property
+    def enough(self) -> bool:
+        """Enough controls were measured to say "yes"."""
+        return self.measured >= self.needed
 
     @property
     def follows_position(self) -> bool:
@@ -142,84 +224,243 @@ class ControlsReport:
         return self.ordered_copies is not None and self.ordered_copies > self.max_ordered_copies
 
     @property
+    def refuses(self) -> bool:
+        """What was measured says the grader does not read content (a "no", however many were measured)."""
+        return self.follows_position or self.orders_copies
+
+    @property
     def ok(self) -> bool:
-        return not (self.follows_position or self.orders_copies)
+        """Enough controls measured, and they pass."""
+        return self.enough and not self.refuses
+
+    def _copies_where(self, note: str = "") -> str:
+        """What the identical-pass checks were: "controls", or checks from two sources when groups held some;
+        ``note`` goes in the parentheses."""
+        if not self.existing:
+            return f"controls ({note})" if note else "controls"
+        sources = f"{len(self.copies)} control copies, {len(self.existing)} groups that held identical passes"
+        return f"checks ({sources}; {note})" if note else f"checks ({sources})"
+
+    @property
+    def _kinds(self) -> str:
+        return ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failures.items()))
 
     @property
     def line(self) -> str:
-        """The figures, one line under the verdict."""
+        """The figures, one line under the verdict: tau, the identical passes, and what was not measured."""
         if self.agreement is None:
-            reorder = "agreement under reordering: no group with two passes to compare"
+            none = "no control measured" if self.sent and not self.measured else "no group with two passes to compare"
+            reorder = f"agreement under reordering: {none}"
         else:
+            tied = f", {self.tied} of them tied every pass and count as tau 0;" if self.tied else ","
             reorder = (
-                f"agreement under reordering tau {self.agreement:.2f} (n={len(self.taus)} groups, at least "
+                f"agreement under reordering tau {self.agreement:.2f} (n={len(self.taus)} groups{tied} at least "
                 f"{self.min_agreement:.2f} needed)"
             )
-        if self.ordered_copies is None:
-            copies = "identical passes: no control"
+        checks = self.checks
+        if not checks:
+            copies = "identical passes: no control measured" if self.sent else "identical passes: no control"
         else:
-            tied = sum(self.copies)
-            copies = (
-                f"identical passes tied in {tied} of {len(self.copies)} controls "
-                f"(at most {self.max_ordered_copies:.0%} may differ)"
+            where = self._copies_where(f"at most {self.max_ordered_copies:.0%} may differ")
+            copies = f"identical passes tied in {sum(checks)} of {len(checks)} {where}"
+        failed = ""
+        if self.failed:
+            kinds = f" ({self._kinds})" if self.failures else ""
+            failed = (
+                f"; {self.failed} control(s) fell back{kinds}: {self.measured} of {self.sent} measured, at least "
+                f"{self.needed} needed"
             )
-        failed = f"; {self.failed} control(s) fell back" if self.failed else ""
         return f"controls: {reorder}; {copies}{failed}"
 
     @property
     def why(self) -> str:
-        """Why the controls fail, and what to change (empty when they pass)."""
+        """Why the controls refuse the grader, and what to change (empty when they do not)."""
         parts = []
         if self.follows_position:
+            tied = (
+                f"; {self.tied} of {len(self.taus)} controls tied every pass the first grading had ordered"
+                if self.tied
+                else ""
+            )
             parts.append(
                 f"the grader's ranking does not survive reordering (tau {self.agreement:.2f}, at least "
-                f"{self.min_agreement:.2f} needed): it follows the position of the rollouts, not their content. Show "
-                "them in a shuffled order, or for a judge use permutations >= 2"
+                f"{self.min_agreement:.2f} needed{tied}): it follows the position of the rollouts, not their content. "
+                "Show them in a shuffled order, or for a judge use permutations >= 2"
             )
         if self.orders_copies:
+            checks = self.checks
+            where = self._copies_where() if not self.existing else f"identical-pass {self._copies_where()}"
             parts.append(
-                f"identical passes got different scores in {sum(not t for t in self.copies)} of "
-                f"{len(self.copies)} controls: the grader orders what it cannot tell apart. Return a tie (an inner "
-                "list in the ranking) for passes that do not differ"
+                f"identical passes got different scores in {sum(not t for t in checks)} of {len(checks)} {where}: "
+                "the grader orders what it cannot tell apart. Return a tie (an inner list in the ranking) for passes "
+                "that do not differ"
             )
         return "; and ".join(parts)
 
+    @property
+    def shortfall(self) -> str:
+        """Why too few controls were measured for a verdict, and what to change (empty when enough were)."""
+        if self.enough:
+            return ""
+        kinds = f" ({self._kinds})" if self.failures else ""
+        return (
+            f"too few controls measured to judge ({self.measured} of {self.sent} control groups, at least "
+            f"{self.needed} needed): {self.failed} fell back{kinds}, so nothing says whether the grader reads the "
+            "rollouts or their order. Fix those failures (--json lists them by kind, --debug shows the first "
+            "traceback); for a judge, lower grader.judge.concurrency or raise grader.judge.timeout_s"
+        )
+
     def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values; ``identical_copies`` counts every identical-pass check (the controls'
+        copies and the groups' own identical passes), ``identical_copies_in_groups`` the latter alone."""
         return {
             "agreement_tau": self.agreement,
             "agreement_groups": len(self.taus),
-            "identical_copies": len(self.copies),
-            "identical_copies_ordered": sum(not t for t in self.copies),
+            "identical_copies": len(self.checks),
+            "identical_copies_ordered": sum(not t for t in self.checks),
             "failed": self.failed,
-            "thresholds": {"min_agreement": self.min_agreement, "max_ordered_copies": self.max_ordered_copies},
+            "thresholds": {
+                "min_agreement": self.min_agreement,
+                "max_ordered_copies": self.max_ordered_copies,
+                "min_measured": self.min_measured,
+            },
             "ok": self.ok,
+            "sent": self.sent,
+            "measured": self.measured,
+            "needed": self.needed,
+            "enough": self.enough,
+            "tied": self.tied,
+            "failed_kinds": dict(self.failures),
+            "identical_copies_in_groups": len(self.existing),
+            "identical_copies_in_groups_ordered": sum(not t for t in self.existing),
         }
 
 
 def controls_report(
-    outcomes: Sequence[tuple[Mapping[int, float], Mapping[int, float], ControlGroup] | None],
+    outcomes: Sequence[Outcome | None],
     *,
+    existing: Sequence[bool] = (),
+    failures: Mapping[str, int] | None = None,
     min_agreement: float = SPREAD_MIN_AGREEMENT,
     max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES,
+    min_measured: float = SPREAD_MIN_MEASURED_CONTROLS,
 ) -> ControlsReport:
     """The controls' figures from ``(first scores by original index, control scores by control index, control)`` per
-    control group (None for one that fell back). A score is the factor of a kept pass, 0 for a confirmed hack.
+    control group sent (None for one that fell back; ``failures`` counts those by kind). A score is the factor of a
+    kept pass, 0 for a confirmed hack. ``existing``: :func:`identical_passes_tied` of each graded group that held
+    identical passes.
 
     Example:
         >>> control = ControlGroup(members=[1, 0, 1, 2], copy=2, original=0)
         >>> report = controls_report([({0: 0.5, 1: 1.0}, {0: 1.0, 1: 0.5, 2: 1.0}, control)])
-        >>> report.agreement, report.ordered_copies
-        (1.0, 0.0)
+        >>> report.agreement, report.ordered_copies, report.measured
+        (1.0, 0.0, 1)
+        >>> tied = controls_report([({0: 0.5, 1: 1.0}, {0: 1.0, 1: 1.0, 2: 1.0}, control), None])
+        >>> tied.taus, tied.tied, tied.measured, tied.needed
+        ([0.0], 1, 1, 2)
     """
-    report = ControlsReport(min_agreement=min_agreement, max_ordered_copies=max_ordered_copies)
+    report = ControlsReport(
+        existing=list(existing),
+        failures=dict(failures or {}),
+        sent=len(outcomes),
+        min_agreement=min_agreement,
+        max_ordered_copies=max_ordered_copies,
+        min_measured=min_measured,
+    )
     for outcome in outcomes:
         if outcome is None:
             report.failed += 1
             continue
         first, second, control = outcome
-        tau = kendall_tau(first, control.back(second))
+        back = control.back(second)
+        tau = kendall_tau(first, back)
+        if tau is None and len({first[i] for i in set(first) & set(back)}) > 1:
+            # The first grading ordered these passes and the control tied them all: no pair kept its order.
+            tau = 0.0
+            report.tied += 1
         if tau is not None:
             report.taus.append(tau)
         if control.copy in second and control.original in second:
             report.copies.append(math.isclose(second[control.copy], second[control.original], abs_tol=1e-9))
     return report
+
+
+class ControlsTally:
+    """The controls of one spread check while its groups stream past.
+
+    ``see`` each graded group: it counts the identical passes the group already holds, and hands out the group's
+    control while fewer than ``wanted`` are out (the first ``wanted`` graded groups get one). Grade the controls
+    handed out, then ``answered`` with their gradings in that order; ``report`` gives the figures.
+
+    Example:
+        >>> from whileai.grading.group import GradedGroup
+        >>> ones = [1.0, 1.0]
+        >>> first = GradedGroup("t", ones, [True, True], ones, ones, factors={0: 1.0, 1: 0.5})
+        >>> tally = ControlsTally(wanted=1, mode="advantage")
+        >>> control = tally.see("t", first, ["a", "b"])
+        >>> failed = GradedGroup("t", [1.0] * 3, [True] * 3, [], [], reason="grader raised: boom", failure="boom")
+        >>> tally.answered([failed])
+        >>> report = tally.report()
+        >>> report.measured, report.needed, report.failures
+        (0, 1, {'boom': 1})
+    """
+
+    def __init__(self, wanted: int, mode: Mode, seed: int | str = 0) -> None:
+        self.wanted = wanted
+        self.mode = mode
+        self.seed = seed
+        self.outcomes: list[Outcome | None] = []
+        self.existing: list[bool] = []
+        self.failures: dict[str, int] = {}
+        self.first_error: BaseException | None = None
+        self._out: list[tuple[dict[int, float], ControlGroup]] = []
+
+    def see(self, key: str, graded: GradedGroup, completions: Sequence[Any]) -> ControlGroup | None:
+        """Count a graded group's own identical passes; its control (members by original index) when one is due,
+        else None. ``key`` names the group (it seeds the shuffle), ``completions`` are its members'."""
+        if not self.wanted:
+            return None
+        passes = [i for i, ok in enumerate(graded.passed) if ok]
+        texts = {c if isinstance(c, str) else completion_text(c) for c in (completions[i] for i in passes)}
+        shared = len(texts) < len(passes)  # the common case, no two passes alike, costs one set
+        due = len(self.outcomes) + len(self._out) < self.wanted
+        if not (shared or due):
+            return None
+        first = pass_scores(graded, self.mode)
+        if shared:
+            self.existing.append(bool(identical_passes_tied(first, completions)))
+        if not due:
+            return None
+        control = make_control(len(completions), passes, seed=f"{self.seed}:{key}")
+        self._out.append((first, control))
+        return control
+
+    def answered(self, answers: Sequence[GradedGroup]) -> None:
+        """The gradings of the controls handed out since the last call, in the order they were handed out."""
+        for (first, control), again in zip(self._out, answers, strict=True):
+            if again.reason is None:
+                self.outcomes.append((first, pass_scores(again, self.mode), control))
+                continue
+            kind = again.failure or again.reason.split(":", 1)[0]
+            self.failures[kind] = self.failures.get(kind, 0) + 1
+            self.outcomes.append(None)
+            if again.error is not None and self.first_error is None:
+                self.first_error = again.error
+        self._out.clear()
+
+    def report(
+        self,
+        *,
+        min_agreement: float = SPREAD_MIN_AGREEMENT,
+        max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES,
+        min_measured: float = SPREAD_MIN_MEASURED_CONTROLS,
+    ) -> ControlsReport:
+        """The figures of every control answered so far."""
+        return controls_report(
+            self.outcomes,
+            existing=self.existing,
+            failures=self.failures,
+            min_agreement=min_agreement,
+            max_ordered_copies=max_ordered_copies,
+            min_measured=min_measured,
+        )

@@ -8,13 +8,15 @@ with one pass copied, to catch a grader that follows position. Everything the ga
 - ``SpreadThresholds``: its thresholds, one value (the recipe's ``spread`` section maps to it);
 - ``check_spread_rows``, ``check_spread_groups``, ``check_spread_file``: the gate on rows, on streamed groups, on a
   rows file or folder (``GroupwiseGrading.check_spread``, ``whileai spread`` and ``whileai train`` call these);
-- ``SpreadReport``, ``spread_report``: the verdict, in the page's two lines (three with controls).
+- ``SpreadReport``, ``spread_report``: the verdict, in the page's two lines (three with controls);
+  ``SpreadUnavailable``: a grader that gave out mid-check, with what had been counted.
 
 The verdicts:
 
 - ``"yes"``: the scores vary, and the controls (when run) say the grader reads the rollouts, not their order;
 - ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
-- ``"too few"``: fewer than two scores to judge (exit 1);
+- ``"too few"``: fewer than two scores to judge, or fewer than ``min_measured_controls`` of the control groups came
+  back graded, so nothing says whether the grader reads content (exit 1);
 - ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
   (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
 
@@ -36,13 +38,14 @@ from whileai.defaults import (
     SPREAD_MAX_NEAR_MEDIAN,
     SPREAD_MAX_ORDERED_COPIES,
     SPREAD_MIN_AGREEMENT,
+    SPREAD_MIN_MEASURED_CONTROLS,
     SPREAD_MIN_SCORES,
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
 )
 from whileai.errors import GraderUnavailable, NoSpread
-from whileai.grading.controls import ControlGroup, ControlsReport, controls_report, make_control
-from whileai.grading.group import GradedGroup, pass_scores
+from whileai.grading.controls import ControlsReport, ControlsTally
+from whileai.grading.group import GradedGroup
 from whileai.grading.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.grading.text import completion_text
 from whileai.rows import GroupsNotContiguous, RowFields, RowStats, iter_groups
@@ -51,6 +54,7 @@ __all__ = [
     "SpreadReport",
     "SpreadRun",
     "SpreadThresholds",
+    "SpreadUnavailable",
     "check_spread_file",
     "check_spread_groups",
     "check_spread_rows",
@@ -77,6 +81,8 @@ class SpreadThresholds:
             different scores.
         broken_fraction: a check whose groups fall back at this rate or more says the grader is broken
             (``GraderUnavailable``, exit 4), not that it has no spread.
+        min_measured_controls: "too few", never "yes", when fewer than this fraction of the control groups sent
+            came back graded (a control that falls back measures nothing).
 
     Example:
         >>> SpreadThresholds(min_std=0.1).tolerance
@@ -89,6 +95,7 @@ class SpreadThresholds:
     min_agreement: float = SPREAD_MIN_AGREEMENT
     max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
     broken_fraction: float = SPREAD_BROKEN_FRACTION
+    min_measured_controls: float = SPREAD_MIN_MEASURED_CONTROLS
 
     def __post_init__(self) -> None:
         checks = [
@@ -98,6 +105,7 @@ class SpreadThresholds:
             ("min_agreement", lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
             ("max_ordered_copies", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
             ("broken_fraction", lambda v: 0 < v <= 1, "a number in (0, 1]"),
+            ("min_measured_controls", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
         ]
         for name, ok, allowed in checks:
             value = getattr(self, name)
@@ -116,7 +124,7 @@ class GroupwiseGrading(Protocol):
     spread: SpreadThresholds
 
     def grade_many(
-        self, requests: Sequence[Any], preflight: bool = False, record: bool = True, shape: bool = True
+        self, requests: Sequence[Any], preflight: bool = ..., record: bool = ..., shape: bool = ..., fresh: bool = ...
     ) -> list[GradedGroup]: ...
 
 
@@ -130,7 +138,8 @@ class SpreadReport:
         std: population standard deviation of the scores.
         median: median of the scores.
         near_median: fraction of the scores within ``tolerance`` of the median.
-        verdict: ``"yes"``, ``"no"`` or ``"too few"`` (fewer than two scores).
+        verdict: ``"yes"``, ``"no"``, ``"too few"`` (fewer than two scores, or too few controls measured) or
+            ``"broken"``.
         per_group: the scores of each group, by group id.
         mode: the grading mode that produced the scores.
         thresholds: the thresholds applied.
@@ -207,6 +216,8 @@ class SpreadReport:
                 "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
             )
         if self.verdict == "too few":
+            if len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough:
+                return f"spread: {self.controls.shortfall}.{self.fell_back}"
             if self.failed:
                 return (
                     f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
@@ -288,7 +299,8 @@ def spread_report(
     """The verdict on a grader's scores, grouped by the group that produced them.
 
     No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
-    median (the ``thresholds``), or ``controls`` that fail; fewer than two scores is ``"too few"``, never ``"yes"``;
+    median (the ``thresholds``), or ``controls`` that refuse; fewer than two scores, or ``controls`` measured on too
+    few groups, is ``"too few"``, never ``"yes"``;
     failures on ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that
     gave scores plus the failed ones) is ``"broken"``.
 
@@ -311,8 +323,10 @@ def spread_report(
         verdict = "broken"
     elif len(scores) < SPREAD_MIN_SCORES:
         verdict = "too few"
-    elif std < limits.min_std or near > limits.max_near_median or (controls is not None and not controls.ok):
+    elif std < limits.min_std or near > limits.max_near_median or (controls is not None and controls.refuses):
         verdict = "no"
+    elif controls is not None and not controls.enough:
+        verdict = "too few"  # the controls that would say "yes" were not measured
     else:
         verdict = "yes"
     return SpreadReport(
@@ -386,11 +400,30 @@ def check_spread_rows(
     return check_spread_groups(grading, groups.items(), strict=strict, controls=controls, seed=seed)
 
 
+class SpreadUnavailable(GraderUnavailable):
+    """``GraderUnavailable`` out of a spread check, with what the check had counted when the grader gave out, so
+    ``whileai spread --json`` can still list the failures.
+
+    Attributes:
+        failed: groups that fell back, by kind; the groups of the batch in flight count as ``"unreachable"``.
+        first_failures: the first reason of each kind.
+        attempted: groups sent to the grader by then.
+    """
+
+    def __init__(
+        self, message: str, *, failed: Mapping[str, int], first_failures: Mapping[str, str], attempted: int
+    ) -> None:
+        super().__init__(message)
+        self.failed = dict(failed)
+        self.first_failures = dict(first_failures)
+        self.attempted = attempted
+
+
 def check_spread_groups(
     grading: GroupwiseGrading,
     groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
     strict: bool = True,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
     batch_size: int = 64,
     on_graded: Callable[[GradedGroup], None] | None = None,
     controls: int = 0,
@@ -400,9 +433,13 @@ def check_spread_groups(
 
     The streaming form of :func:`check_spread_rows` (the command line feeds it group by group). Groups reach the
     grader ``batch_size`` at a time, so a grader with a batch method (the HTTP judge) works on them concurrently;
-    ``progress`` is called with the number of rows of each group once it is done, ``on_graded`` with each
-    graded group (for a per-group table). ``controls`` and ``seed``: see :func:`check_spread_rows`; the control
-    groups are graded with their batch and are not counted in ``stats``.
+    ``progress`` is called with ``(groups done, groups sent)``, control groups included, as each batch is sent and
+    as it comes back; ``on_graded`` with each graded group (for a per-group table). ``controls`` and ``seed``: see
+    :func:`check_spread_rows`; the control groups are graded after their batch and are not counted in ``stats``.
+
+    Raises:
+        SpreadUnavailable: the grader could not be reached (a ``GraderUnavailable``), with the failures counted so
+            far; and with ``strict``, see :func:`check_spread_rows`.
     """
     limits = grading.spread
     per_group: dict[str, list[float]] = {}
@@ -410,20 +447,31 @@ def check_spread_groups(
     first_failures: dict[str, str] = {}
     first_error: list[BaseException] = []
     hacks: dict[str, list[int]] = {}
-    outcomes: list[tuple[dict[int, float], dict[int, float], ControlGroup] | None] = []
+    tally = ControlsTally(controls, grading.mode, seed)
     skipped = attempted = unscorable = 0
     pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
+    counts = {"done": 0, "sent": 0, "cut": 0}  # groups done and sent (controls too); groups of a batch in flight
+    tell = progress if progress is not None else lambda done, sent: None
 
     def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
         return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+
+    def grade(requests: list[tuple[Any, ...]], **how: Any) -> list[GradedGroup]:
+        counts["sent"] += len(requests)
+        tell(counts["done"], counts["sent"])
+        graded = grading.grade_many(requests, preflight=True, **how)
+        counts["done"] += len(requests)
+        tell(counts["done"], counts["sent"])
+        return graded
 
     # Equation 3 only when someone sees the groups: the verdict reads scores, hacks and failures.
     shape = on_graded is not None
 
     def flush() -> None:
-        requests = [request(task, members) for task, members in pending]
-        graded_batch = grading.grade_many(requests, preflight=True, shape=shape)
-        controlled: list[tuple[GradedGroup, tuple[Any, ...], ControlGroup]] = []
+        counts["cut"] = len(pending)
+        graded_batch = grade([request(task, members) for task, members in pending], shape=shape)
+        counts["cut"] = 0
+        again: list[tuple[Any, ...]] = []
         for (task, members), graded in zip(pending, graded_batch, strict=True):
             if graded.reason is not None:
                 kind = graded.failure or graded.reason.split(":", 1)[0]
@@ -439,39 +487,39 @@ def check_spread_groups(
                 per_group[key] = graded.scores
                 if graded.hacks:
                     hacks[key] = graded.hacks
-                if len(outcomes) + len(controlled) < controls:
-                    passes = [i for i, ok in enumerate(graded.passed) if ok]
-                    control = make_control(len(members), passes, seed=f"{seed}:{key}")
-                    shown = [members[m] for m in control.members]
-                    controlled.append((graded, request(task, shown), control))
+                control = tally.see(key, graded, [m[2] for m in members])
+                if control is not None:
+                    again.append(request(task, [members[m] for m in control.members]))
             if on_graded is not None:
                 on_graded(graded)
-            if progress is not None:
-                progress(len(members))
-        if controlled:
-            answers = grading.grade_many([c[1] for c in controlled], preflight=True, record=False, shape=False)
-            for (graded, _, control), again in zip(controlled, answers, strict=True):
-                ok = again.reason is None
-                scores = (pass_scores(graded, grading.mode), pass_scores(again, grading.mode), control)
-                outcomes.append(scores if ok else None)
+        if again:
+            # Reward mode scores each pass alone, the first grading's prompts again: asked past a judge's cache.
+            tally.answered(grade(again, record=False, shape=False, fresh=grading.mode == "reward"))
         pending.clear()
 
-    for task, members in groups:
-        unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
-        if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
-            skipped += 1
-            if progress is not None:
-                progress(len(members))
-            continue
-        pending.append((task, members))
-        attempted += 1
-        if len(pending) >= batch_size:
-            flush()
-    flush()
+    try:
+        for task, members in groups:
+            unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
+            if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
+                skipped += 1
+                continue
+            pending.append((task, members))
+            attempted += 1
+            if len(pending) >= batch_size:
+                flush()
+        flush()
+    except GraderUnavailable as error:
+        cut = dict(failed)
+        if counts["cut"]:  # the groups of the batch it gave out on (not their controls)
+            cut[GraderUnavailable.kind] = cut.get(GraderUnavailable.kind, 0) + counts["cut"]
+        first = {**first_failures, GraderUnavailable.kind: str(error)}
+        raise SpreadUnavailable(str(error), failed=cut, first_failures=first, attempted=attempted) from error
     control_figures = None
     if controls:
-        control_figures = controls_report(
-            outcomes, min_agreement=limits.min_agreement, max_ordered_copies=limits.max_ordered_copies
+        control_figures = tally.report(
+            min_agreement=limits.min_agreement,
+            max_ordered_copies=limits.max_ordered_copies,
+            min_measured=limits.min_measured_controls,
         )
     report = spread_report(
         per_group,
@@ -485,7 +533,7 @@ def check_spread_groups(
         controls=control_figures,
         unscorable=unscorable,
     )
-    report.first_error = first_error[0] if first_error else None
+    report.first_error = first_error[0] if first_error else tally.first_error
     if strict and report.verdict == "broken":
         raise GraderUnavailable(str(report))
     if strict and not report.ok:
@@ -520,7 +568,7 @@ def check_spread_file(
     fields: RowFields | None = None,
     *,
     skip_bad: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
     on_graded: Callable[[GradedGroup], None] | None = None,
     on_restart: Callable[[], None] | None = None,
     controls: int = 0,

@@ -101,8 +101,9 @@ def test_a_real_sigint_to_spread_waiting_on_a_judge_exits_130(judge_server, judg
 
 
 def test_spread_shows_the_judges_progress_with_its_rate_on_a_terminal(judge_tools, tmp_path: Path) -> None:
-    """On a terminal (Rich's TTY_COMPATIBLE stands in for one) the judge's batches move a bar with the rows graded
-    and their rate; off a terminal nothing is drawn."""
+    """On a terminal (Rich's TTY_COMPATIBLE stands in for one) the judge's batches move a bar with the groups judged,
+    their rate and the judge's tokens per second; off a terminal nothing is drawn. The plan line says how many
+    calls go at once and why."""
     server = judge_tools.JudgeServer(delay=0.3).start()
     try:
         recipe = judge_recipe(tmp_path, server.url)
@@ -112,5 +113,6 @@ def test_spread_shows_the_judges_progress_with_its_rate_on_a_terminal(judge_tool
     finally:
         server.stop()
     assert shown.returncode == plain.returncode == 0, shown.stderr
-    assert "grading" in shown.stderr and " rows/s" in shown.stderr, shown.stderr
-    assert "rows/s" not in plain.stderr
+    assert "grading" in shown.stderr and " groups/s" in shown.stderr and "judge tok/s" in shown.stderr, shown.stderr
+    assert "groups/s" not in plain.stderr
+    assert "call(s) at once" in plain.stderr and "timeout_s=" in plain.stderr
