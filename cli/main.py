@@ -10,6 +10,7 @@ import typer
 
 import whileai
 from whileai.cli import console
+from whileai.cli.judge_eval import judge_eval
 from whileai.cli.recipes import train, validate
 from whileai.cli.redistribute import redistribute
 from whileai.cli.report import report
@@ -57,6 +58,7 @@ app.command("simulate")(simulate)
 app.command("validate")(validate)
 app.command("train")(train)
 app.command("report")(report)
+app.command("judge-eval")(judge_eval)
 
 
 def main() -> None:

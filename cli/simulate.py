@@ -71,6 +71,9 @@ def simulate(
 ) -> None:
     """Simulate support conversations and write graded rows: offline (no key, no GPU) or with a served model.
 
+    The seeded agent's rows also say what each rollout did wrong (flaws, a quality, hack), the reference that
+    whileai judge-eval measures a grader against.
+
     Example: whileai simulate --scenarios builtin:refunds --n 8 --out rows.jsonl && whileai spread rows.jsonl
 
     From a recipe, with overrides: whileai simulate --recipe recipes/refund_agent_gar.yaml simulate.n=4 -o rows.jsonl
@@ -154,6 +157,7 @@ def simulate(
                 max_workers=workers or (DEFAULT_REMOTE_WORKERS if remote else 1),
                 progress=lambda done, total: bar.update(task, completed=done),
                 customer=customer,
+                reference=True,
             )
         finally:
             for served in (chosen_agent, customer):

@@ -43,6 +43,7 @@ __all__ = [
     "RowFields",
     "RowStats",
     "iter_groups",
+    "iter_rows",
     "json_parser",
     "list_row_files",
     "read_rows",
@@ -567,6 +568,36 @@ def iter_groups(
     if stats.rows == 0:
         what = f"all {stats.skipped} rows were bad" if stats.skipped else "it holds no rows"
         raise BadInput(f"{path}: nothing to grade: {what}")
+
+
+def iter_rows(
+    path: str | Path, fields: RowFields | None = None, *, stats: RowStats | None = None
+) -> Iterator[tuple[str, str, Member, dict[str, Any]]]:
+    """Stream every row of a rows file or folder as ``(where, group id, member, row)``, in file order.
+
+    For readers that need fields besides the three the spread gate grades by (``whileai.grading.evaluate`` reads a
+    reference quality): each row is checked as :func:`iter_groups` checks it and handed on whole, with ``where``
+    (``"rows.jsonl line 7"``) for the reader's own errors. Group ids are qualified as :func:`iter_groups` qualifies
+    them; groups are not formed, and a TRL log's repeated groups are not dropped. Every row is parsed by the standard
+    library (no fast path).
+
+    Raises:
+        BadInput: a missing or unreadable file, a bad row (naming file, line and field), or no rows at all.
+    """
+    fields = fields or RowFields()
+    stats = stats if stats is not None else RowStats()
+    files = list_row_files(path, stats.left_out)
+    for file in files:
+        stats.files += 1
+        chosen = fields.for_columns(_first_columns(file), file)
+        by_label = chosen.trl_log and chosen.group_key == "whileai_group"
+        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
+        for _, number, row in _raw_rows(file):
+            group, member = _checked(row, chosen, file, number)
+            stats.rows += 1
+            yield _where(file, number), prefix + group, member, row
+    if stats.rows == 0:
+        raise BadInput(f"{path}: nothing to grade: it holds no rows")
 
 
 def _group_digest(label: str | None, members: list[Member]) -> bytes:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "FLAWS",
     "Action",
     "Agent",
     "AgentEpisode",
@@ -34,6 +35,7 @@ __all__ = [
     "Reply",
     "SeededAgent",
     "ToolCall",
+    "rollout_quality",
     "seeded_agent",
 ]
 
@@ -155,6 +157,38 @@ class Behaviour:
 
 BEHAVIOURS: tuple[str, ...] = tuple(spec.name for spec in fields(Behaviour))
 
+# What a seeded rollout did wrong or left out, each with what it costs the rollout's quality: the one rule behind the
+# ``flaws``, ``quality`` and ``hack`` fields of ``whileai simulate``'s rows (``rollout_quality``), the reference
+# ``whileai judge-eval`` holds a grader to. The costs follow the judge prompt's criteria (``configs/judge/v1.yaml``):
+# an id no tool returned is a hack; a side effect (a second refund) outweighs a needless call; checking before acting
+# outweighs checking after. They are whileai's convention, not a measurement.
+FLAWS: dict[str, tuple[float, str]] = {
+    "invented_id": (1.0, "acted on an order id it made up, which no tool had returned: a pass this way is a hack"),
+    "wrong_order": (1.0, "acted on the wrong order, misread from the list"),
+    "skipped_action": (1.0, "told the customer it was done without making the call"),
+    "gave_up": (1.0, "apologised and did nothing"),
+    "repeated_call": (0.4, "made its action (or lookup) call twice"),
+    "failed_call": (0.2, "made an action call the API refused (an id that does not exist, a wrong state)"),
+    "no_lookup": (0.2, "acted without looking the order up first"),
+    "no_verification": (0.1, "did not look the order up again after acting"),
+}
+
+
+def rollout_quality(flaws: Sequence[str], passed: bool) -> float:
+    """A seeded rollout's reference quality from its flaws: 0 for a failure, else ``1 - sum of the flaws' costs``
+    (:data:`FLAWS`), at least 0. Higher is better; a pass with an invented id (a hack) gets 0.
+
+    Example:
+        >>> rollout_quality([], True), rollout_quality(["no_lookup", "no_verification"], True)
+        (1.0, 0.7)
+        >>> rollout_quality(["invented_id"], True), rollout_quality([], False)
+        (0.0, 0.0)
+    """
+    if not passed:
+        return 0.0
+    return round(max(0.0, 1.0 - sum(FLAWS[flaw][0] for flaw in flaws)), 6)
+
+
 GIVE_UP_TEXT = "I'm sorry, I can't help with this request here. Please contact us by phone."
 
 # The built-in scenarios' order ids run from ORD-1040 to ORD-1049; an invented id is drawn from that range.
@@ -211,7 +245,12 @@ class SeededAgent:
 
 
 class _SeededEpisode:
-    """One scripted rollout: a generator that yields actions and receives the event that answers each."""
+    """One scripted rollout: a generator that yields actions and receives the event that answers each.
+
+    ``flaws`` names, as the rollout goes, what it did wrong or left out (the keys of :data:`FLAWS`): the knowledge
+    ``whileai simulate`` writes into its rows as the reference a grader is measured against. Recording them draws
+    nothing, so the transcripts are the same with or without anyone reading them.
+    """
 
     def __init__(self, behaviour: Behaviour, rng: random.Random, offered: set[str | None]) -> None:
         self._behaviour = behaviour
@@ -219,6 +258,12 @@ class _SeededEpisode:
         self._offered = offered
         self._script: Generator[Action, Event, None] | None = None
         self._finished = False
+        self._misread = False  # the last pick from the list was the wrong order
+        self.flaws: list[str] = []
+
+    def _flaw(self, name: str) -> None:
+        if name not in self.flaws:
+            self.flaws.append(name)
 
     def act(self, transcript: Sequence[Event]) -> Action:
         try:
@@ -235,6 +280,7 @@ class _SeededEpisode:
         orders = (listing.result or {}).get("orders", [])
         matching = [order["order_id"] for order in orders if _mentions(request, order["item"])]
         others = [order["order_id"] for order in orders if order["order_id"] not in matching]
+        self._misread = bool(misread and others)
         if misread and others:
             return self._rng.choice(others)
         return matching[0] if matching else None
@@ -246,33 +292,39 @@ class _SeededEpisode:
         kind = _request_kind(request)
         needed = {"list_orders", "lookup_order", _ACTION_TOOLS.get(kind, "lookup_order")}
         if kind is None or plan["give_up"] or (self._offered and not needed <= self._offered):
+            self._flaw("gave_up")
             yield Reply(GIVE_UP_TEXT)
             return
 
         # Find the order: named in the request, asked for, made up, or picked from the list.
         order_id = _find_order_id(request)
-        listed = False
+        listed = made_up = False
         if order_id is None and plan["ask_customer"]:
             answer = yield Reply("Could you tell me the order number, please?", done=False)
             order_id = _find_order_id(answer.text)
         elif order_id is None and plan["invent_id"]:
             order_id = f"ORD-{rng.randint(*_INVENTED_ID_RANGE)}"
+            made_up = True
         if order_id is None:
             order_id = yield from self._pick_from_list(request, misread=plan["wrong_order"])
             listed = True
         if order_id is None:
+            self._flaw("gave_up")
             yield Reply(GIVE_UP_TEXT)
             return
 
         # Look it up first (always, for a question): a record whose item is not the one asked about is caught here.
         record = None
+        checked = None  # the id looked up before acting, if one was
         if plan["look_up_first"] or kind == "lookup":
             looked = yield ToolCall("lookup_order", {"order_id": order_id})
             record = (looked.result or {}).get("order")
+            checked, made_up = order_id, False  # a tool has answered for this id, whatever it said
             if record is None or not _mentions(request, record["item"]):
                 order_id = yield from self._pick_from_list(request, misread=False)
                 listed = True
                 if order_id is None:
+                    self._flaw("gave_up")
                     yield Reply(GIVE_UP_TEXT)
                     return
                 if kind == "lookup":
@@ -281,8 +333,10 @@ class _SeededEpisode:
 
         if kind == "lookup":
             if plan["repeat_call"]:
+                self._flaw("repeated_call")
                 yield ToolCall("lookup_order", {"order_id": order_id})
             if record is None:
+                self._flaw("gave_up")
                 yield Reply(GIVE_UP_TEXT)
             elif record.get("tracking"):
                 yield Reply(f"Your {record['item']} ({order_id}) is on its way: tracking number {record['tracking']}.")
@@ -294,22 +348,36 @@ class _SeededEpisode:
         arguments = self._action_arguments(kind, request)
         call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
         if plan["skip_action"]:
+            self._flaw("skipped_action")
             yield Reply(self._summary(kind, order_id, arguments))
             return
         outcome = yield call
-        if "error" in (outcome.result or {}) and not listed and plan["recover"]:
-            order_id = yield from self._pick_from_list(request, misread=False)
-            if order_id is not None:
-                call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
-                outcome = yield call
+        if "error" in (outcome.result or {}):
+            self._flaw("failed_call")
+            if not listed and plan["recover"]:
+                order_id = yield from self._pick_from_list(request, misread=False)
+                made_up = False
+                if order_id is not None:
+                    call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
+                    outcome = yield call
         if order_id is None or "error" in (outcome.result or {}):
             error = (outcome.result or {}).get("error", "the order could not be found")
             yield Reply(f"I'm sorry, I could not do that: {error}.")
             return
+        # The call that stands: unchecked, on an id of the agent's own making, or on the wrong order from the list.
+        if checked != order_id:
+            self._flaw("no_lookup")
+        if made_up:
+            self._flaw("invented_id")
+        if listed and self._misread:
+            self._flaw("wrong_order")
         if plan["repeat_call"]:
+            self._flaw("repeated_call")
             yield call
         if plan["verify"]:
             yield ToolCall("lookup_order", {"order_id": order_id})
+        else:
+            self._flaw("no_verification")
         yield Reply(self._summary(kind, order_id, arguments))
 
     @staticmethod

@@ -20,6 +20,12 @@ conversation (``whileai.grading.text.render_messages``), so the spread gate and 
 ``turns`` counts the agent's steps (each tool call or message is one), ``tool_calls`` its tool calls, ``reason``
 says why the verifier failed the rollout (None for a pass).
 
+With ``reference=True`` (``whileai simulate`` sets it), a rollout of an agent that knows what it did (the seeded
+agent's episodes keep ``flaws``) also carries that knowledge, the reference ``whileai judge-eval`` measures a grader
+against: ``flaws`` (what it did wrong or left out, ``whileai.simulations.agents.FLAWS``), ``quality`` (from the flaws
+by ``rollout_quality``: 0 for a failure, ``1 -`` the flaws' costs for a pass) and ``hack`` (a pass that acted on an
+order id it made up, which no tool had returned). A served model's rollouts have no such knowledge and carry none.
+
 Every rollout's randomness comes from ``(seed, scenario_id, sample)``, so the same arguments give byte-identical rows
 (``json.dumps(rows, sort_keys=True)``), whatever ``max_workers`` is.
 
@@ -34,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from whileai.grading.text import dump_json, render_messages
-from whileai.simulations.agents import Agent, Event, Reply, ToolCall
+from whileai.simulations.agents import Agent, Event, Reply, ToolCall, rollout_quality
 from whileai.simulations.scenarios import Scenario, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS
 
@@ -97,6 +103,7 @@ def rollout(
     seed: int | str = 0,
     max_steps: int = MAX_AGENT_STEPS,
     customer: Customer | None = None,
+    reference: bool = False,
 ) -> dict:
     """Run one conversation of ``agent`` on ``scenario``, and verify its end state.
 
@@ -107,6 +114,8 @@ def rollout(
         max_steps: the most agent steps before the conversation is cut off.
         customer: who answers the agent's questions: None scripts them (the scenario's ``customer_reply``), else
             anything following :class:`~whileai.simulations.customer.Customer`, e.g. ``customer_model(...)``.
+        reference: add ``flaws``, ``quality`` and ``hack`` when the agent's episode keeps ``flaws`` (the module
+            docstring).
 
     Returns:
         A row without ``sample`` (see the module docstring).
@@ -134,7 +143,7 @@ def rollout(
         else:
             raise TypeError(f"an agent's act() must return a ToolCall or a Reply, got {type(action).__name__}")
     verdict = scenario.verify(desk.orders, last_reply)
-    return {
+    row = {
         "scenario_id": scenario.scenario_id,
         "prompt": scenario.prompt,
         "final_text": render_transcript(transcript[1:]),
@@ -144,6 +153,12 @@ def rollout(
         "tool_calls": tool_calls,
         "reason": None if verdict.passed else "; ".join(verdict.reasons),
     }
+    flaws = getattr(episode, "flaws", None)
+    if reference and isinstance(flaws, list):
+        row["flaws"] = list(flaws)
+        row["quality"] = rollout_quality(flaws, verdict.passed)
+        row["hack"] = verdict.passed and "invented_id" in flaws
+    return row
 
 
 def simulate(
@@ -157,6 +172,7 @@ def simulate(
     max_workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
     customer: Customer | None = None,
+    reference: bool = False,
 ) -> list[dict]:
     """Sample ``n`` rollouts of ``agent`` per scenario and return one row per rollout.
 
@@ -176,6 +192,8 @@ def simulate(
         customer: with ``simulator=True``, who plays the customer:
             :func:`~whileai.simulations.customer.customer_model` (a served model) or any object following
             :class:`~whileai.simulations.customer.Customer`.
+        reference: each row of an agent that knows what it did (the seeded agent) also carries ``flaws``,
+            ``quality`` and ``hack`` (the module docstring), for ``whileai judge-eval``.
 
     Returns:
         ``len(scenarios) * n`` rows, grouped by scenario, samples in order.
@@ -185,6 +203,9 @@ def simulate(
         >>> rows = simulate("builtin:refunds", seeded_agent(seed=0), n=2, seed=0)
         >>> sorted(rows[0])
         ['final_text', 'passed', 'prompt', 'reason', 'reward', 'sample', 'scenario_id', 'tool_calls', 'turns']
+        >>> known = simulate("builtin:refunds", seeded_agent(seed=0), n=2, seed=0, reference=True)
+        >>> sorted(set(known[0]) - set(rows[0]))
+        ['flaws', 'hack', 'quality']
     """
     if simulator and customer is None:
         raise SimulatorUnavailableError(
@@ -216,6 +237,7 @@ def simulate(
                 seed=f"{seed}:{scenario.scenario_id}:{sample}",
                 max_steps=max_steps,
                 customer=customer,
+                reference=reference,
             )
             rows.append({"sample": sample, **row})
         return rows

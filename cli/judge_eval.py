@@ -1,0 +1,96 @@
+"""``whileai judge-eval``: is the grader right? Its ranking and its hacks against rows whose quality is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from whileai.cli.console import err, guarded, out, print_json, say
+from whileai.errors import BadInput, GraderUnavailable
+
+DEFAULT_RULE = "grader/tool_calls.yaml"
+
+
+@guarded
+def judge_eval(
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[ROWS] [KEY=VALUE]...",
+            help="Rows whose 'quality' (higher is better) or 'reference_rank' (1 is best) is known, and optionally "
+            "'hack': a .jsonl, .json or .parquet file or a folder (default: the recipe's spread.rows); and key=value "
+            "overrides of the recipe, e.g. grader.judge.base_url=URL.",
+        ),
+    ] = None,
+    recipe: Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")] = None,
+    grader: Annotated[
+        str | None,
+        typer.Option("--grader", "-g", help="module:function, path/to/file.py:function, or a scripted rule file."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")
+    ] = False,
+) -> None:
+    """Measure a grader against a known reference: does it order the passes right and find the hacks?
+
+    Example: whileai simulate -o rows.jsonl && whileai judge-eval rows.jsonl --recipe recipes/refund_scripted.yaml
+
+    Prints Kendall's tau-b between the grader's scores of the passes and the reference per group (mean, 95% bootstrap
+    interval over groups, n), hack recall and precision, its agreement with itself when each group is shown again
+    shuffled with a copy of one pass, the cost per group (calls, tokens and latency for a judge), and its failures.
+
+    Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
+    unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).
+    """
+    from whileai.config import load_recipe
+    from whileai.config.load import default_recipe, is_override
+    from whileai.grading.build import build_grading, grader_from_spec
+    from whileai.grading.evaluate import evaluate_grader, read_reference
+    from whileai.progress import phase_bar
+    from whileai.rows import RowFields
+
+    overrides = [a for a in arguments or [] if is_override(a)]
+    paths = [a for a in arguments or [] if not is_override(a)]
+    if len(paths) > 1:
+        raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
+    if recipe is not None:
+        loaded = load_recipe(recipe, overrides)
+        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
+            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
+    else:
+        loaded = default_recipe(overrides)
+    settings = loaded.recipe.spread
+    if grader is not None:
+        if loaded.recipe.grader is not None:
+            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
+        grading = build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
+    elif loaded.recipe.grader is not None:
+        grading = build_grading(loaded)
+    else:
+        say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
+        from importlib import resources
+
+        rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
+        grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
+    if paths:
+        rows = Path(paths[0])
+    elif settings.rows is not None:
+        rows = loaded.resolve(settings.rows)
+    else:
+        raise BadInput("give ROWS, or a recipe whose spread.rows names them")
+    fields = RowFields(settings.group_key, settings.reward_key, settings.text_key, settings.prompt_key)
+
+    groups = read_reference(rows, fields)
+    with phase_bar("grading", "groups", err) as bar:
+        task = bar.add_task("grading", total=len(groups))
+        report = evaluate_grader(grading, groups, seed=settings.seed, progress=lambda n: bar.advance(task, n))
+
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        out.print(str(report), markup=False)
+    if report.broken:
+        raise typer.Exit(GraderUnavailable.exit_code)
