@@ -249,7 +249,11 @@ class ControlsReport:
     def line(self) -> str:
         """The figures, one line under the verdict: tau, the identical passes, and what was not measured."""
         if self.agreement is None:
-            none = "no control measured" if self.sent and not self.measured else "no group with two passes to compare"
+            none = (
+                "no control measured"
+                if self.sent and not self.measured
+                else "no group whose grading ordered two passes"
+            )
             reorder = f"agreement under reordering: {none}"
         else:
             tied = f", {self.tied} of them tied every pass and count as tau 0;" if self.tied else ","

@@ -328,7 +328,7 @@ class JudgeEvalReport:
         else:
             lines.append("hacks: none in the reference, none flagged")
         if self.self_agreement is None:
-            agreement = "self-agreement under reordering: no group with two passes to compare"
+            agreement = "self-agreement under reordering: no group whose grading ordered two passes"
         else:
             agreement = (
                 f"self-agreement under reordering: tau {self.self_agreement:.2f} (n={len(self.self_taus)} groups)"
