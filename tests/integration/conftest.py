@@ -16,21 +16,24 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 
-def _load_judge_server() -> ModuleType:
-    if "judge_server" in sys.modules:
-        return sys.modules["judge_server"]
-    path = Path(__file__).resolve().parents[1] / "judge_server.py"
-    spec = importlib.util.spec_from_file_location("judge_server", path)
+def _load(name: str) -> ModuleType:
+    """The helper module ``tests/<name>.py``, loaded by path once (also when this file is loaded outside pytest, as
+    benchmarks/gpu/device_check.py does)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parents[1] / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["judge_server"] = module  # dataclasses look their module up while the file executes
+    sys.modules[name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     return module
 
 
-judge_server_module = _load_judge_server()
+judge_server_module = _load("judge_server")
 
-from fault_server import FaultServer, Handler  # noqa: E402  (registered by tests/conftest.py)
+_faults = _load("fault_server")
+FaultServer, Handler = _faults.FaultServer, _faults.Handler
 
 
 @pytest.fixture(scope="session")
