@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from whileai.cli.console import err, guarded, out, print_json, say
+from whileai.cli.console import err, guarded, out, print_json
+from whileai.cli.spread import recipe_grading, rows_and_overrides
 from whileai.errors import BadInput, GraderUnavailable
-
-DEFAULT_RULE = "grader/tool_calls.yaml"
 
 
 @guarded
@@ -45,38 +44,15 @@ def judge_eval(
     Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
     unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).
     """
-    from whileai.config import load_recipe
-    from whileai.config.load import default_recipe, is_override
-    from whileai.grading.build import build_grading, grader_from_spec
     from whileai.grading.evaluate import evaluate_grader, read_reference
     from whileai.progress import phase_bar
     from whileai.rows import RowFields
 
-    overrides = [a for a in arguments or [] if is_override(a)]
-    paths = [a for a in arguments or [] if not is_override(a)]
-    if len(paths) > 1:
-        raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
-    if recipe is not None:
-        loaded = load_recipe(recipe, overrides)
-        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
-    else:
-        loaded = default_recipe(overrides)
+    given, overrides = rows_and_overrides(arguments)
+    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache)
     settings = loaded.recipe.spread
-    if grader is not None:
-        if loaded.recipe.grader is not None:
-            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
-        grading = build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
-    elif loaded.recipe.grader is not None:
-        grading = build_grading(loaded)
-    else:
-        say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
-        from importlib import resources
-
-        rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
-        grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
-    if paths:
-        rows = Path(paths[0])
+    if given is not None:
+        rows = given
     elif settings.rows is not None:
         rows = loaded.resolve(settings.rows)
     else:

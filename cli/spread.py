@@ -61,43 +61,18 @@ def spread(
     On a terminal a bar on stderr counts the groups judged of those sent (controls included), with a judge's
     completion tokens per second.
     """
-    from whileai.config import load_recipe
-    from whileai.config.load import default_recipe, is_override
-    from whileai.grading.build import build_grading, grader_from_spec
     from whileai.grading.gate import check_spread_file
     from whileai.progress import CounterRateColumn, phase_bar
     from whileai.rows import RowFields
 
-    overrides = [a for a in arguments or [] if is_override(a)]
-    paths = [a for a in arguments or [] if not is_override(a)]
-    if len(paths) > 1:
-        raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
-    rows = Path(paths[0]) if paths else None
+    rows, overrides = rows_and_overrides(arguments)
     run_recipe = _run_recipe(rows) if recipe is None and grader is None else None
     if run_recipe is not None:
         say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
             "chooses another)")  # fmt: skip
         recipe = run_recipe
-    if recipe is not None:
-        loaded = load_recipe(recipe, overrides)
-        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
-    else:
-        loaded = default_recipe(overrides)
+    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache)
     settings = loaded.recipe.spread
-    if grader is not None:
-        if loaded.recipe.grader is not None:
-            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
-        grading = build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
-    elif loaded.recipe.grader is not None:
-        grading = build_grading(loaded)
-    else:
-        say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
-        from importlib import resources
-
-        # The shipped rule itself, not a file of that name that happens to sit in the working directory.
-        rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
-        grading = build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
     if loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge" and grader is None:
         from whileai.judge.grader import judge_plan
 
@@ -185,6 +160,49 @@ def spread(
         raise typer.Exit(GraderUnavailable.exit_code)
     if not run.report.ok:
         raise typer.Exit(1)
+
+
+def rows_and_overrides(arguments: list[str] | None) -> tuple[Path | None, list[str]]:
+    """The ROWS path (None when not given) and the ``key=value`` overrides among a command's arguments.
+
+    Raises:
+        BadInput: more than one ROWS.
+    """
+    from whileai.config.load import is_override
+
+    overrides = [a for a in arguments or [] if is_override(a)]
+    paths = [a for a in arguments or [] if not is_override(a)]
+    if len(paths) > 1:
+        raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
+    return (Path(paths[0]) if paths else None), overrides
+
+
+def recipe_grading(recipe: Path | None, grader: str | None, overrides: list[str], no_cache: bool) -> tuple[Any, Any]:
+    """The loaded recipe (``recipe`` with ``overrides``, or the built-in defaults) and the ``GroupwiseGrading`` to
+    grade with: ``--grader`` if given, else the recipe's grader, else the built-in rule (each choice said on
+    stderr); ``no_cache`` makes a judge ask again. Shared by ``spread`` and ``judge-eval``."""
+    from whileai.config import load_recipe
+    from whileai.config.load import default_recipe
+    from whileai.grading.build import build_grading, grader_from_spec
+
+    if recipe is not None:
+        loaded = load_recipe(recipe, overrides)
+        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
+            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
+    else:
+        loaded = default_recipe(overrides)
+    if grader is not None:
+        if loaded.recipe.grader is not None:
+            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
+        return loaded, build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
+    if loaded.recipe.grader is not None:
+        return loaded, build_grading(loaded)
+    say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
+    from importlib import resources
+
+    # The shipped rule itself, not a file of that name that happens to sit in the working directory.
+    rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
+    return loaded, build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
 
 
 def _unavailable(error: GraderUnavailable) -> dict[str, Any]:

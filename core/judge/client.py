@@ -116,8 +116,8 @@ def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: s
 
     Asked in turn: llama.cpp's ``/props`` (``total_slots``), its ``/slots`` (one entry per slot), vLLM's
     ``/metrics`` (vLLM schedules up to ``max_num_seqs`` at once, 256 by default, and its metrics do not carry the
-    setting). A server that answers none of them gets ``LOCAL_CONCURRENCY`` on this machine (a llama-cpp-python
-    server, an Ollama: one or a few at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API).
+    setting). A server that answers none of them gets ``LOCAL_CONCURRENCY`` on this machine (llama-cpp-python's
+    server answers one request at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API).
 
     Args:
         get: reads a URL, returning its status and text, or None when it cannot.

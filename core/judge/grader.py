@@ -50,6 +50,7 @@ from whileai.judge.config import JudgeConfig
 from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
 from whileai.judge.prompts import (
     RolloutView,
+    check_rate,
     load_prompts,
     rank_messages,
     rate_messages,
@@ -192,8 +193,8 @@ class JudgeGrader(_JudgeBase):
 
     def __init__(self, config: JudgeConfig | Mapping[str, Any], *, client: JudgeClient | None = None) -> None:
         super().__init__(config, client=client)
-        if self.config.answer_form == "scores" and self.prompts.rate is None:
-            rate_messages(self.prompts, "", [])  # raises the BadInput that says what to change
+        if self.config.answer_form == "scores":
+            check_rate(self.prompts)  # at build time, not at the first batch
 
     def _plan(self, group: Sequence[Mapping[str, Any]]) -> list[_OrderPlan]:
         items = list(group)

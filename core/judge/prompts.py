@@ -218,17 +218,32 @@ def rubric_block(solution: Sequence[str], behavior: Sequence[str]) -> str:
     return "<rubric>\n" + "\n".join(lines) + "\n</rubric>"
 
 
-def rank_messages(
-    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
+def _group_messages(
+    prompts: JudgePrompts, which: str, task: str, views: Sequence[RolloutView], max_chars: int | None
 ) -> list[Message]:
-    """System and user messages asking for a best-first ranking of the passes among ``views`` (display order)."""
     user = prompts.fill(
-        "rank",
+        which,
         task=task_block(task),
         rollouts="\n".join(rollout_block(v, max_chars) for v in views),
         pass_labels=", ".join(v.label for v in views if v.passed),
     )
     return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
+
+
+def rank_messages(
+    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
+) -> list[Message]:
+    """System and user messages asking for a best-first ranking of the passes among ``views`` (display order)."""
+    return _group_messages(prompts, "rank", task, views, max_chars)
+
+
+def check_rate(prompts: JudgePrompts) -> None:
+    """Raises ``BadInput`` naming the fix when ``prompts`` have no ``rate`` template (the score form needs one)."""
+    if prompts.rate is None:
+        raise BadInput(
+            f"judge prompts {prompts.version} ({prompts.source}) have no 'rate' template, which answer_form: scores "
+            "needs: use prompts: v2, add a rate template, or set answer_form: ranking"
+        )
 
 
 def rate_messages(
@@ -239,18 +254,8 @@ def rate_messages(
     Raises:
         BadInput: the prompts have no ``rate`` template.
     """
-    if prompts.rate is None:
-        raise BadInput(
-            f"judge prompts {prompts.version} ({prompts.source}) have no 'rate' template, which answer_form: scores "
-            "needs: use prompts: v2, add a rate template, or set answer_form: ranking"
-        )
-    user = prompts.fill(
-        "rate",
-        task=task_block(task),
-        rollouts="\n".join(rollout_block(v, max_chars) for v in views),
-        pass_labels=", ".join(v.label for v in views if v.passed),
-    )
-    return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
+    check_rate(prompts)
+    return _group_messages(prompts, "rate", task, views, max_chars)
 
 
 def rubric_messages(

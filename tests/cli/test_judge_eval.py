@@ -383,3 +383,20 @@ def test_a_judge_s_cost_counts_its_calls_tokens_and_latency_of_the_first_grading
         assert fresh["cost"]["calls"] == 6 and len(server.requests) == 24
     finally:
         server.stop()
+
+
+def test_the_readme_s_judge_eval_figures_are_what_the_commands_print(tmp_path, monkeypatch) -> None:
+    # The README's two commands, in a scratch folder, and the figures its text quotes from their output.
+    monkeypatch.chdir(tmp_path)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Is the grader right?") : readme.index("## Recipes")]
+    simulated = invoke("simulate", "-o", "runs/rows.jsonl")
+    assert simulated.exit_code == 0, simulated.output
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "refund_scripted.yaml"
+    report = invoke("judge-eval", "runs/rows.jsonl", "--recipe", recipe, "--json")
+    assert report.exit_code == 0, report.output
+    figures = json.loads(report.stdout)
+    tau = figures["reference_tau"]
+    quoted = f"tau {tau['mean']:.2f} (95% interval {tau['low']:.2f} to {tau['high']:.2f})"
+    assert quoted in section, quoted
+    assert f"flags none of\nits {figures['hacks']['reference']} hacks" in section and figures["hacks"]["flagged"] == 0
