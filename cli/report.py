@@ -41,7 +41,10 @@ _FACTORS = ("groupwise/score_mean", "groupwise/score_std")
 
 @guarded
 def report(
-    paths: Annotated[list[Path], typer.Argument(help="Run folders (whileai train, TRL output_dir) or spread reports.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Run folders (whileai train, TRL output_dir), spread reports, or verl grading folders."),
+    ],
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw pass rate and length against step (PNG).")] = None,
     window: Annotated[
         int,
@@ -65,6 +68,7 @@ def report(
     """
     from whileai.reports import (
         INTERVAL_METHOD,
+        GradingFolder,
         RunHistory,
         compare_arms,
         grading_summary,
@@ -77,7 +81,10 @@ def report(
     runs = [r for r in loaded if isinstance(r, RunHistory)]
     data: dict[str, Any] = {"reports": []}
     for item in loaded:
-        if isinstance(item, RunHistory):
+        if isinstance(item, GradingFolder):
+            entry = {"path": str(item.path), "kind": "grading", "grader": grading_summary(item.path, say)}
+            entry["figures"] = item.figures
+        elif isinstance(item, RunHistory):
             rates = step_pass_rates(item.path)
             entry = {
                 "path": str(item.path),
@@ -136,7 +143,13 @@ def report(
     for number, (item, entry) in enumerate(zip(loaded, data["reports"], strict=True)):
         if number:
             out.print()
-        if isinstance(item, RunHistory):
+        if isinstance(item, GradingFolder):
+            _heading(f"grading {item.path}", f"the grader's figures of a {item.figures.get('trainer', 'verl')} run")
+            rows = _grader_rows(entry["grader"], item.figures)
+            if "late_responses" in item.figures:
+                rows.append(("late responses", str(item.figures["late_responses"])))
+            out.print(_figures(rows))
+        elif isinstance(item, RunHistory):
             _print_summary(item, entry)
             if steps:
                 out.print()

@@ -32,6 +32,7 @@ __all__ = [
     "INTERVAL_METHOD",
     "STEP_COLUMNS",
     "ArmComparison",
+    "GradingFolder",
     "RunHistory",
     "SpreadFile",
     "StepPassRate",
@@ -47,7 +48,10 @@ __all__ = [
 INTERVAL_METHOD = "95% Wilson interval on the design-effect-adjusted n, each group of completions a cluster"
 
 # What ``whileai report`` reads, named in every "this is not one of them" message.
-ACCEPTED = "a report written by `whileai spread --json` or a TRL run folder (with trainer_state.json)"
+ACCEPTED = (
+    "a report written by `whileai spread --json`, a TRL run folder (with trainer_state.json) or the grading folder of "
+    "whileai's verl reward manager (with grading.jsonl)"
+)
 
 # The log_history keys shown per step, in order, with their column titles.
 STEP_COLUMNS: dict[str, str] = {
@@ -71,6 +75,15 @@ class SpreadFile:
 
     path: Path
     data: dict[str, Any]
+
+
+@dataclass
+class GradingFolder:
+    """The folder whileai's verl reward manager writes: ``grading.jsonl`` and its figures, ``whileai_verl.json``
+    (verl keeps the training history itself)."""
+
+    path: Path
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,8 +124,8 @@ def _read_json(path: Path) -> Any:
         raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
 
 
-def load_report(path: str | Path) -> SpreadFile | RunHistory:
-    """A spread report file or a TRL run folder.
+def load_report(path: str | Path) -> SpreadFile | RunHistory | GradingFolder:
+    """A spread report file, a TRL run folder, or a verl run's grading folder.
 
     Raises:
         BadInput: a path that is neither; the one-line message names the path and what ``whileai report`` reads.
@@ -127,6 +140,10 @@ def load_report(path: str | Path) -> SpreadFile | RunHistory:
         raise BadInput(f"{target}: neither a spread report nor a trainer_state.json; whileai report reads {ACCEPTED}")
     if target.is_dir():
         state = _state_file(target)
+        if state is None and (target / "grading.jsonl").is_file():
+            summary = target / "whileai_verl.json"
+            figures = _read_json(summary) if summary.is_file() else {}
+            return GradingFolder(target, figures if isinstance(figures, dict) else {})
         if state is None:
             raise BadInput(
                 f"{target}: no trainer_state.json here or in a checkpoint-* folder; whileai report reads {ACCEPTED}"

@@ -13,6 +13,12 @@ TRL's ``log_completions`` files (``completions/completions_00010.parquet``) are 
 grouped by ``prompt``, and a log without ``whileai_reward`` needs ``reward_key`` (the error names its reward columns).
 With ``steps_per_generation > 1`` TRL writes one generation into several files: a group read twice is dropped.
 
+verl's rollout dumps (``trainer.rollout_data_dir``: ``{step}.jsonl`` with ``input``, ``output``, ``score``, ``step``)
+are read with ``output`` as the text, ``input`` as the prompt, ``whileai_reward`` as the reward when whileai's reward
+manager wrote it (else ``score``, which is the verifier's reward under any other manager), and as the group
+``whileai_group``, else the ``uid`` of verl's v1 trainer (``{uid}_{session}_{output}``, read as ``uid``), else the
+prompt.
+
 JSONL lines are parsed with orjson when it is installed (``pip install 'whileai[fast]'``; ``WHILEAI_JSON=json``
 turns it off), with the standard library otherwise. orjson only reads the plain rows (a string group, a number reward,
 string text and prompt), where both parsers give the same values; every other line (a boolean reward, a numeric
@@ -118,6 +124,22 @@ class RowFields:
     text_key: str | None = None
     prompt_key: str = "prompt"
     trl_log: bool = False
+    verl_sessions: bool = False
+
+    def group_of(self, value: Any, where: str) -> Any:
+        """The group a row's group value names: a verl v1 dump's ``{uid}_{session}_{output}`` key is its ``uid``
+        (a session of several outputs is refused, naming ``where``); any other value is its own group."""
+        if not self.verl_sessions or type(value) is not str:
+            return value
+        parts = value.rsplit("_", 2)
+        if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+            return value
+        if parts[2] != "0":
+            raise BadInput(
+                f"{where}: verl output {parts[2]} of session {parts[0]}_{parts[1]}: a session with several outputs "
+                "has no one text to grade; whileai reads rollouts of one output per session"
+            )
+        return parts[0]
 
     def for_columns(self, columns: Sequence[str], path: Path | None = None) -> RowFields:
         """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows.
@@ -143,6 +165,18 @@ class RowFields:
                 self.text_key or "completion",
                 self.prompt_key,
                 trl_log=True,
+            )
+        if {"input", "output", "score", "step"} <= set(columns) and "final_text" not in columns:  # verl's dump
+            if self.group_key is not None:
+                group = self.group_key
+            else:
+                group = next((c for c in ("whileai_group", "uid") if c in columns), "input")
+            return RowFields(
+                group,
+                self.reward_key or ("whileai_reward" if "whileai_reward" in columns else "score"),
+                self.text_key or "output",
+                "input" if self.prompt_key == "prompt" else self.prompt_key,
+                verl_sessions=group == "uid",
             )
         return RowFields(
             self.group_key or "scenario_id",
@@ -371,9 +405,12 @@ def _checked(row: Any, fields: RowFields, path: Path, number: int) -> tuple[str,
     if isinstance(row, Exception):
         raise BadInput(f"{_where(path, number)}: not valid JSON ({getattr(row, 'msg', row)})")
     try:
-        return _member(row, fields, "")
+        group, member = _member(row, fields, "")
     except BadInput:
-        return _member(row, fields, _where(path, number))  # again, to name the place
+        group, member = _member(row, fields, _where(path, number))  # again, to name the place
+    if fields.verl_sessions:
+        group = fields.group_of(group, _where(path, number))
+    return group, member
 
 
 def _members(path: Path, fields: RowFields, stats: RowStats, skip_bad: bool) -> Iterator[tuple[int, str, Member]]:
@@ -474,6 +511,7 @@ def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: boo
     loads = _fast_loads()
     group_key, reward_key, text_key = fields.group_key, fields.reward_key, fields.text_key
     prompt_key = fields.prompt_key
+    sessions = fields.verl_sessions
     number = offset = 0
     with path.open("rb", buffering=1 << 20) as handle:
         while lines := handle.readlines(1 << 20):
@@ -490,6 +528,14 @@ def _jsonl_members(path: Path, fields: RowFields, stats: RowStats, skip_bad: boo
                 if found is None:
                     found = _slow_line(line, fields, path, number, stats, skip_bad)
                     if found is None:
+                        continue
+                elif sessions:
+                    try:
+                        found = (fields.group_of(found[0], _where(path, number)), found[1])
+                    except BadInput as err:
+                        if not skip_bad:
+                            raise
+                        stats.skip(str(err))
                         continue
                 stats.rows += 1
                 yield start, found[0], found[1]

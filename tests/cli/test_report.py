@@ -336,7 +336,7 @@ def test_a_file_report_cannot_read_says_what_it_reads(tmp_path: Path, name: str)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"whileai: error: {path}: "), result.stderr
-    assert "a report written by `whileai spread --json` or a TRL run folder (with trainer_state.json)" in lines[0]
+    assert "a report written by `whileai spread --json`, a TRL run folder (with trainer_state.json)" in lines[0]
 
 
 # ---------------------------------------------------------------- the README's example
