@@ -15,16 +15,21 @@ can do four other things to it, each of which moves the advantages off equation 
 calls it with the recipe's trainer section (``whileai validate``), the training run with the built ``GRPOTrainer``
 before its first step. A binary arm (no grader) may use any of them.
 
-Pure: no torch, no TRL.
+verl (``verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage``) makes the same promise under
+``algorithm.adv_estimator=grpo`` and ``algorithm.norm_adv_by_std_in_grpo=False``: it sums each response's token rewards
+and subtracts the mean of its ``uid`` group. :func:`verl_signal_problems` lists what a verl config does besides, and
+what keeps whileai's reward manager from seeing whole groups, in the same words.
+
+Pure: no torch, no TRL, no verl.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["signal_problems"]
+__all__ = ["config_value", "signal_problems", "verl_signal_problems"]
 
 
 def signal_problems(
@@ -73,5 +78,114 @@ def signal_problems(
             f"the trainer has {len(reward_functions)} reward functions ({', '.join(reward_functions)}): TRL would add "
             "the others to the groupwise reward (an environment class that defines get_reward is one); the grader's "
             "reward function must be the only one"
+        )
+    return problems
+
+
+_UNSET = object()
+
+
+def config_value(config: Any, dotted: str, default: Any = _UNSET) -> Any:
+    """``config``'s value at ``dotted`` (``"algorithm.adv_estimator"``), through mappings (an OmegaConf
+    ``DictConfig`` is one) and attributes (verl's config dataclasses); ``default`` (None unless given) when a part
+    is missing."""
+    node = config
+    for part in dotted.split("."):
+        if isinstance(node, Mapping):
+            try:
+                node = node.get(part, _UNSET)
+            except Exception:  # an OmegaConf interpolation that does not resolve
+                node = _UNSET
+        else:
+            node = getattr(node, part, _UNSET)
+        if node is _UNSET:
+            return None if default is _UNSET else default
+    return node
+
+
+def _true(value: Any) -> bool:
+    """A config flag as verl reads it (``bool(value)``), with the strings a command line leaves ("false", "0")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false", "0", "no", "off", "none", "null")
+    return bool(value)
+
+
+def verl_signal_problems(config: Any) -> list[str]:
+    """What a verl config (the whole ``main_ppo`` config, as verl hands it to a reward manager) does that would move
+    whileai's advantages off equation 3, or keep its reward manager from grading whole groups.
+
+    A missing key is read as verl's default: ``adv_estimator`` is ``gae`` and ``norm_adv_by_std_in_grpo`` is true
+    unless set, ``reward.num_workers`` is 8, validation runs before training with ``val_kwargs.n`` 1.
+
+    Returns:
+        One sentence per problem, naming the setting and the override that fixes it; empty when verl trains on
+        equation 3.
+
+    Example:
+        >>> verl_signal_problems({"algorithm": {"adv_estimator": "grpo"}})[0]
+        "algorithm.norm_adv_by_std_in_grpo is True (verl's default when unset): verl would divide each group by its std and rescale the moved mass; set algorithm.norm_adv_by_std_in_grpo=False"
+    """  # noqa: E501
+    problems: list[str] = []
+    estimator = config_value(config, "algorithm.adv_estimator", None)
+    name = getattr(estimator, "value", estimator)  # verl's AdvantageEstimator is a str enum
+    if name not in ("grpo", "grpo_vectorized"):
+        said = "is not set (verl's default is 'gae')" if name is None else f"is {name!r}"
+        problems.append(
+            f"algorithm.adv_estimator {said}: verl would not subtract each group's mean reward, which equation 3 "
+            "needs; set algorithm.adv_estimator=grpo"
+        )
+    norm = config_value(config, "algorithm.norm_adv_by_std_in_grpo", None)
+    if norm is None or _true(norm):
+        said = "is True (verl's default when unset)" if norm is None else f"is {norm!r}"
+        problems.append(
+            f"algorithm.norm_adv_by_std_in_grpo {said}: verl would divide each group by its std and rescale the "
+            "moved mass; set algorithm.norm_adv_by_std_in_grpo=False"
+        )
+    if _true(config_value(config, "algorithm.use_kl_in_reward", False)):
+        problems.append(
+            "algorithm.use_kl_in_reward is True: verl would subtract a KL penalty from each response's reward "
+            "before the advantage; keep the KL in the loss (actor_rollout_ref.actor.use_kl_loss=True) and set "
+            "algorithm.use_kl_in_reward=False"
+        )
+    if _true(config_value(config, "reward.reward_model.enable", False)):
+        problems.append(
+            "reward.reward_model.enable is True: a reward model is a second reward source beside the grader's "
+            "reward (without reward.custom_reward_function.path verl scores with the model and skips the reward "
+            "manager); set reward.reward_model.enable=False"
+        )
+    legacy = config_value(config, "custom_reward_function.path", None)
+    if legacy is not None:
+        problems.append(
+            f"custom_reward_function.path is {legacy!r}: verl 0.9 reads the verifier from "
+            "reward.custom_reward_function.path and ignores the top-level key, so its default scorer would run "
+            "instead; move it to reward.custom_reward_function.path"
+        )
+    n = config_value(config, "actor_rollout_ref.rollout.n", None)
+    size = n if isinstance(n, int) and not isinstance(n, bool) else None
+    if size is None or size < 2:
+        said = "is not set (verl's default is 1)" if n is None else f"is {n!r}"
+        problems.append(
+            f"actor_rollout_ref.rollout.n {said}: a group needs two or more responses to tell passes apart (verl "
+            "gives a group of one its raw score as its advantage); set actor_rollout_ref.rollout.n to the group "
+            "size"
+        )
+    workers = config_value(config, "reward.num_workers", None)
+    if workers != 1:
+        said = "is not set (verl's default is 8)" if workers is None else f"is {workers!r}"
+        problems.append(
+            f"reward.num_workers {said}: verl sends each response to a reward worker picked at random, so a "
+            "group's responses would be split between workers and never graded together; set reward.num_workers=1"
+        )
+    validates = _true(config_value(config, "trainer.val_before_train", True))
+    test_freq = config_value(config, "trainer.test_freq", -1)
+    validates = validates or (isinstance(test_freq, int) and test_freq > 0)
+    val_n = config_value(config, "actor_rollout_ref.rollout.val_kwargs.n", 1)
+    if size is not None and size >= 2 and validates and val_n != size:
+        problems.append(
+            f"actor_rollout_ref.rollout.val_kwargs.n is {val_n!r} while validation runs (trainer.val_before_train "
+            "or trainer.test_freq > 0): verl tells a reward manager neither the phase nor the group size, so "
+            f"validation responses would wait for groups of rollout.n={size} that never fill; set "
+            f"actor_rollout_ref.rollout.val_kwargs.n={size}, or turn validation off "
+            "(trainer.val_before_train=False trainer.test_freq=-1)"
         )
     return problems
