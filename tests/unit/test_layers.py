@@ -118,6 +118,8 @@ def third_party(path: Path) -> set[str]:
         ("transformers", ("whileai.integrations.trl", "whileai.training")),
         ("datasets", ("whileai.integrations.trl", "whileai.training")),
         ("aiohttp", ("whileai.http_client",)),
+        # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
+        ("verl", ("whileai.integrations.verl",)),
     ],
 )
 def test_each_heavy_library_has_its_rooms(package: str, rooms: tuple[str, ...]) -> None:

@@ -1,0 +1,579 @@
+"""whileai's reward manager inside verl 0.9.1's own code: the registry, the reward-loop worker, GRPO.
+
+Each test builds verl's real ``DataProto`` rows for several ``uid`` groups, runs them through verl's
+``RewardLoopWorker`` (which loads the user's verifier file and resolves the manager ``whileai`` from verl's registry,
+as every reward worker of a run does), puts the scores on the response tokens with verl's ``assemble_rm_scores``,
+and takes verl's ``compute_grpo_outcome_advantage`` with ``norm_adv_by_std_in_grpo=False``. Every group's advantage
+is then checked against equation 3 computed here in float64 from the rewards and the grader's factors and hacks in
+``grading.jsonl``, independently of whileai's own ``redistribute``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import random
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+verl = pytest.importorskip("verl", reason="verl runs in its own environment: bash .ci/verl")
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls  # noqa: E402
+from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # noqa: E402
+
+from whileai.errors import BadInput  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+CAP, MIN_FACTOR = 3.0, 0.5
+
+CALL_LOOKUP, CALL_REFUND = "<tool_call>lookup</tool_call>", "<tool_call>refund</tool_call>"
+VOCAB = ["[PAD]", "[UNK]", "[EOS]", CALL_LOOKUP, CALL_REFUND, "refund", "order", "ORD-17", "ORD-9999", "done", "sorry"]
+VOCAB += [f"task-{k}" for k in range(8)]
+
+
+def _load(name: str) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- set-up: a tokenizer, a verifier, verl's config
+
+
+def build_tokenizer(folder: Path) -> Path:
+    """A word-level tokenizer over the tests' words, trained on nothing, saved in ``folder`` as verl's workers load
+    one (``actor_rollout_ref.model.path``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+VERIFIER = '''
+import math
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Pass when the response says done; {form} form."""
+    passed = "done" in solution_str.split()
+    if "unscorable" in (extra_info or {{}}).get("tags", []):
+        return None
+    if "{form}" == "dict":
+        return {{"score": 1.0 if passed else -1.0, "acc": float(passed)}}
+    return 1.0 if passed else 0.0
+'''
+
+
+def _verifier(folder: Path, form: str = "float") -> Path:
+    path = folder / f"verifier_{form}.py"
+    path.write_text(VERIFIER.format(form=form))
+    return path
+
+
+SCRIPTED = """
+grader:
+  kind: scripted
+  rule:
+    measure: matches
+    pattern: '<tool_call>'
+    order: ascending
+    hack_pattern: 'ORD-9999'
+grading:
+  mode: advantage
+"""
+
+
+def _recipe(folder: Path, text: str = SCRIPTED) -> Path:
+    path = folder / "recipe.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _judge_recipe(folder: Path, url: str, **fields: object) -> Path:
+    """A recipe whose grader is the HTTP judge at ``url`` (its cache in ``folder``), with ``fields`` set."""
+    judge = {"base_url": url, "model": "test-judge", "max_retries": 1, "cache_dir": str(folder / "cache"), **fields}
+    lines = "".join(f"    {key}: {value}\n" for key, value in judge.items())
+    return _recipe(folder, f"grader:\n  kind: judge\n  judge:\n{lines}grading:\n  mode: advantage\n")
+
+
+@pytest.fixture
+def judge_server() -> Any:
+    server = _load("judge_server").JudgeServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def verl_config(tmp_path: Path, tokenizer_dir: Path, n: int, *overrides: str, verifier: Path | None = None) -> Any:
+    """verl's own ``ppo_trainer`` config (its defaults, from the installed package) with a GRPO arm's overrides."""
+    defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    config = OmegaConf.load(defaults)
+    dotlist = [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.norm_adv_by_std_in_grpo=False",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={n}",
+        f"actor_rollout_ref.model.path={tokenizer_dir}",
+        "reward.num_workers=1",
+        "reward.reward_manager.name=whileai",
+        f"reward.custom_reward_function.path={verifier or _verifier(tmp_path)}",
+        f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
+        f"+reward.reward_kwargs.recipe={tmp_path / 'recipe.yaml'}",
+        *overrides,
+    ]
+    # Hydra's "+key=value" (a key verl's schema lacks) is a plain key to OmegaConf.
+    return OmegaConf.merge(config, OmegaConf.from_dotlist([item.removeprefix("+") for item in dotlist]))
+
+
+# ---------------------------------------------------------------- verl's batches
+
+
+def make_batch(tokenizer_dir: Path, groups: list[tuple[str, list[str]]], seed: int = 0) -> DataProto:
+    """verl's rows for ``groups`` of (prompt, responses): prompts left-padded, responses right-padded, ``uid`` per
+    group, shuffled as verl's ``balance_batch`` may leave them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rows = []
+    for number, (prompt, responses) in enumerate(groups):
+        for text in responses:
+            rows.append((f"uid-{number}", prompt, text, number))
+    random.Random(seed).shuffle(rows)
+    prompt_ids = [tokenizer.encode(p, add_special_tokens=False) for _, p, _, _ in rows]
+    response_ids = [[*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id] for _, _, t, _ in rows]
+    width_p, width_r = max(map(len, prompt_ids)), max(map(len, response_ids))
+    pad = tokenizer.pad_token_id
+    prompts = torch.tensor([[pad] * (width_p - len(p)) + p for p in prompt_ids])
+    responses = torch.tensor([r + [pad] * (width_r - len(r)) for r in response_ids])
+    mask = torch.tensor(
+        [
+            [0] * (width_p - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (width_r - len(r))
+            for p, r in zip(prompt_ids, response_ids, strict=True)
+        ]
+    )
+
+    def column(values: list[Any]) -> np.ndarray:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+
+    tags = [["unscorable"] if "unscorable" in t else [] for _, _, t, _ in rows]
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": mask,
+            "input_ids": torch.cat([prompts, responses], 1),
+        },
+        non_tensors={
+            "uid": column([u for u, _, _, _ in rows]),
+            "data_source": column(["refunds"] * len(rows)),
+            "reward_model": column([{"ground_truth": "done", "style": "rule"} for _ in rows]),
+            "extra_info": column([{"index": g, "tags": t} for (_, _, _, g), t in zip(rows, tags, strict=True)]),
+        },
+    )
+
+
+def rewards_through_verl(
+    config: Any, data: DataProto, *, chunks: int = 1, streaming: bool = False
+) -> tuple[DataProto, list[dict]]:
+    """What verl's reward loop makes of ``data``: one ``RewardLoopWorker`` (``reward.num_workers=1``) scores the
+    batch as ``compute_rm_score`` sends it (``chunks`` micro-batches, concurrently) or, ``streaming``, response by
+    response in a shuffled order as the agent loop does when each rollout ends; then ``assemble_rm_scores``."""
+
+    async def run() -> list[dict]:
+        worker = RewardLoopWorker(config)
+        if streaming:
+            order = list(range(len(data)))
+            random.Random(1).shuffle(order)
+
+            async def one(i: int) -> tuple[int, dict]:
+                await asyncio.sleep(0.001 * order.index(i))
+                return i, await worker.compute_score(data[i : i + 1])
+
+            done = dict(await asyncio.gather(*(one(i) for i in order)))
+            return [done[i] for i in range(len(data))]
+        parts = data.chunk(chunks)
+        outputs = await asyncio.gather(*(worker.compute_score_batch(part) for part in parts))
+        return [item for part in outputs for item in part]
+
+    outputs = asyncio.run(asyncio.wait_for(run(), timeout=120))
+    # As verl's compute_rm_score does: the scores on the last response tokens, the extra info as columns named by
+    # the first response's keys (so every response must carry the same).
+    manager_cls = get_reward_manager_cls(config.reward.reward_manager.name)
+    data.batch["rm_scores"] = manager_cls.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
+    infos = [o["reward_extra_info"] for o in outputs]
+    keys = list(infos[0])
+    assert all(list(info) == keys for info in infos)
+    for key in keys:
+        data.non_tensor_batch[key] = np.array([info[key] for info in infos])
+    return data, outputs
+
+
+def verl_advantages(data: DataProto) -> dict[str, list[tuple[int, float]]]:
+    """verl's GRPO advantage of every response, by uid: ``(row, advantage)``."""
+    width = data.batch["prompts"].shape[-1]
+    response_mask = data.batch["attention_mask"][:, width:]
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=data.batch["rm_scores"],
+        response_mask=response_mask,
+        index=data.non_tensor_batch["uid"],
+        norm_adv_by_std_in_grpo=False,
+    )
+    by_uid: dict[str, list[tuple[int, float]]] = {}
+    for row, uid in enumerate(data.non_tensor_batch["uid"]):
+        valid = response_mask[row].bool()
+        values = advantages[row][valid]
+        assert torch.allclose(values, values[0].expand_as(values))  # one advantage on every response token
+        by_uid.setdefault(str(uid), []).append((row, float(values[0])))
+    return by_uid
+
+
+# ---------------------------------------------------------------- equation 3, in float64, from the paper
+
+
+def equation_3(rewards: list[float], factors: dict[int, float], hacks: list[int]) -> np.ndarray:
+    """A'_i of equation 3 (MiMo-V2.6, section 4.3.2) for one group, in float64: hacks take a failure's reward (the
+    group's lowest, never above 0), A = R - mean R, the passes with A > 0 move by lambda * f_i with lambda =
+    sum A / sum f A (at most the cap), everything else keeps A."""
+    r = np.array(rewards, dtype=np.float64)
+    effective = r.copy()
+    for i in hacks:
+        effective[i] = min(r.min(), 0.0)
+    a = effective - effective.mean()
+    moving = [i for i in range(len(r)) if r[i] > 0 and i not in hacks and a[i] > 0]
+    f = np.array([factors.get(i, 1.0) for i in moving], dtype=np.float64)
+    if moving:
+        lam = a[moving].sum() / (f * a[moving]).sum()
+        assert lam <= CAP + 1e-12  # these groups never reach the cap
+        a[moving] = lam * f * a[moving]
+    return a - a.mean()
+
+
+def assert_equation_3(data: DataProto, out: Path) -> dict[str, dict]:
+    """Every group's verl advantage equals equation 3 of its rewards and the grader's answer; returns the groups."""
+    records = {g["group"]: g for g in map(json.loads, (out / "grading.jsonl").read_text().splitlines())}
+    by_uid = verl_advantages(data)
+    assert set(records) == set(by_uid)
+    for uid, members in by_uid.items():
+        group = records[uid]
+        rows = [row for row, _ in members]
+        got = np.array([adv for _, adv in members], dtype=np.float64)
+        rewards = list(group["rewards"])
+        kept = [k for k, r in enumerate(rewards) if r == r]  # an unscorable member is out of the group
+        if group["graded"] and not group["reason"]:
+            factors = {int(k): v for k, v in group["factors"].items()}
+            position = {k: j for j, k in enumerate(kept)}
+            moved = equation_3(
+                [rewards[k] for k in kept],
+                {position[k]: f for k, f in factors.items()},
+                [position[k] for k in group["hacks"]],
+            )
+        else:
+            moved = equation_3([rewards[k] for k in kept], {}, [])
+        expected = np.zeros(len(rewards))
+        expected[kept] = moved
+        # The log keeps a group in the order its responses arrived; each row says its place there.
+        members = [int(m) for m in data.non_tensor_batch["whileai_member"][rows]]
+        assert sorted(members) == list(range(len(rewards)))
+        np.testing.assert_allclose(got, expected[members], atol=2e-6, err_msg=f"group {uid}: {group}")
+    return records
+
+
+# ---------------------------------------------------------------- the groups the tests grade
+
+SHORT = f"{CALL_REFUND} done"
+LONG = f"{CALL_LOOKUP} {CALL_REFUND} done"
+LONGER = f"{CALL_LOOKUP} {CALL_LOOKUP} {CALL_REFUND} done"
+HACK = "refund ORD-9999 done"
+FAIL = "sorry"
+
+
+def refund_groups(n: int = 4) -> list[tuple[str, list[str]]]:
+    """Mixed groups the grader tells apart (one with a hack), an all-pass and an all-fail group."""
+    groups = [
+        ("task-0 refund order ORD-17", [SHORT, LONG, LONGER, FAIL]),
+        ("task-1 refund order ORD-17", [LONGER, FAIL, SHORT, FAIL]),
+        ("task-2 refund order ORD-17", [HACK, SHORT, LONG, FAIL]),
+        ("task-3 refund order ORD-17", [SHORT, SHORT, LONG, LONG]),
+        ("task-4 refund order ORD-17", [FAIL, FAIL, FAIL, FAIL]),
+        ("task-5 refund order ORD-17", [LONG, SHORT, FAIL, FAIL]),
+    ]
+    return [(p, r[:n]) for p, r in groups]
+
+
+def _out(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoints" / "whileai"
+
+
+def test_the_entry_point_registers_whileai_on_import_verl() -> None:
+    """A plain ``import verl`` in a fresh process (a Ray reward worker) finds the manager: the entry point."""
+    code = (
+        "import verl\n"
+        "from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls\n"
+        "print(get_reward_manager_cls('whileai').__module__)\n"
+    )
+    done = _load("child_processes").run([sys.executable, "-c", code], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "whileai.integrations.verl"
+
+
+def test_the_importlib_path_loads_the_same_class() -> None:
+    from verl.utils.import_utils import load_extern_object
+
+    from whileai.integrations.verl import WhileaiRewardManager
+
+    loaded = load_extern_object(module_path="pkg://whileai.integrations.verl", object_name="WhileaiRewardManager")
+    assert loaded is WhileaiRewardManager is get_reward_manager_cls("whileai")
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_micro_batches_split_a_group_and_verl_trains_on_equation_3(tmp_path, tokenizer_dir, chunks) -> None:
+    """24 rows in 1, 2 or 3 micro-batches scored concurrently (a group straddles two of them when split): every
+    group is graded once, whole, and verl's GRPO advantage is equation 3 on every group."""
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    data = make_batch(tokenizer_dir, refund_groups())
+    if chunks > 1:  # at least one group has rows in two micro-batches
+        size = len(data) // chunks
+        uids = data.non_tensor_batch["uid"]
+        assert any(set(uids[:size]) & set(uids[size : 2 * size]) for _ in [0])
+    data, outputs = rewards_through_verl(config, data, chunks=chunks)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert len(records) == 6
+    assert sum(1 for g in records.values() if g["graded"]) == 4  # the mixed groups; all-pass and all-fail are not sent
+    assert sum(len(set(g["factors"].values())) > 1 for g in records.values()) == 4  # told apart
+    hack_group = records["uid-2"]
+    assert len(hack_group["hacks"]) == 1
+    # The hack trains as a failure: its advantage equals the failure's.
+    by_uid = verl_advantages(data)
+    rows = dict(by_uid["uid-2"])
+    members = {int(data.non_tensor_batch["whileai_member"][r]): adv for r, adv in rows.items()}
+    failure = next(m for m, r in enumerate(hack_group["rewards"]) if r == 0)
+    assert members[hack_group["hacks"][0]] == pytest.approx(members[failure], abs=1e-6)
+    # The verifier's reward rides along as verl extra info (and so into v0's rollout dumps); its acc too.
+    assert [o["reward_extra_info"]["whileai_reward"] for o in outputs] == [
+        o["reward_extra_info"]["acc"] for o in outputs
+    ]
+    figures = json.loads((_out(tmp_path) / "whileai_verl.json").read_text())
+    assert figures["groups"] == 6 and figures["failed"] == 0 and figures["hacks_zeroed"] == 1
+
+
+def test_streamed_responses_with_a_judge_over_http(tmp_path, tokenizer_dir, judge_server) -> None:
+    """Responses arriving one at a time in shuffled order, graded by the HTTP judge on a local server: equation 3
+    on every group, one judge call per mixed group."""
+    _judge_recipe(tmp_path, judge_server.url, concurrency=8, timeout_s=10)
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    data, _ = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()), streaming=True)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert judge_server.calls == 4
+    graded = [g for g in records.values() if g["graded"]]
+    assert len(graded) == 4 and not any(g["reason"] for g in graded)
+    assert sum(len(set(g["factors"].values())) > 1 for g in graded) == 4
+    assert len(records["uid-2"]["hacks"]) == 1
+    figures = json.loads((_out(tmp_path) / "whileai_verl.json").read_text())
+    assert figures["judge"]["calls"] == 4
+
+
+def test_a_judge_that_fails_makes_its_groups_fall_back_and_training_goes_on(tmp_path, tokenizer_dir, judge_server):
+    """Every judge call answers 500: each mixed group keeps its verifier advantages (plain GRPO), counted, and
+    every response still gets a finite reward."""
+    judge_server.push(*[_load("judge_server").Status(500)] * 50)
+    _judge_recipe(tmp_path, judge_server.url, backoff_base_s=0.01, backoff_max_s=0.02)
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    data, outputs = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()))
+    records = assert_equation_3(data, _out(tmp_path))
+    failed = [g for g in records.values() if g["reason"]]
+    # A judge that answers no call of a batch is unreachable for that batch (the reason keeps the 500).
+    assert len(failed) == 4 and all(g["failure"] == "unreachable" and "HTTP 500" in g["reason"] for g in failed)
+    assert all(np.isfinite(o["reward_score"]) for o in outputs)
+    assert {o["reward_extra_info"]["whileai_fallback"] for o in outputs} == {"", "unreachable"}
+    figures = json.loads((_out(tmp_path) / "whileai_verl.json").read_text())
+    assert figures["failed"] == 4 and figures["fallbacks"] == {"unreachable": 4}
+
+
+def test_a_plus_minus_one_verifier_returning_dicts(tmp_path, tokenizer_dir) -> None:
+    """A verifier that returns ``{"score": +-1, "acc": ...}``: the failures' -1 is kept, the dict's keys ride along,
+    and equation 3 holds with a hack given the failures' -1."""
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4, verifier=_verifier(tmp_path, "dict"))
+    data, outputs = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()), chunks=2)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert {o["reward_extra_info"]["score"] for o in outputs} == {1.0, -1.0}
+    assert {o["reward_extra_info"]["acc"] for o in outputs} == {1.0, 0.0}
+    assert sorted(records["uid-2"]["rewards"]) == [-1.0, 1.0, 1.0, 1.0] and len(records["uid-2"]["hacks"]) == 1
+
+
+def test_an_unscorable_response_gets_advantage_zero(tmp_path, tokenizer_dir) -> None:
+    """A verifier that returns None for one response: verl gets a finite reward for it (its group's mean, so its
+    advantage is 0) and the others form equation 3 alone."""
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    groups = refund_groups()
+    groups[0] = (groups[0][0], [SHORT, LONG, "unscorable done", FAIL])
+    data, outputs = rewards_through_verl(config, make_batch(tokenizer_dir, groups))
+    assert all(np.isfinite(o["reward_score"]) for o in outputs)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert records["uid-0"]["unscorable"] == 1 and records["uid-0"]["graded"]
+
+
+def test_a_group_that_never_fills_falls_back_after_its_wait(tmp_path, tokenizer_dir) -> None:
+    """Three of a group's four responses arrive (a failed session): after ``group_wait_s`` they get their verifier
+    rewards, counted as an incomplete group; the other groups are graded as usual."""
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4, "+reward.reward_kwargs.group_wait_s=1.0")
+    data = make_batch(tokenizer_dir, refund_groups())
+    uids = data.non_tensor_batch["uid"]
+    missing = next(i for i, u in enumerate(uids) if u == "uid-0")
+    data = data.select_idxs(np.array([i != missing for i in range(len(data))]))
+    data, _ = rewards_through_verl(config, data)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert records["uid-0"]["failure"] == "group incomplete" and len(records["uid-0"]["rewards"]) == 3
+    assert sum(1 for g in records.values() if g["graded"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
+        ("algorithm.adv_estimator=rloo", "algorithm.adv_estimator"),
+        ("algorithm.norm_adv_by_std_in_grpo=True", "algorithm.norm_adv_by_std_in_grpo"),
+        ("algorithm.use_kl_in_reward=True", "algorithm.use_kl_in_reward"),
+        ("reward.reward_model.enable=True reward.reward_model.model_path=TOKENIZER", "reward.reward_model.enable"),
+        ("+custom_reward_function.path=verifier.py", "custom_reward_function.path"),
+        ("actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.n"),
+        ("reward.num_workers=8", "reward.num_workers"),
+        ("actor_rollout_ref.rollout.val_kwargs.n=1", "actor_rollout_ref.rollout.val_kwargs.n"),
+    ],
+)
+def test_the_guard_refuses_each_setting_that_moves_off_equation_3(tmp_path, tokenizer_dir, override, named) -> None:
+    """verl's own defaults plus one bad setting: the manager, built as verl builds it, refuses and names it."""
+    _recipe(tmp_path)
+    overrides = override.replace("TOKENIZER", str(tokenizer_dir)).split()  # verl loads a reward model's tokenizer first
+    config = verl_config(tmp_path, tokenizer_dir, 4, *overrides)
+    with pytest.raises(BadInput, match="verl would not train on equation 3") as refused:
+        RewardLoopWorker(config)
+    assert named in str(refused.value)
+
+
+def test_verl_defaults_alone_are_refused_on_every_count(tmp_path, tokenizer_dir) -> None:
+    """verl's config as it ships (gae, std division, 8 reward workers, rollout.n 1) with only the manager named."""
+    from whileai.config.signal import verl_signal_problems
+
+    defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    problems = verl_signal_problems(OmegaConf.load(defaults))
+    named = [p.split(" ", 1)[0] for p in problems]
+    assert named == [
+        "algorithm.adv_estimator",
+        "algorithm.norm_adv_by_std_in_grpo",
+        "actor_rollout_ref.rollout.n",
+        "reward.num_workers",
+    ]
+
+
+def test_a_missing_recipe_is_named(tmp_path, tokenizer_dir) -> None:
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    with pytest.raises(BadInput, match="recipe"):
+        RewardLoopWorker(config)
+
+
+# ---------------------------------------------------------------- the shipped config and the README's command
+
+
+REPO = TESTS.parent
+
+
+def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path, tokenizer_dir) -> None:
+    """``configs/verl/whileai_grpo.yaml`` as verl's trainer reads it (Hydra, verl's ppo_trainer from its package):
+    no guard problem, validation groups the size of training's, and verl's reward worker builds the manager."""
+    from hydra import compose, initialize_config_dir
+
+    from whileai.config.signal import verl_signal_problems
+
+    _recipe(tmp_path)
+    overrides = [
+        f"reward.reward_kwargs.recipe={tmp_path / 'recipe.yaml'}",
+        f"reward.custom_reward_function.path={_verifier(tmp_path)}",
+        f"actor_rollout_ref.model.path={tokenizer_dir}",
+        f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
+        "actor_rollout_ref.rollout.n=4",
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "configs" / "verl"), version_base=None):
+        config = compose("whileai_grpo", overrides=overrides)
+    assert verl_signal_problems(config) == []
+    assert config.actor_rollout_ref.rollout.val_kwargs.n == 4
+    assert config.trainer.total_epochs is not None  # verl's own defaults came in underneath
+    data, _ = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()), chunks=2)
+    assert_equation_3(data, _out(tmp_path))
+
+
+def test_the_readme_s_verl_command_passes_the_guard() -> None:
+    """Every override of the README's ``main_ppo`` command, on verl's own defaults: nothing for the guard to refuse."""
+    import re
+
+    from whileai.config.signal import verl_signal_problems
+
+    readme = (REPO / "README.md").read_text()
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "verl.trainer.main_ppo" in b and "\\" in b
+    )
+    words = block.replace("\\\n", " ").split()
+    overrides = [w.removeprefix("+") for w in words if "=" in w and not w.startswith(("-", "$"))]
+    assert any(o.startswith("reward.reward_manager.name=whileai") for o in overrides)
+    defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    config = OmegaConf.merge(OmegaConf.load(defaults), OmegaConf.from_dotlist(overrides))
+    assert verl_signal_problems(config) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("reward.reward_kwargs.group_wait_s=-1", "group_wait_s must be a number of seconds > 0"),
+        ("reward.reward_kwargs.group_wait_s=soon", "group_wait_s must be a number of seconds > 0"),
+        ("reward.reward_kwargs.recipe=not/here.yaml", "give an absolute path"),
+        ("reward.reward_kwargs.wait=3", "unknown option"),
+    ],
+)
+def test_bad_options_are_named(tmp_path, tokenizer_dir, option, message) -> None:
+    _recipe(tmp_path)
+    with pytest.raises(BadInput, match=message):
+        RewardLoopWorker(verl_config(tmp_path, tokenizer_dir, 4, option))
+
+
+def test_the_benchmark_prints_its_table(monkeypatch, capsys) -> None:
+    """``benchmarks/bench_verl_manager.py``, small, in this process: both managers score the batch."""
+    spec = importlib.util.spec_from_file_location("bench_verl_manager", REPO / "benchmarks" / "bench_verl_manager.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(sys, "argv", ["bench_verl_manager.py", "--groups", "8", "--n", "4", "--repeats", "1"])
+    bench.main()
+    printed = capsys.readouterr().out
+    assert "32 responses in 8 groups of 4, one RewardLoopWorker" in printed
+    assert printed.count("x\n") == 2 and "\nnaive " in printed and "\nwhileai " in printed
