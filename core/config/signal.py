@@ -84,6 +84,15 @@ def signal_problems(
 
 _UNSET = object()
 
+# Calls a Ray async actor (verl's reward worker) runs at once by default, and how many whileai plans for per worker:
+# verl picks a worker at random for each response, so the busiest one gets more than its share.
+RAY_ASYNC_ACTOR_CALLS = 1000
+VERL_CALLS_PER_WORKER = 800
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
 
 def config_value(config: Any, dotted: str, default: Any = _UNSET) -> Any:
     """``config``'s value at ``dotted`` (``"algorithm.adv_estimator"``), through mappings (an OmegaConf
@@ -115,7 +124,8 @@ def verl_signal_problems(config: Any) -> list[str]:
     whileai's advantages off equation 3, or keep its reward manager from grading whole groups.
 
     A missing key is read as verl's default: ``adv_estimator`` is ``gae`` and ``norm_adv_by_std_in_grpo`` is true
-    unless set, ``reward.num_workers`` is 8, validation runs before training with ``val_kwargs.n`` 1.
+    unless set, ``data.train_batch_size`` is 1024 and ``reward.num_workers`` 8, validation runs before training with
+    ``val_kwargs.n`` 1.
 
     Returns:
         One sentence per problem, naming the setting and the override that fixes it; empty when verl trains on
@@ -128,7 +138,12 @@ def verl_signal_problems(config: Any) -> list[str]:
     problems: list[str] = []
     estimator = config_value(config, "algorithm.adv_estimator", None)
     name = getattr(estimator, "value", estimator)  # verl's AdvantageEstimator is a str enum
-    if name not in ("grpo", "grpo_vectorized"):
+    if name == "grpo_vectorized":
+        problems.append(
+            "algorithm.adv_estimator is 'grpo_vectorized': verl calls it without norm_adv_by_std_in_grpo, so it "
+            "always divides each group by its std; set algorithm.adv_estimator=grpo"
+        )
+    elif name != "grpo":
         said = "is not set (verl's default is 'gae')" if name is None else f"is {name!r}"
         problems.append(
             f"algorithm.adv_estimator {said}: verl would not subtract each group's mean reward, which equation 3 "
@@ -169,13 +184,20 @@ def verl_signal_problems(config: Any) -> list[str]:
             "gives a group of one its raw score as its advantage); set actor_rollout_ref.rollout.n to the group "
             "size"
         )
-    workers = config_value(config, "reward.num_workers", None)
-    if workers != 1:
-        said = "is not set (verl's default is 8)" if workers is None else f"is {workers!r}"
-        problems.append(
-            f"reward.num_workers {said}: verl sends each response to a reward worker picked at random, so a "
-            "group's responses would be split between workers and never graded together; set reward.num_workers=1"
-        )
+    workers = config_value(config, "reward.num_workers", 8)
+    batch = max(
+        _count(config_value(config, "data.train_batch_size", 1024)), _count(config_value(config, "data.gen_batch_size"))
+    )
+    if size is not None and size >= 2 and isinstance(workers, int) and not isinstance(workers, bool):
+        responses = batch * size
+        if workers < 1 or responses > VERL_CALLS_PER_WORKER * workers:
+            needed = -(-responses // VERL_CALLS_PER_WORKER)
+            problems.append(
+                f"reward.num_workers is {workers} for {responses} responses a step (data.train_batch_size "
+                f"{batch} x rollout.n {size}): every response waits on a reward worker for its group, and a worker "
+                f"holds {RAY_ASYNC_ACTOR_CALLS} calls at once (Ray's default for an async actor), so the step could "
+                f"stall until group_wait_s; set reward.num_workers={needed} or more"
+            )
     validates = _true(config_value(config, "trainer.val_before_train", True))
     test_freq = config_value(config, "trainer.test_freq", -1)
     validates = validates or (isinstance(test_freq, int) and test_freq > 0)

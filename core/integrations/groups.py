@@ -70,6 +70,7 @@ class Shaped:
 
 @dataclass
 class _Open:
+    key: str
     responses: list[Response] = field(default_factory=list)
     waiters: list[asyncio.Future[Shaped]] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
@@ -139,12 +140,15 @@ class GroupCollector:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whileai-grading")
         self._lock = threading.Lock()
+        self._stopped = False
 
     # ------------------------------------------------------------------ the calls
 
     async def reward(self, key: str, response: Response) -> Shaped:
         """Hold ``response`` until its group ``key`` is full and graded, then its share of the group's reward."""
         loop = self._bind()
+        if self._stopped:
+            return Shaped(trainer_values([response.reward])[0], key, fallback="closed")
         if key in self._closed:
             self.late += 1
             if self.late == 1 or self.late % 100 == 0:
@@ -155,7 +159,7 @@ class GroupCollector:
             return Shaped(trainer_values([response.reward])[0], key, fallback="late response")
         group = self._open.get(key)
         if group is None:
-            group = self._open[key] = _Open()
+            group = self._open[key] = _Open(key)
             group.timer = loop.call_later(self.wait_s, self._expire, key)
         waiter: asyncio.Future[Shaped] = loop.create_future()
         group.responses.append(response)
@@ -177,7 +181,14 @@ class GroupCollector:
         return {**self.grading.figures(), "late_responses": self.late, "open_groups": self.open_groups}
 
     def close(self) -> None:
-        """Stop the grading thread (groups still open are not answered)."""
+        """Stop the grading thread. Call it on the collector's event loop: every response still waiting gets its
+        verifier reward (``"closed"``), and so does any that comes later."""
+        self._stopped = True
+        for group in [*self._open.values(), *(group for _, group in self._queue)]:
+            if group.timer is not None:
+                group.timer.cancel()
+            self._release(group, "closed")
+        self._open, self._queue = {}, []
         if self._worker is not None and not self._worker.done() and self._loop is not None:
             if self._loop.is_running():
                 self._loop.call_soon_threadsafe(self._worker.cancel)
@@ -209,21 +220,23 @@ class GroupCollector:
         if group is None:
             return
         self._close(key)
-        values = [r.reward for r in group.responses]
-        record, _, _, members = new_group(
-            self._task(group), values, None, [r.prompt for r in group.responses], [""] * len(values)
-        )
-        if members is not None:
-            widen(record, members, values)
-        record.label = key
-        record.fail(
-            "group incomplete",
-            f"group incomplete: {len(values)} of {self.group_size} responses within {self.wait_s:g} s",
-        )
-        self.grading.stats.record_groups([record], self.grading.hack_zero)
-        self._answer(group, record, "group incomplete")
-        if self.on_graded is not None and self._loop is not None:
-            self._loop.run_in_executor(self._executor, self._log, [record])
+        try:
+            values = [r.reward for r in group.responses]
+            record, _, _, members = new_group(
+                self._task(group), values, None, [r.prompt for r in group.responses], [""] * len(values)
+            )
+            if members is not None:
+                widen(record, members, values)
+            record.label = key
+            record.fail(
+                "group incomplete",
+                f"group incomplete: {len(values)} of {self.group_size} responses within {self.wait_s:g} s",
+            )
+            self.grading.stats.record_groups([record], self.grading.hack_zero)
+            if self.on_graded is not None and self._loop is not None and not self._stopped:
+                self._loop.run_in_executor(self._executor, self._log, [record])
+        finally:
+            self._release(group, "group incomplete")
 
     def _task(self, group: _Open) -> str:
         first = group.responses[0]
@@ -243,11 +256,18 @@ class GroupCollector:
             if not batch:
                 continue
             try:
-                graded = await self._loop.run_in_executor(self._executor, self._grade, batch)
-            except Exception as error:  # the grading call itself failed: every group in it falls back
-                graded = [self._fallback(key, group, error) for key, group in batch]
-            for (_, group), record in zip(batch, graded, strict=True):
-                self._answer(group, record, (record.failure or "fallback") if record.reason else "")
+                try:
+                    graded = await self._loop.run_in_executor(self._executor, self._grade, batch)
+                except Exception as error:  # the grading call itself failed: every group in it falls back
+                    graded = [self._fallback(key, group, error) for key, group in batch]
+                for (_, group), record in zip(batch, graded, strict=True):
+                    self._answer(group, record, (record.failure or "fallback") if record.reason else "")
+            except BaseException as error:  # cancelled, or a record that cannot be read: never leave a call waiting
+                for _, group in batch:
+                    self._release(group, type(error).__name__)
+                if isinstance(error, asyncio.CancelledError):
+                    raise
+                self.say(f"whileai: a batch of {len(batch)} group(s) kept its verifier rewards: {describe(error)}")
 
     def _grade(self, batch: list[tuple[str, _Open]]) -> list[GradedGroup]:
         """One ``grade_batch`` call over the batch's groups."""
@@ -273,6 +293,13 @@ class GroupCollector:
         record.fail(type(error).__name__, f"grading raised: {describe(error)}", error)
         self.grading.stats.record_groups([record], self.grading.hack_zero)
         return record
+
+    def _release(self, group: _Open, fallback: str) -> None:
+        """Answer every response of ``group`` still waiting with its verifier reward (cannot fail)."""
+        values = trainer_values([r.reward for r in group.responses])
+        for member, (waiter, value) in enumerate(zip(group.waiters, values, strict=True)):
+            if not waiter.done():
+                waiter.set_result(Shaped(value, group.key, member, fallback))
 
     def _answer(self, group: _Open, record: GradedGroup, fallback: str) -> None:
         values = trainer_values(list(record.shaped))

@@ -1,22 +1,27 @@
 """verl's side of groupwise grading: the reward manager ``whileai``, for verl 0.9's reward loop.
 
-verl 0.9 (``verl/experimental/reward_loop``) scores each response when its rollout ends, on a reward worker, by
-``await manager.run_single(data)`` with ``data`` one session's rows; the score lands on the response's last token
-(``rm_scores``), and ``compute_grpo_outcome_advantage`` sums each response's token rewards and subtracts its ``uid``
-group's mean (``algorithm.norm_adv_by_std_in_grpo=False``). :class:`WhileaiRewardManager` decodes the response,
-scores it with the verifier (verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``), and
-waits in a :class:`~whileai.integrations.groups.GroupCollector` until its group is whole and graded; it returns
-``A'_i + mean(R)``, so verl's mean subtraction yields equation 3.
+verl 0.9 (``verl/experimental/reward_loop``) scores each response when its rollout ends, on a reward worker (a Ray
+actor, one of ``reward.num_workers``, picked at random), by ``await manager.run_single(data)`` with ``data`` one
+session's rows; the score lands on the response's last token (``rm_scores``), and ``compute_grpo_outcome_advantage``
+sums each response's token rewards and subtracts its ``uid`` group's mean (``norm_adv_by_std_in_grpo=False``).
+:class:`WhileaiRewardManager` decodes the response and scores it with the verifier (verl's ``compute_score(data_source,
+solution_str, ground_truth, extra_info)``) where it is, then sends it to the run's :class:`Groups`, which holds it
+until its group is whole and graded and answers ``A'_i + mean(R)``, so verl's mean subtraction yields equation 3.
+Under Ray, ``Groups`` is one named actor that every reward worker sends to (the responses of a group meet there
+whichever worker verl picked); outside Ray (a test, a notebook) it lives in the manager.
 
 Importing this module registers the manager under ``whileai`` in verl's registry. whileai declares it as a
-``verl.plugins`` entry point, so ``import verl`` does that in every process of a run. Without the entry point
-(an installation that does not process entry points), select it by path instead:
+``verl.plugins`` entry point, so ``import verl`` does that in every process of a run, unless
+``VERL_USE_EXTERNAL_PLUGINS`` is ``none`` or leaves ``whileai`` out (verl logs a plugin that fails to load at DEBUG
+only; the symptom is verl's "Unknown reward manager: whileai"). Without the entry point, select it by path:
 ``reward.reward_manager.source=importlib reward.reward_manager.module.path=pkg://whileai.integrations.verl
 reward.reward_manager.name=WhileaiRewardManager``.
 
-Options (``+reward.reward_kwargs.NAME=VALUE``):
+Options (``+reward.reward_kwargs.NAME=VALUE`` on verl's own config; without the ``+`` on
+``configs/verl/whileai_grpo.yaml``, which declares them):
 
-- ``recipe``: the whileai recipe whose ``grader``, ``grading`` and ``spread`` sections grade (required).
+- ``recipe``: the whileai recipe whose ``grader``, ``grading`` and ``spread`` sections grade (required; an absolute
+  path, since a reward worker's working folder need not be yours).
 - ``out``: the folder for ``grading.jsonl`` and ``whileai_verl.json`` (default: ``whileai/`` in
   ``trainer.default_local_dir``), read by ``whileai report``.
 - ``group_wait_s``: how long a group may wait for its last response (default 900).
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -40,14 +46,19 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from whileai.config.signal import config_value, verl_signal_problems
 from whileai.errors import BadInput
-from whileai.grading.group import GradedGroup
+from whileai.grading.group import GradedGroup, describe
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.rewards import verifier_reward
-from whileai.integrations.groups import GroupCollector, Response
+from whileai.integrations.groups import GroupCollector, Response, Shaped
 
-__all__ = ["WhileaiRewardManager", "grading_from_recipe"]
+__all__ = ["GROUPS_ACTOR", "Groups", "WhileaiRewardManager", "grading_from_recipe"]
 
 DEFAULT_GROUP_WAIT_S = 900.0
+# The named Ray actor the reward workers of a run share (named actors are per Ray namespace: one per job).
+GROUPS_ACTOR = "whileai_groups"
+# Calls it holds at once: every response of a step may wait there for its group.
+GROUPS_ACTOR_CONCURRENCY = 1_000_000
+_OPTIONS = ("recipe", "out", "group_wait_s")
 
 
 def grading_from_recipe(recipe: str | os.PathLike[str], out: Path | None = None) -> GroupwiseGrading:
@@ -86,22 +97,120 @@ class _GradingLog:
         temporary.replace(self.summary)
 
 
+def _settings(config: Any) -> dict[str, Any]:
+    """whileai's options from ``reward.reward_kwargs``, checked, with the group size and the log folder."""
+    kwargs = config_value(config, "reward.reward_kwargs", None)
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise BadInput(f"reward.reward_kwargs is {type(kwargs).__name__}, not a mapping")
+    options = dict(kwargs or {})
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise BadInput(f"reward.reward_kwargs: unknown option(s) {', '.join(unknown)} ({', '.join(_OPTIONS)})")
+    wait = options.get("group_wait_s", DEFAULT_GROUP_WAIT_S)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait > 0:
+        raise BadInput(f"reward.reward_kwargs.group_wait_s must be a number of seconds > 0, got {wait!r}")
+    out = options.get("out")
+    if out is None:
+        out = Path(str(config_value(config, "trainer.default_local_dir", "checkpoints"))) / "whileai"
+    recipe = options.get("recipe")
+    return {
+        "recipe": None if recipe is None else str(recipe),
+        "out": str(out),
+        "group_wait_s": float(wait),
+        "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
+    }
+
+
+def _check_recipe(recipe: str | None) -> None:
+    if recipe is None:
+        raise BadInput(
+            "reward.reward_kwargs.recipe is not set: whileai's reward manager grades with a recipe's grader "
+            "(+reward.reward_kwargs.recipe=/path/to/recipe.yaml)"
+        )
+    if not Path(recipe).is_absolute() and not Path(recipe).is_file():
+        raise BadInput(
+            f"reward.reward_kwargs.recipe={recipe}: no such file from {Path.cwd()} (a reward worker's working "
+            "folder need not be yours: give an absolute path)"
+        )
+    from whileai.config import load_recipe
+
+    load_recipe(Path(recipe), [])  # a bad recipe is said here, on the reward worker, not later on the actor
+
+
+class Groups:
+    """Where a run's responses wait for their groups: the recipe's ``GroupwiseGrading`` and a ``GroupCollector``,
+    with ``grading.jsonl``. Under Ray one named actor of this class serves every reward worker of the run.
+
+    Args:
+        settings: what ``_settings`` read from verl's config (recipe, out, group_wait_s, group_size).
+        grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python).
+    """
+
+    def __init__(self, settings: Mapping[str, Any], grading: GroupwiseGrading | None = None) -> None:
+        out = Path(settings["out"])
+        if grading is None:
+            grading = grading_from_recipe(settings["recipe"], out)
+        self.grading = grading
+        self.collector = GroupCollector(
+            grading,
+            int(settings["group_size"]),
+            wait_s=float(settings["group_wait_s"]),
+            on_graded=_GradingLog(out, self.figures),
+            say=print,
+        )
+        wait = settings["group_wait_s"]
+        size = settings["group_size"]
+        print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
+        from whileai.judge.grader import judge_plan
+
+        if (plan := judge_plan(grading.grader)) is not None:
+            print(f"whileai: {plan}")
+
+    async def reward(self, key: str, reward: float, prompt: Any, completion: str, task: str | None) -> Shaped:
+        return await self.collector.reward(key, Response(reward, prompt, completion, task))
+
+    def figures(self) -> dict[str, Any]:
+        return self.collector.figures()
+
+
+def _inside_ray() -> bool:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - verl imports ray
+        return False
+    return bool(ray.is_initialized())
+
+
+def _groups_actor(settings: Mapping[str, Any]) -> Any:
+    """The run's ``Groups`` actor, created by the first reward worker that asks and found by the others."""
+    import ray
+
+    remote = ray.remote(Groups).options(
+        name=GROUPS_ACTOR,
+        get_if_exists=True,
+        max_concurrency=GROUPS_ACTOR_CONCURRENCY,
+        num_cpus=0,  # scheduled on a cluster whose CPUs the trainer's workers hold; its work is waiting and a judge
+    )
+    return remote.remote(dict(settings))
+
+
 @register("whileai")
 class WhileaiRewardManager(RewardManagerBase):
     """verl's reward manager ``whileai``: the verifier's reward, reshaped by the recipe's groupwise grader.
 
     verl builds it on each reward worker as ``cls(config, tokenizer, compute_score, reward_router_address=...,
-    reward_model_tokenizer=...)``. It refuses a config that would move the advantages off equation 3 or split
-    groups between reward workers (``whileai.config.signal.verl_signal_problems``).
+    reward_model_tokenizer=...)``. It refuses a config that would move the advantages off equation 3 or keep
+    groups from forming (``whileai.config.signal.verl_signal_problems``): the reward worker then fails to start,
+    with the message.
 
     Args:
         config: verl's whole config (``reward.reward_kwargs`` holds whileai's options).
         tokenizer: the policy's tokenizer, which decodes prompts and responses.
         compute_score: the verifier (``reward.custom_reward_function``); None takes verl's default scorer.
-        grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python).
+        grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python; outside Ray).
 
     Raises:
-        BadInput: a config ``verl_signal_problems`` refuses, or a missing or bad recipe.
+        BadInput: a config ``verl_signal_problems`` refuses, a bad option, or a missing or bad recipe.
     """
 
     def __init__(
@@ -125,53 +234,29 @@ class WhileaiRewardManager(RewardManagerBase):
         self.compute_score = compute_score
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        options = _options(config)
-        unknown = sorted(set(options) - {"recipe", "out", "group_wait_s"})
-        if unknown:
-            raise BadInput(f"reward.reward_kwargs: unknown option(s) {', '.join(unknown)} (recipe, out, group_wait_s)")
-        out_option = options.get("out")
-        if out_option is None:
-            out = Path(str(config_value(config, "trainer.default_local_dir", "checkpoints"))) / "whileai"
-        else:
-            out = Path(str(out_option))
+        self.settings = _settings(config)
+        self.out = Path(self.settings["out"])
+        self.verifier_errors = 0
         if grading is None:
-            recipe = options.get("recipe")
-            if recipe is None:
-                raise BadInput(
-                    "reward.reward_kwargs.recipe is not set: whileai's reward manager grades with a recipe's grader "
-                    "(+reward.reward_kwargs.recipe=path/to/recipe.yaml)"
-                )
-            if not Path(str(recipe)).is_absolute() and not Path(str(recipe)).is_file():
-                raise BadInput(
-                    f"reward.reward_kwargs.recipe={recipe}: no such file from {Path.cwd()} (a reward worker's working "
-                    "folder need not be yours: give an absolute path)"
-                )
-            grading = grading_from_recipe(str(recipe), out)
-        wait = options.get("group_wait_s", DEFAULT_GROUP_WAIT_S)
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait > 0:
-            raise BadInput(f"reward.reward_kwargs.group_wait_s must be a number of seconds > 0, got {wait!r}")
-        self.grading = grading
-        self.out = out
-        size = int(config_value(config, "actor_rollout_ref.rollout.n"))
-        self.collector = GroupCollector(
-            grading,
-            size,
-            wait_s=float(wait),
-            on_graded=_GradingLog(out, lambda: self.collector.figures()),
-            say=print,
-        )
-        from whileai.judge.grader import judge_plan
-
-        print(f"whileai: verl reward manager: {grading!r}, groups of {size} by uid (at most {wait:g} s), log in {out}")
-        if (plan := judge_plan(grading.grader)) is not None:
-            print(f"whileai: {plan}")
+            _check_recipe(self.settings["recipe"])
+        if grading is None and _inside_ray():
+            self.groups: Any = _groups_actor(self.settings)
+            self._remote = True
+        else:
+            self.groups = Groups(self.settings, grading)
+            self._remote = False
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """One session's reward: ``{"reward_score": A'_i + mean(R), "reward_extra_info": {...}}``, once its group is
         graded. The extra info holds the verifier's own fields (``acc`` for a plain number, as verl's naive manager
-        writes), ``whileai_reward`` (R), ``whileai_group`` (the uid), ``whileai_member`` (the response's place in its
-        group's line of ``grading.jsonl``) and ``whileai_fallback`` (empty, or why the group kept its verifier
-        rewards)."""
+        writes), ``whileai_reward`` (R; None when the verifier could not score it), ``whileai_group`` (the uid),
+        ``whileai_member`` (the response's place in its group's line of ``grading.jsonl``, as text) and
+        ``whileai_fallback`` (empty, or why the group kept its verifier rewards).
+
+        A verifier that raises, or returns something that is not a reward, makes this response unscorable (its
+        advantage 0), said on the reward worker's log: the rest of its group does not wait out ``group_wait_s``
+        for it.
+        """
         item = data[-1:][0]  # a session of several outputs is scored on its last, as verl's own managers do
         extras = item.non_tensor_batch
         uid = extras.get("uid")
@@ -187,6 +272,25 @@ class WhileaiRewardManager(RewardManagerBase):
             extra_info.update(tool_fields.items())
         extra_info["num_turns"] = extras.get("__num_turns__")
         extra_info["rollout_reward_scores"] = extras.get("reward_scores", {})
+        reward, info = await self._verify(extras, completion, extra_info)
+        task = extra_info.get("task_id", extra_info.get("scenario_id"))
+        arguments = (str(uid), reward, prompt, completion, None if task is None else str(task))
+        if self._remote:
+            shaped = await self.groups.reward.remote(*arguments)
+        else:
+            shaped = await self.groups.reward(*arguments)
+        info.update(
+            whileai_reward=reward if math.isfinite(reward) else None,
+            whileai_group=str(uid),
+            whileai_member=str(shaped.member),
+            whileai_fallback=shaped.fallback,
+        )
+        return {"reward_score": shaped.value, "reward_extra_info": info}
+
+    async def _verify(
+        self, extras: Mapping[str, Any], completion: str, extra_info: dict[str, Any]
+    ) -> tuple[float, dict[str, Any]]:
+        """The verifier's reward R (NaN when it raised or gave no reward) and the fields it returned."""
         reward_model = extras.get("reward_model") or {}
         keywords: dict[str, Any] = {
             "data_source": extras.get("data_source"),
@@ -197,45 +301,45 @@ class WhileaiRewardManager(RewardManagerBase):
         if self.reward_router_address is not None:
             keywords["reward_router_address"] = self.reward_router_address
             keywords["reward_model_tokenizer"] = self.reward_model_tokenizer
-        if inspect.iscoroutinefunction(self.compute_score):
-            result = await self.compute_score(**keywords)
-        else:
-            result = await loop.run_in_executor(None, lambda: self.compute_score(**keywords))
-        if isinstance(result, Mapping):
-            if "score" not in result:
-                raise ValueError(f"the verifier returned a dict without 'score' (keys: {', '.join(map(str, result))})")
-            score, info = result["score"], dict(result)
-        else:
-            score, info = result, {"acc": result}
         try:
-            reward = verifier_reward(score)
-        except ValueError as error:
-            raise ValueError(f"the verifier's output: {error}") from None
-        task = extra_info.get("task_id", extra_info.get("scenario_id"))
-        shaped = await self.collector.reward(
-            str(uid), Response(reward, prompt, completion, None if task is None else str(task))
-        )
-        info.update(
-            whileai_reward=reward,
-            whileai_group=str(uid),
-            whileai_member=shaped.member,
-            whileai_fallback=shaped.fallback,
-        )
-        return {"reward_score": shaped.value, "reward_extra_info": info}
+            if inspect.iscoroutinefunction(self.compute_score):
+                result = await self.compute_score(**keywords)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(None, lambda: self.compute_score(**keywords))
+            if isinstance(result, Mapping):
+                if "score" not in result:
+                    raise ValueError(f"a dict without 'score' (keys: {', '.join(map(str, result))})")
+                return verifier_reward(result["score"]), dict(result)
+            return verifier_reward(result), {"acc": result}
+        except Exception as error:
+            self.verifier_errors += 1
+            if self.verifier_errors == 1 or self.verifier_errors % 100 == 0:
+                print(
+                    f"whileai: the verifier failed on a response ({self.verifier_errors} so far): {describe(error)}; "
+                    "it counts as unscorable (advantage 0)"
+                )
+            return math.nan, {"acc": None}
 
     def _texts(self, item: Any) -> tuple[Any, str]:
         """The prompt (verl's ``raw_prompt`` messages when the batch has them, else its decoded ids) and the decoded
-        response, without padding or special tokens."""
-        batch = item.batch
-        responses = batch["responses"]
-        mask = batch["attention_mask"]
-        length = responses.shape[-1]
-        completion = self.tokenizer.decode(responses[: int(mask[-length:].sum())], skip_special_tokens=True)
-        raw = item.non_tensor_batch.get("raw_prompt")
+        response, without padding or special tokens.
+
+        verl's reward loop hands over ``prompt_len`` and ``response_len`` (its rows are padded on the right, the
+        attention mask all ones where a row is longest); a batch without them (verl's batch path) has prompts padded
+        on the left and responses on the right, read by the attention mask.
+        """
+        batch, extras = item.batch, item.non_tensor_batch
+        prompts, responses, mask = batch["prompts"], batch["responses"], batch["attention_mask"]
+        width = prompts.shape[-1]
+        response_len, prompt_len = extras.get("response_len"), extras.get("prompt_len")
+        length = int(response_len) if response_len is not None else int(mask[width:].sum())
+        completion = self.tokenizer.decode(responses[:length], skip_special_tokens=True)
+        raw = extras.get("raw_prompt")
         if raw is not None:
             prompt = raw.tolist() if isinstance(raw, np.ndarray) else raw
+        elif prompt_len is not None:
+            prompt = self.tokenizer.decode(prompts[: int(prompt_len)], skip_special_tokens=True)
         else:
-            prompts = batch["prompts"]
-            kept = int(mask[: prompts.shape[-1]].sum())
-            prompt = self.tokenizer.decode(prompts[prompts.shape[-1] - kept :], skip_special_tokens=True)
+            kept = int(mask[:width].sum())
+            prompt = self.tokenizer.decode(prompts[width - kept :], skip_special_tokens=True)
         return prompt, completion

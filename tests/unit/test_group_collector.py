@@ -117,7 +117,10 @@ def test_a_group_that_never_fills_gets_its_verifier_rewards_after_the_wait() -> 
     async def go() -> tuple[list[Shaped], Shaped]:
         three = await send(collector, "short", GROUP[:3])
         late = await collector.reward("short", Response(1.0, "p", "late"))
-        await asyncio.sleep(0.05)  # the log is written on the grading thread
+        for _ in range(1000):  # the log is written on the grading thread
+            if logged:
+                break
+            await asyncio.sleep(0.01)
         return three, late
 
     three, late = run(go())
@@ -211,3 +214,38 @@ def test_trainer_values() -> None:
 def test_bad_arguments_are_named(size: Any, wait: Any) -> None:
     with pytest.raises(ValueError, match=r"group_size|wait_s"):
         GroupCollector(GroupwiseGrading(Counting()), size, wait_s=wait)
+
+
+def test_close_answers_every_waiting_call_and_every_later_one() -> None:
+    collector = GroupCollector(GroupwiseGrading(Counting()), 4)
+
+    async def go() -> tuple[list[Shaped], Shaped]:
+        waiting = [asyncio.ensure_future(collector.reward("u", Response(r, "p", t))) for r, t in GROUP[:3]]
+        await asyncio.sleep(0.01)
+        collector.close()
+        answered = list(await asyncio.gather(*waiting))
+        return answered, await collector.reward("u", Response(1.0, "p", "after"))
+
+    answered, after = run(go())
+    assert [a.value for a in answered] == [1.0, 1.0, 0.0] and {a.fallback for a in answered} == {"closed"}
+    assert after.fallback == "closed" and after.value == 1.0
+
+
+def test_a_record_that_cannot_be_answered_still_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure past the grading call (here: reading the graded records) leaves no call waiting; the next groups
+    are graded as usual."""
+    said: list[str] = []
+    collector = GroupCollector(GroupwiseGrading(Counting()), 4, say=said.append)
+    answer = collector._answer
+
+    def broken(group: Any, record: Any, fallback: str) -> None:
+        raise KeyError("a field")
+
+    monkeypatch.setattr(collector, "_answer", broken)
+    first = run(send(collector, "u", GROUP))
+    monkeypatch.setattr(collector, "_answer", answer)
+    second = run(send(collector, "v", GROUP))
+    collector.close()
+    assert [a.value for a in first] == [r for r, _ in GROUP] and {a.fallback for a in first} == {"KeyError"}
+    assert said and "kept its verifier rewards" in said[0]
+    assert {a.fallback for a in second} == {""} and second[0].value > 1.0

@@ -20,6 +20,7 @@ def good(**changes: Any) -> dict[str, Any]:
         "actor_rollout_ref": {"rollout": {"n": 8, "val_kwargs": {"n": 8}}},
         "reward": {"num_workers": 1, "reward_model": {"enable": False}},
         "trainer": {"val_before_train": True, "test_freq": 10},
+        "data": {"train_batch_size": 64},
     }
     for dotted, value in changes.items():
         node = config
@@ -50,7 +51,6 @@ def test_an_empty_config_is_read_as_verl_s_defaults() -> None:
         "algorithm.adv_estimator",
         "algorithm.norm_adv_by_std_in_grpo",
         "actor_rollout_ref.rollout.n",
-        "reward.num_workers",
     ]
     assert "verl's default is 'gae'" in problems[0] and "algorithm.adv_estimator=grpo" in problems[0]
     assert "verl's default when unset" in problems[1]
@@ -69,8 +69,11 @@ def test_an_empty_config_is_read_as_verl_s_defaults() -> None:
         ({"custom_reward_function__path": "verifier.py"}, "custom_reward_function.path", "reward.custom_reward"),
         ({"actor_rollout_ref__rollout__n": 1}, "actor_rollout_ref.rollout.n", "to the group size"),
         ({"actor_rollout_ref__rollout__n": True}, "actor_rollout_ref.rollout.n", "to the group size"),
-        ({"reward__num_workers": 8}, "reward.num_workers", "reward.num_workers=1"),
-        ({"reward__num_workers": _DELETE}, "reward.num_workers", "reward.num_workers=1"),
+        ({"algorithm__adv_estimator": "grpo_vectorized"}, "algorithm.adv_estimator", "always divides"),
+        ({"data__train_batch_size": 1024}, "reward.num_workers", "reward.num_workers=11 or more"),
+        ({"data__train_batch_size": _DELETE}, "reward.num_workers", "reward.num_workers=11 or more"),
+        ({"data__gen_batch_size": 256}, "reward.num_workers", "reward.num_workers=3 or more"),
+        ({"reward__num_workers": 0}, "reward.num_workers", "reward.num_workers=1 or more"),
         ({"actor_rollout_ref__rollout__val_kwargs__n": 1}, "actor_rollout_ref.rollout.val_kwargs.n", "val_kwargs.n=8"),
     ],
 )
@@ -80,12 +83,22 @@ def test_each_bad_setting_is_named_with_its_fix(changes: dict[str, Any], key: st
     assert fix in problems[0]
 
 
-def test_grpo_vectorized_and_verl_s_enum_are_grpo() -> None:
+def test_verl_s_enum_is_read_by_its_value() -> None:
     class AdvantageEstimator(str, enum.Enum):  # verl's is a str enum
         GRPO = "grpo"
+        GRPO_VECTORIZED = "grpo_vectorized"
 
-    assert verl_signal_problems(good(algorithm__adv_estimator="grpo_vectorized")) == []
     assert verl_signal_problems(good(algorithm__adv_estimator=AdvantageEstimator.GRPO)) == []
+    assert named(verl_signal_problems(good(algorithm__adv_estimator=AdvantageEstimator.GRPO_VECTORIZED))) == [
+        "algorithm.adv_estimator"
+    ]
+
+
+def test_more_reward_workers_hold_more_responses() -> None:
+    """A step's responses all wait on reward workers: 800 planned per worker (Ray holds 1000 calls of each)."""
+    assert verl_signal_problems(good(data__train_batch_size=100)) == []  # 800 on one worker
+    assert named(verl_signal_problems(good(data__train_batch_size=101))) == ["reward.num_workers"]
+    assert verl_signal_problems(good(data__train_batch_size=1024, reward__num_workers=11)) == []
 
 
 @pytest.mark.parametrize("value", [False, "False", "false", 0])
@@ -106,6 +119,7 @@ def test_attribute_configs_are_read_like_mappings() -> None:
         algorithm=SimpleNamespace(adv_estimator="grpo", norm_adv_by_std_in_grpo=True),
         actor_rollout_ref={"rollout": {"n": 4, "val_kwargs": {"n": 4}}},
         reward=SimpleNamespace(num_workers=1),
+        data=SimpleNamespace(train_batch_size=32),
     )
     assert named(verl_signal_problems(config)) == ["algorithm.norm_adv_by_std_in_grpo"]
     assert config_value(config, "actor_rollout_ref.rollout.n") == 4

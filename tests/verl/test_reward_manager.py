@@ -144,6 +144,7 @@ def verl_config(tmp_path: Path, tokenizer_dir: Path, n: int, *overrides: str, ve
         "reward.reward_manager.name=whileai",
         f"reward.custom_reward_function.path={verifier or _verifier(tmp_path)}",
         f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
+        "data.train_batch_size=16",
         f"+reward.reward_kwargs.recipe={tmp_path / 'recipe.yaml'}",
         *overrides,
     ]
@@ -154,16 +155,16 @@ def verl_config(tmp_path: Path, tokenizer_dir: Path, n: int, *overrides: str, ve
 # ---------------------------------------------------------------- verl's batches
 
 
-def make_batch(tokenizer_dir: Path, groups: list[tuple[str, list[str]]], seed: int = 0) -> DataProto:
+def make_batch(tokenizer_dir: Path, groups: list[tuple[str, list[str]]], seed: int = 0, uid: str = "uid") -> DataProto:
     """verl's rows for ``groups`` of (prompt, responses): prompts left-padded, responses right-padded, ``uid`` per
-    group, shuffled as verl's ``balance_batch`` may leave them."""
+    group (``{uid}-{number}``), shuffled as verl's ``balance_batch`` may leave them."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     rows = []
     for number, (prompt, responses) in enumerate(groups):
         for text in responses:
-            rows.append((f"uid-{number}", prompt, text, number))
+            rows.append((f"{uid}-{number}", prompt, text, number))
     random.Random(seed).shuffle(rows)
     prompt_ids = [tokenizer.encode(p, add_special_tokens=False) for _, p, _, _ in rows]
     response_ids = [[*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id] for _, _, t, _ in rows]
@@ -215,7 +216,7 @@ def rewards_through_verl(
 
             async def one(i: int) -> tuple[int, dict]:
                 await asyncio.sleep(0.001 * order.index(i))
-                return i, await worker.compute_score(data[i : i + 1])
+                return i, await worker.compute_score(agent_loop_session(data, i, two_outputs=i % 5 == 0))
 
             done = dict(await asyncio.gather(*(one(i) for i in order)))
             return [done[i] for i in range(len(data))]
@@ -234,6 +235,43 @@ def rewards_through_verl(
     for key in keys:
         data.non_tensor_batch[key] = np.array([info[key] for info in infos])
     return data, outputs
+
+
+def agent_loop_session(data: DataProto, row: int, two_outputs: bool = False) -> DataProto:
+    """Row ``row`` of a batch as verl's agent loop hands a finished session to the reward worker
+    (``AgentLoopWorker._compute_score``): each output unpadded, then padded on the right to the longest, the
+    attention mask ones over each output's own length, every input field as ``np.array([value] * n)``, the prompt's
+    messages as ``raw_prompt``, and ``prompt_len``/``response_len`` per output. ``two_outputs`` puts a longer
+    output before the scored one (a multi-output session: verl scores its last)."""
+    width = data.batch["prompts"].shape[-1]
+    mask = data.batch["attention_mask"][row]
+    prompt = data.batch["prompts"][row][width - int(mask[:width].sum()) :]
+    response = data.batch["responses"][row][: int(mask[width:].sum())]
+    outputs = [(prompt, response)]
+    if two_outputs:
+        outputs.insert(0, (prompt, torch.cat([response, response, response])))
+    pad = torch.nn.utils.rnn.pad_sequence
+    prompts = pad([p for p, _ in outputs], batch_first=True, padding_value=0)
+    responses = pad([r for _, r in outputs], batch_first=True, padding_value=0)
+    input_ids = [torch.cat([p, r]) for p, r in outputs]
+    n = len(outputs)
+    fields = {key: values[row] for key, values in data.non_tensor_batch.items()}
+    fields["raw_prompt"] = [{"role": "user", "content": "see the prompt ids"}]
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": pad([torch.ones_like(i) for i in input_ids], batch_first=True, padding_value=0),
+            "input_ids": pad(input_ids, batch_first=True, padding_value=0),
+        },
+        non_tensors={
+            **{key: np.array([value] * n) for key, value in fields.items()},
+            "__num_turns__": np.array([2] * n),
+            "tool_extra_fields": np.array([{} for _ in outputs], dtype=object),
+            "prompt_len": np.array([len(p) for p, _ in outputs]),
+            "response_len": np.array([len(r) for _, r in outputs]),
+        },
+    )
 
 
 def verl_advantages(data: DataProto) -> dict[str, list[tuple[int, float]]]:
@@ -278,9 +316,10 @@ def equation_3(rewards: list[float], factors: dict[int, float], hacks: list[int]
 
 def assert_equation_3(data: DataProto, out: Path) -> dict[str, dict]:
     """Every group's verl advantage equals equation 3 of its rewards and the grader's answer; returns the groups."""
-    records = {g["group"]: g for g in map(json.loads, (out / "grading.jsonl").read_text().splitlines())}
+    logged = {g["group"]: g for g in map(json.loads, (out / "grading.jsonl").read_text().splitlines())}
     by_uid = verl_advantages(data)
-    assert set(records) == set(by_uid)
+    assert set(by_uid) <= set(logged)
+    records = {uid: logged[uid] for uid in by_uid}
     for uid, members in by_uid.items():
         group = records[uid]
         rows = [row for row, _ in members]
@@ -330,18 +369,6 @@ def refund_groups(n: int = 4) -> list[tuple[str, list[str]]]:
 
 def _out(tmp_path: Path) -> Path:
     return tmp_path / "checkpoints" / "whileai"
-
-
-def test_the_entry_point_registers_whileai_on_import_verl() -> None:
-    """A plain ``import verl`` in a fresh process (a Ray reward worker) finds the manager: the entry point."""
-    code = (
-        "import verl\n"
-        "from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls\n"
-        "print(get_reward_manager_cls('whileai').__module__)\n"
-    )
-    done = _load("child_processes").run([sys.executable, "-c", code], timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "whileai.integrations.verl"
 
 
 def test_the_importlib_path_loads_the_same_class() -> None:
@@ -468,7 +495,8 @@ def test_a_group_that_never_fills_falls_back_after_its_wait(tmp_path, tokenizer_
         ("reward.reward_model.enable=True reward.reward_model.model_path=TOKENIZER", "reward.reward_model.enable"),
         ("+custom_reward_function.path=verifier.py", "custom_reward_function.path"),
         ("actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.n"),
-        ("reward.num_workers=8", "reward.num_workers"),
+        ("algorithm.adv_estimator=grpo_vectorized", "algorithm.adv_estimator"),
+        ("data.train_batch_size=1024", "reward.num_workers"),
         ("actor_rollout_ref.rollout.val_kwargs.n=1", "actor_rollout_ref.rollout.val_kwargs.n"),
     ],
 )
@@ -483,7 +511,7 @@ def test_the_guard_refuses_each_setting_that_moves_off_equation_3(tmp_path, toke
 
 
 def test_verl_defaults_alone_are_refused_on_every_count(tmp_path, tokenizer_dir) -> None:
-    """verl's config as it ships (gae, std division, 8 reward workers, rollout.n 1) with only the manager named."""
+    """verl's config as it ships (gae, the std division, rollout.n 1), the manager not even named."""
     from whileai.config.signal import verl_signal_problems
 
     defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
@@ -493,7 +521,6 @@ def test_verl_defaults_alone_are_refused_on_every_count(tmp_path, tokenizer_dir)
         "algorithm.adv_estimator",
         "algorithm.norm_adv_by_std_in_grpo",
         "actor_rollout_ref.rollout.n",
-        "reward.num_workers",
     ]
 
 
@@ -577,3 +604,21 @@ def test_the_benchmark_prints_its_table(monkeypatch, capsys) -> None:
     printed = capsys.readouterr().out
     assert "32 responses in 8 groups of 4, one RewardLoopWorker" in printed
     assert printed.count("x\n") == 2 and "\nnaive " in printed and "\nwhileai " in printed
+
+
+def test_on_ray_the_workers_groups_meet_in_one_actor(tmp_path, tokenizer_dir) -> None:
+    """verl's own RewardLoopManager on a local Ray (two reward workers as Ray actors, whileai's groups actor):
+    the batch path (compute_rm_score, one micro-batch per worker) and the streaming path (each session to a worker
+    picked at random) both give equation 3 on every group. In a fresh process of its own (ended with its group),
+    where a plain ``import verl`` registers the manager: the entry point, which the Ray workers rely on too."""
+    script = HERE / "ray_reward_loop.py"
+    done = _load("child_processes").run([sys.executable, str(script), str(tmp_path), str(tokenizer_dir)], timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {
+        "registered_on_import_verl": "whileai.integrations.verl",
+        "batch_groups": 6,
+        "streamed_groups": 6,
+        "graded": 8,
+        "actor": "whileai_groups",
+    }
