@@ -4,6 +4,7 @@ test module."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,12 @@ def _register(name: str) -> None:
 
 _register("child_processes")
 _register("fault_server")
+
+# The command line's tests give each call the width they want (``env={"COLUMNS": ...}``), which Rich reads at every
+# print unless COLUMNS was set when its consoles were made: an outer COLUMNS (a shell's, or pytest-xdist's workers')
+# would fix every report at that width.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 @pytest.fixture(scope="session")
