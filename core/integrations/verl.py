@@ -237,6 +237,7 @@ class WhileaiRewardManager(RewardManagerBase):
         self.settings = _settings(config)
         self.out = Path(self.settings["out"])
         self.verifier_errors = 0
+        self.groups_errors = 0
         if grading is None:
             _check_recipe(self.settings["recipe"])
         if grading is None and _inside_ray():
@@ -276,7 +277,14 @@ class WhileaiRewardManager(RewardManagerBase):
         task = extra_info.get("task_id", extra_info.get("scenario_id"))
         arguments = (str(uid), reward, prompt, completion, None if task is None else str(task))
         if self._remote:
-            shaped = await self.groups.reward.remote(*arguments)
+            try:
+                shaped = await self.groups.reward.remote(*arguments)
+            except Exception as error:  # the groups actor died (a node lost, out of memory): R, said, counted
+                self.groups_errors += 1
+                if self.groups_errors == 1 or self.groups_errors % 100 == 0:
+                    print(f"whileai: the groups actor failed ({self.groups_errors} so far): {describe(error)}")
+                value = reward if math.isfinite(reward) else 0.0
+                shaped = Shaped(value, str(uid), fallback="groups actor failed")
         else:
             shaped = await self.groups.reward(*arguments)
         info.update(

@@ -57,8 +57,14 @@ def main(tmp: Path, tokenizer_dir: Path) -> dict:
             data.non_tensor_batch[key] = np.array([o["reward_extra_info"][key] for o in outputs])
         records = helpers.assert_equation_3(data, out)
         graded = sum(1 for line in (out / "grading.jsonl").read_text().splitlines() if json.loads(line)["graded"])
-        ray.get_actor(GROUPS_ACTOR)  # one actor served both workers
+        # The groups actor lost (a node gone): each response gets its verifier reward, and training goes on.
+        ray.kill(ray.get_actor(GROUPS_ACTOR), no_restart=True)
+        after = ray.get(workers[0].compute_score.remote(sessions[0]), timeout=120)
         return {
+            "after_the_actor_is_lost": [
+                after["reward_score"] == after["reward_extra_info"]["whileai_reward"],
+                after["reward_extra_info"]["whileai_fallback"],
+            ],
             "registered_on_import_verl": registered,
             "batch_groups": batch_groups,
             "streamed_groups": len(records),

@@ -609,13 +609,15 @@ def test_the_benchmark_prints_its_table(monkeypatch, capsys) -> None:
 def test_on_ray_the_workers_groups_meet_in_one_actor(tmp_path, tokenizer_dir) -> None:
     """verl's own RewardLoopManager on a local Ray (two reward workers as Ray actors, whileai's groups actor):
     the batch path (compute_rm_score, one micro-batch per worker) and the streaming path (each session to a worker
-    picked at random) both give equation 3 on every group. In a fresh process of its own (ended with its group),
+    picked at random) both give equation 3 on every group; with the actor lost, a response gets its verifier reward.
+    In a fresh process of its own (ended with its group),
     where a plain ``import verl`` registers the manager: the entry point, which the Ray workers rely on too."""
     script = HERE / "ray_reward_loop.py"
     done = _load("child_processes").run([sys.executable, str(script), str(tmp_path), str(tokenizer_dir)], timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {
+        "after_the_actor_is_lost": [True, "groups actor failed"],
         "registered_on_import_verl": "whileai.integrations.verl",
         "batch_groups": 6,
         "streamed_groups": 6,
