@@ -184,23 +184,12 @@ def verl_signal_problems(config: Any) -> list[str]:
             "gives a group of one its raw score as its advantage); set actor_rollout_ref.rollout.n to the group "
             "size"
         )
-    workers = config_value(config, "reward.num_workers", 8)
-    batch = max(
-        _count(config_value(config, "data.train_batch_size", 1024)), _count(config_value(config, "data.gen_batch_size"))
-    )
-    if size is not None and size >= 2 and isinstance(workers, int) and not isinstance(workers, bool):
-        responses = batch * size
-        if workers < 1 or responses > VERL_CALLS_PER_WORKER * workers:
-            needed = -(-responses // VERL_CALLS_PER_WORKER)
-            problems.append(
-                f"reward.num_workers is {workers} for {responses} responses a step (data.train_batch_size "
-                f"{batch} x rollout.n {size}): every response waits on a reward worker for its group, and a worker "
-                f"holds {RAY_ASYNC_ACTOR_CALLS} calls at once (Ray's default for an async actor), so the step could "
-                f"stall until group_wait_s; set reward.num_workers={needed} or more"
-            )
     validates = _true(config_value(config, "trainer.val_before_train", True))
     test_freq = config_value(config, "trainer.test_freq", -1)
     validates = validates or (isinstance(test_freq, int) and test_freq > 0)
+    workers = config_value(config, "reward.num_workers", 8)
+    if size is not None and size >= 2 and isinstance(workers, int) and not isinstance(workers, bool):
+        problems += _worker_problems(config, size, workers, validates)
     val_n = config_value(config, "actor_rollout_ref.rollout.val_kwargs.n", 1)
     if size is not None and size >= 2 and validates and val_n != size:
         problems.append(
@@ -210,4 +199,43 @@ def verl_signal_problems(config: Any) -> list[str]:
             f"actor_rollout_ref.rollout.val_kwargs.n={size}, or turn validation off "
             "(trainer.val_before_train=False trainer.test_freq=-1)"
         )
+    return problems
+
+
+def _worker_problems(config: Any, size: int, workers: int, validates: bool) -> list[str]:
+    """Whether the reward workers hold every response in flight at once: each waits on its worker for its group, and
+    a worker runs ``RAY_ASYNC_ACTOR_CALLS`` calls at once; whileai plans ``VERL_CALLS_PER_WORKER``."""
+    batch = max(
+        _count(config_value(config, "data.train_batch_size", 1024)), _count(config_value(config, "data.gen_batch_size"))
+    )
+    mode = config_value(config, "trainer.v1.trainer_mode", "sync")
+    in_flight = 1 + _count(config_value(config, f"trainer.v1.{mode}.num_warmup_batches", 0)) if mode != "sync" else 1
+    counts = [
+        (
+            batch * size * in_flight,
+            f"data.train_batch_size {batch} x rollout.n {size}"
+            + (f" x {in_flight} batches in flight ({mode})" if in_flight > 1 else ""),
+        )
+    ]
+    problems: list[str] = []
+    if validates:
+        val_batch = _count(config_value(config, "data.val_batch_size"))
+        if not val_batch:
+            problems.append(
+                "data.val_batch_size is not set while validation runs: verl then validates the whole validation set "
+                "at once, and every response waits on a reward worker for its group; set data.val_batch_size (or "
+                "turn validation off: trainer.val_before_train=False trainer.test_freq=-1)"
+            )
+        else:
+            counts.append((val_batch * size, f"data.val_batch_size {val_batch} x val_kwargs.n {size}"))
+    for responses, what in counts:
+        if workers < 1 or responses > VERL_CALLS_PER_WORKER * workers:
+            needed = -(-responses // VERL_CALLS_PER_WORKER)
+            problems.append(
+                f"reward.num_workers is {workers} for {responses} responses at once ({what}): every response waits "
+                f"on a reward worker for its group, and a worker runs {RAY_ASYNC_ACTOR_CALLS} calls at once (Ray's "
+                f"default for an async actor), so the step could stall until group_wait_s; set "
+                f"reward.num_workers={needed} or more"
+            )
+            break
     return problems

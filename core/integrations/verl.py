@@ -59,6 +59,10 @@ GROUPS_ACTOR = "whileai_groups"
 # Calls it holds at once: every response of a step may wait there for its group.
 GROUPS_ACTOR_CONCURRENCY = 1_000_000
 _OPTIONS = ("recipe", "out", "group_wait_s")
+GROUPS_ACTOR_START_S = 300.0
+# A full group waits for the grading thread, which works through the groups queued before it: a response gives up on
+# the actor after this many times group_wait_s, and keeps its verifier reward.
+GROUPS_ANSWER_FACTOR = 2.0
 
 
 def grading_from_recipe(recipe: str | os.PathLike[str], out: Path | None = None) -> GroupwiseGrading:
@@ -69,15 +73,6 @@ def grading_from_recipe(recipe: str | os.PathLike[str], out: Path | None = None)
 
     loaded = load_recipe(Path(recipe), [])
     return build_grading(loaded, rubrics_path=None if out is None else out / "rubrics.json")
-
-
-def _options(config: Any) -> dict[str, Any]:
-    kwargs = config_value(config, "reward.reward_kwargs", None)
-    if kwargs is None:
-        return {}
-    if not isinstance(kwargs, Mapping):
-        raise BadInput(f"reward.reward_kwargs is {type(kwargs).__name__}, not a mapping")
-    return dict(kwargs)
 
 
 class _GradingLog:
@@ -114,7 +109,7 @@ def _settings(config: Any) -> dict[str, Any]:
         out = Path(str(config_value(config, "trainer.default_local_dir", "checkpoints"))) / "whileai"
     recipe = options.get("recipe")
     return {
-        "recipe": None if recipe is None else str(recipe),
+        "recipe": None if recipe is None else str(Path(str(recipe)).resolve()),  # the same file on the actor's node
         "out": str(out),
         "group_wait_s": float(wait),
         "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
@@ -127,10 +122,10 @@ def _check_recipe(recipe: str | None) -> None:
             "reward.reward_kwargs.recipe is not set: whileai's reward manager grades with a recipe's grader "
             "(+reward.reward_kwargs.recipe=/path/to/recipe.yaml)"
         )
-    if not Path(recipe).is_absolute() and not Path(recipe).is_file():
+    if not Path(recipe).is_file():
         raise BadInput(
-            f"reward.reward_kwargs.recipe={recipe}: no such file from {Path.cwd()} (a reward worker's working "
-            "folder need not be yours: give an absolute path)"
+            f"reward.reward_kwargs.recipe={recipe}: no such file on this reward worker (its working folder "
+            f"{Path.cwd()} need not be yours: give an absolute path)"
         )
     from whileai.config import load_recipe
 
@@ -191,7 +186,12 @@ def _groups_actor(settings: Mapping[str, Any]) -> Any:
         max_concurrency=GROUPS_ACTOR_CONCURRENCY,
         num_cpus=0,  # scheduled on a cluster whose CPUs the trainer's workers hold; its work is waiting and a judge
     )
-    return remote.remote(dict(settings))
+    handle = remote.remote(dict(settings))
+    try:  # a recipe the actor cannot build, or a log folder it cannot write, is said here, before the first step
+        ray.get(handle.__ray_ready__.remote(), timeout=GROUPS_ACTOR_START_S)
+    except Exception as error:
+        raise BadInput(f"whileai's groups actor did not start: {describe(error)}") from None
+    return handle
 
 
 @register("whileai")
@@ -238,6 +238,7 @@ class WhileaiRewardManager(RewardManagerBase):
         self.out = Path(self.settings["out"])
         self.verifier_errors = 0
         self.groups_errors = 0
+        self._verifier_keys: set[str] = set()
         if grading is None:
             _check_recipe(self.settings["recipe"])
         if grading is None and _inside_ray():
@@ -249,8 +250,9 @@ class WhileaiRewardManager(RewardManagerBase):
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """One session's reward: ``{"reward_score": A'_i + mean(R), "reward_extra_info": {...}}``, once its group is
-        graded. The extra info holds the verifier's own fields (``acc`` for a plain number, as verl's naive manager
-        writes), ``whileai_reward`` (R; None when the verifier could not score it), ``whileai_group`` (the uid),
+        graded. The extra info holds the verifier's fields (``score`` and ``acc``, each the number a plain number
+        verifier returns, as verl's naive manager writes ``acc``; a dict's own keys, with ``acc`` None if it has none),
+        ``whileai_reward`` (R; None when the verifier could not score it), ``whileai_group`` (the uid),
         ``whileai_member`` (the response's place in its group's line of ``grading.jsonl``, as text) and
         ``whileai_fallback`` (empty, or why the group kept its verifier rewards).
 
@@ -277,9 +279,10 @@ class WhileaiRewardManager(RewardManagerBase):
         task = extra_info.get("task_id", extra_info.get("scenario_id"))
         arguments = (str(uid), reward, prompt, completion, None if task is None else str(task))
         if self._remote:
+            limit = GROUPS_ANSWER_FACTOR * self.settings["group_wait_s"]
             try:
-                shaped = await self.groups.reward.remote(*arguments)
-            except Exception as error:  # the groups actor died (a node lost, out of memory): R, said, counted
+                shaped = await asyncio.wait_for(self.groups.reward.remote(*arguments), timeout=limit)
+            except Exception as error:  # the actor died (a node lost, out of memory) or hangs: R, said, counted
                 self.groups_errors += 1
                 if self.groups_errors == 1 or self.groups_errors % 100 == 0:
                     print(f"whileai: the groups actor failed ({self.groups_errors} so far): {describe(error)}")
@@ -317,8 +320,10 @@ class WhileaiRewardManager(RewardManagerBase):
             if isinstance(result, Mapping):
                 if "score" not in result:
                     raise ValueError(f"a dict without 'score' (keys: {', '.join(map(str, result))})")
-                return verifier_reward(result["score"]), dict(result)
-            return verifier_reward(result), {"acc": result}
+                reward, info = verifier_reward(result["score"]), {"acc": None, **result}
+                self._verifier_keys.update(info)
+                return reward, info
+            return verifier_reward(result), {"score": result, "acc": result}
         except Exception as error:
             self.verifier_errors += 1
             if self.verifier_errors == 1 or self.verifier_errors % 100 == 0:
@@ -326,7 +331,8 @@ class WhileaiRewardManager(RewardManagerBase):
                     f"whileai: the verifier failed on a response ({self.verifier_errors} so far): {describe(error)}; "
                     "it counts as unscorable (advantage 0)"
                 )
-            return math.nan, {"acc": None}
+            # verl makes one column of each key of a batch's first response and reads it from every response
+            return math.nan, {key: None for key in ("score", "acc", *self._verifier_keys)}
 
     def _texts(self, item: Any) -> tuple[Any, str]:
         """The prompt (verl's ``raw_prompt`` messages when the batch has them, else its decoded ids) and the decoded

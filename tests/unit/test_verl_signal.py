@@ -20,7 +20,7 @@ def good(**changes: Any) -> dict[str, Any]:
         "actor_rollout_ref": {"rollout": {"n": 8, "val_kwargs": {"n": 8}}},
         "reward": {"num_workers": 1, "reward_model": {"enable": False}},
         "trainer": {"val_before_train": True, "test_freq": 10},
-        "data": {"train_batch_size": 64},
+        "data": {"train_batch_size": 64, "val_batch_size": 32},
     }
     for dotted, value in changes.items():
         node = config
@@ -119,7 +119,7 @@ def test_attribute_configs_are_read_like_mappings() -> None:
         algorithm=SimpleNamespace(adv_estimator="grpo", norm_adv_by_std_in_grpo=True),
         actor_rollout_ref={"rollout": {"n": 4, "val_kwargs": {"n": 4}}},
         reward=SimpleNamespace(num_workers=1),
-        data=SimpleNamespace(train_batch_size=32),
+        data=SimpleNamespace(train_batch_size=32, val_batch_size=32),
     )
     assert named(verl_signal_problems(config)) == ["algorithm.norm_adv_by_std_in_grpo"]
     assert config_value(config, "actor_rollout_ref.rollout.n") == 4
@@ -134,3 +134,22 @@ def test_a_mapping_whose_get_raises_reads_as_missing() -> None:
             raise RuntimeError("interpolation to a missing key")
 
     assert config_value({"trainer": Broken()}, "trainer.default_local_dir", "fallback") == "fallback"
+
+
+def test_validation_needs_a_batch_size_and_workers_for_it() -> None:
+    """verl validates the whole validation set at once unless data.val_batch_size says otherwise."""
+    problems = verl_signal_problems(good(data__val_batch_size=_DELETE))
+    assert named(problems) == ["data.val_batch_size"] and "turn validation off" in problems[0]
+    off = good(data__val_batch_size=_DELETE, trainer__val_before_train=False, trainer__test_freq=-1)
+    assert verl_signal_problems(off) == []
+    big = verl_signal_problems(good(data__val_batch_size=512))  # 4096 at once on one worker
+    assert named(big) == ["reward.num_workers"] and "data.val_batch_size 512 x val_kwargs.n 8" in big[0]
+    assert "reward.num_workers=6 or more" in big[0]
+
+
+def test_an_async_trainer_keeps_more_batches_in_flight() -> None:
+    """verl v1's async modes generate num_warmup_batches ahead: their responses wait at the same time."""
+    mode = {"trainer_mode": "colocate_async", "colocate_async": {"num_warmup_batches": 1}}
+    problems = verl_signal_problems(good(data__train_batch_size=64, trainer__v1=mode))
+    assert named(problems) == ["reward.num_workers"] and "x 2 batches in flight (colocate_async)" in problems[0]
+    assert verl_signal_problems(good(data__train_batch_size=64, reward__num_workers=2, trainer__v1=mode)) == []

@@ -39,6 +39,7 @@ CAP, MIN_FACTOR = 3.0, 0.5
 
 CALL_LOOKUP, CALL_REFUND = "<tool_call>lookup</tool_call>", "<tool_call>refund</tool_call>"
 VOCAB = ["[PAD]", "[UNK]", "[EOS]", CALL_LOOKUP, CALL_REFUND, "refund", "order", "ORD-17", "ORD-9999", "done", "sorry"]
+VOCAB += ["FLAKY", "!"]
 VOCAB += [f"task-{k}" for k in range(8)]
 
 
@@ -83,6 +84,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     passed = "done" in solution_str.split()
     if "unscorable" in (extra_info or {{}}).get("tags", []):
         return None
+    if "FLAKY" in solution_str.split():
+        raise ConnectionError("the sandbox went away")
     if "{form}" == "dict":
         return {{"score": 1.0 if passed else -1.0, "acc": float(passed)}}
     return 1.0 if passed else 0.0
@@ -145,6 +148,7 @@ def verl_config(tmp_path: Path, tokenizer_dir: Path, n: int, *overrides: str, ve
         f"reward.custom_reward_function.path={verifier or _verifier(tmp_path)}",
         f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
         "data.train_batch_size=16",
+        "data.val_batch_size=16",
         f"+reward.reward_kwargs.recipe={tmp_path / 'recipe.yaml'}",
         *overrides,
     ]
@@ -231,7 +235,7 @@ def rewards_through_verl(
     data.batch["rm_scores"] = manager_cls.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
     infos = [o["reward_extra_info"] for o in outputs]
     keys = list(infos[0])
-    assert all(list(info) == keys for info in infos)
+    assert all(set(info) == set(keys) for info in infos)  # verl reads the first's keys from every response
     for key in keys:
         data.non_tensor_batch[key] = np.array([info[key] for info in infos])
     return data, outputs
@@ -242,14 +246,14 @@ def agent_loop_session(data: DataProto, row: int, two_outputs: bool = False) -> 
     (``AgentLoopWorker._compute_score``): each output unpadded, then padded on the right to the longest, the
     attention mask ones over each output's own length, every input field as ``np.array([value] * n)``, the prompt's
     messages as ``raw_prompt``, and ``prompt_len``/``response_len`` per output. ``two_outputs`` puts a longer
-    output before the scored one (a multi-output session: verl scores its last)."""
+    output with a longer context before the scored one (a multi-output session: verl scores its last)."""
     width = data.batch["prompts"].shape[-1]
     mask = data.batch["attention_mask"][row]
     prompt = data.batch["prompts"][row][width - int(mask[:width].sum()) :]
     response = data.batch["responses"][row][: int(mask[width:].sum())]
     outputs = [(prompt, response)]
-    if two_outputs:
-        outputs.insert(0, (prompt, torch.cat([response, response, response])))
+    if two_outputs:  # an earlier turn: another context, a longer answer
+        outputs.insert(0, (torch.cat([prompt, prompt]), torch.cat([response, response, response])))
     pad = torch.nn.utils.rnn.pad_sequence
     prompts = pad([p for p, _ in outputs], batch_first=True, padding_value=0)
     responses = pad([r for _, r in outputs], batch_first=True, padding_value=0)
@@ -550,6 +554,7 @@ def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path
         f"actor_rollout_ref.model.path={tokenizer_dir}",
         f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
         "actor_rollout_ref.rollout.n=4",
+        "data.val_batch_size=64",
     ]
     with initialize_config_dir(config_dir=str(REPO / "configs" / "verl"), version_base=None):
         config = compose("whileai_grpo", overrides=overrides)
@@ -624,3 +629,41 @@ def test_on_ray_the_workers_groups_meet_in_one_actor(tmp_path, tokenizer_dir) ->
         "graded": 8,
         "actor": "whileai_groups",
     }
+
+
+@pytest.mark.parametrize("form", ["dict", "float"])
+def test_a_verifier_that_raises_leaves_its_response_unscorable_and_the_keys_whole(tmp_path, tokenizer_dir, form):
+    """A verifier that raises on one response (a sandbox gone): that response gets advantage 0, its group forms
+    equation 3 on the rest, and every response still carries the same extra-info keys, which verl needs."""
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4, verifier=_verifier(tmp_path, form))
+    groups = refund_groups()
+    groups[1] = (groups[1][0], [LONGER, FAIL, SHORT, "FLAKY done"])
+    groups[5] = ("task-5 refund order ORD-17", ["FLAKY done", SHORT, FAIL, LONG])
+    data, outputs = rewards_through_verl(config, make_batch(tokenizer_dir, groups), chunks=2)
+    records = assert_equation_3(data, _out(tmp_path))
+    assert records["uid-1"]["unscorable"] == 1 and records["uid-5"]["unscorable"] == 1
+    failed = [o["reward_extra_info"] for o in outputs if o["reward_extra_info"]["whileai_reward"] is None]
+    assert len(failed) == 2 and all(info["score"] is None and info["acc"] is None for info in failed)
+
+
+def test_the_agent_loop_s_padding_is_read_by_its_lengths(tmp_path, tokenizer_dir) -> None:
+    """A two-output session whose scored output is the shorter one, padded with a token that decodes to text (id 0
+    is a real token in most vocabularies): the manager reads verl's response_len, not the padded width."""
+    from transformers import AutoTokenizer
+
+    _recipe(tmp_path)
+    config = verl_config(tmp_path, tokenizer_dir, 4)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    data = make_batch(tokenizer_dir, refund_groups())
+    session = agent_loop_session(data, 0, two_outputs=True)
+    bang = tokenizer.convert_tokens_to_ids("!")
+    for key in ("responses", "prompts"):  # what verl pads with is 0; here a token that shows if it is read
+        session.batch[key][session.batch[key] == 0] = bang
+    manager = get_reward_manager_cls("whileai")(config=config, tokenizer=tokenizer, compute_score=None)
+    prompt, completion = manager._texts(session[-1:][0])
+    width = data.batch["prompts"].shape[-1]
+    expected = tokenizer.decode(data.batch["responses"][0][: int(data.batch["attention_mask"][0][width:].sum())])
+    assert completion == expected.replace(" [EOS]", "").replace("[EOS]", "") and "!" not in completion
+    assert prompt == [{"role": "user", "content": "see the prompt ids"}]
+    manager.groups.collector.close()
