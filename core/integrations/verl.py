@@ -110,7 +110,7 @@ def _settings(config: Any) -> dict[str, Any]:
     recipe = options.get("recipe")
     return {
         "recipe": None if recipe is None else str(Path(str(recipe)).resolve()),  # the same file on the actor's node
-        "out": str(out),
+        "out": str(Path(str(out)).resolve()),
         "group_wait_s": float(wait),
         "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
     }
@@ -184,7 +184,7 @@ def _groups_actor(settings: Mapping[str, Any]) -> Any:
         name=GROUPS_ACTOR,
         get_if_exists=True,
         max_concurrency=GROUPS_ACTOR_CONCURRENCY,
-        num_cpus=0,  # scheduled on a cluster whose CPUs the trainer's workers hold; its work is waiting and a judge
+        num_cpus=0,  # placed even where the trainer holds every CPU: its work is waiting, and calls to a judge
     )
     handle = remote.remote(dict(settings))
     try:  # a recipe the actor cannot build, or a log folder it cannot write, is said here, before the first step
