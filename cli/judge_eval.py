@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from whileai.cli.console import err, guarded, out, print_json
-from whileai.cli.spread import recipe_grading, rows_and_overrides
+from whileai.cli.spread import (
+    GraderOption,
+    JsonOption,
+    NoCacheOption,
+    RecipeOption,
+    recipe_grading,
+    rows_and_overrides,
+)
 from whileai.errors import BadInput, GraderUnavailable
 
 
@@ -23,15 +29,10 @@ def judge_eval(
             "overrides of the recipe, e.g. grader.judge.base_url=URL.",
         ),
     ] = None,
-    recipe: Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")] = None,
-    grader: Annotated[
-        str | None,
-        typer.Option("--grader", "-g", help="module:function, path/to/file.py:function, or a scripted rule file."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")
-    ] = False,
+    recipe: RecipeOption = None,
+    grader: GraderOption = None,
+    as_json: JsonOption = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Measure a grader against a known reference: does it order the passes right and find the hacks?
 

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
 
 DEFAULT_RULE = "grader/tool_calls.yaml"
 
+# The options spread and judge-eval share (one recipe-and-grader setup: recipe_grading).
+RecipeOption = Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")]
+GraderOption = Annotated[
+    str | None,
+    typer.Option("--grader", "-g", help="module:function, path/to/file.py:function, or a scripted rule file."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")]
+
 
 @guarded
 def spread(
@@ -27,22 +36,17 @@ def spread(
             "spread.controls=8.",
         ),
     ] = None,
-    recipe: Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")] = None,
-    grader: Annotated[
-        str | None,
-        typer.Option("--grader", "-g", help="module:function, path/to/file.py:function, or a scripted rule file."),
-    ] = None,
+    recipe: RecipeOption = None,
+    grader: GraderOption = None,
     group_key: Annotated[str | None, typer.Option(help="Field naming a row's group [scenario_id].")] = None,
     reward_key: Annotated[str | None, typer.Option(help="Field holding the verifier's reward [reward].")] = None,
     text_key: Annotated[str | None, typer.Option(help="Field holding the rollout text [final_text].")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    as_json: JsonOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="A table per group.")] = False,
     skip_bad_rows: Annotated[
         bool, typer.Option("--skip-bad-rows", help="Skip malformed rows (counted) instead of failing.")
     ] = False,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")
-    ] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Grade the passes of ROWS and say whether the grader tells them apart.
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: where the reference page lives; ``child_processes`` and ``fault_server`` registered for every
-test module."""
+"""Shared fixtures: where the reference page lives; ``child_processes``, ``fault_server`` and ``judge_server``
+registered for every test module."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def _register(name: str) -> None:
 
 _register("child_processes")
 _register("fault_server")
+_register("judge_server")
 
 # The command line's tests give each call the width they want (``env={"COLUMNS": ...}``), which Rich reads at every
 # print unless COLUMNS was set when its consoles were made: an outer COLUMNS (a shell's, or pytest-xdist's workers')

@@ -235,7 +235,6 @@ class WhileaiRewardManager(RewardManagerBase):
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
         self.settings = _settings(config)
-        self.out = Path(self.settings["out"])
         self.verifier_errors = 0
         self.groups_errors = 0
         self._verifier_keys: set[str] = set()

@@ -43,17 +43,6 @@ VOCAB += ["FLAKY", "!"]
 VOCAB += [f"task-{k}" for k in range(8)]
 
 
-def _load(name: str) -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 # ---------------------------------------------------------------- set-up: a tokenizer, a verifier, verl's config
 
 
@@ -126,7 +115,9 @@ def _judge_recipe(folder: Path, url: str, **fields: object) -> Path:
 
 @pytest.fixture
 def judge_server() -> Any:
-    server = _load("judge_server").JudgeServer().start()
+    import judge_server  # test equipment, registered by tests/conftest.py
+
+    server = judge_server.JudgeServer().start()
     try:
         yield server
     finally:
@@ -435,7 +426,9 @@ def test_streamed_responses_with_a_judge_over_http(tmp_path, tokenizer_dir, judg
 def test_a_judge_that_fails_makes_its_groups_fall_back_and_training_goes_on(tmp_path, tokenizer_dir, judge_server):
     """Every judge call answers 500: each mixed group keeps its verifier advantages (plain GRPO), counted, and
     every response still gets a finite reward."""
-    judge_server.push(*[_load("judge_server").Status(500)] * 50)
+    from judge_server import Status
+
+    judge_server.push(*[Status(500)] * 50)
     _judge_recipe(tmp_path, judge_server.url, backoff_base_s=0.01, backoff_max_s=0.02)
     config = verl_config(tmp_path, tokenizer_dir, 4)
     data, outputs = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()))
@@ -556,7 +549,10 @@ def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path
         "actor_rollout_ref.rollout.n=4",
         "data.val_batch_size=64",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "configs" / "verl"), version_base=None):
+    import whileai.configs
+
+    folder = Path(whileai.configs.__path__[0]) / "verl"  # the README's --config-path, as the package ships it
+    with initialize_config_dir(config_dir=str(folder), version_base=None):
         config = compose("whileai_grpo", overrides=overrides)
     assert verl_signal_problems(config) == []
     assert config.actor_rollout_ref.rollout.val_kwargs.n == 4
@@ -618,7 +614,9 @@ def test_on_ray_the_workers_groups_meet_in_one_actor(tmp_path, tokenizer_dir) ->
     In a fresh process of its own (ended with its group),
     where a plain ``import verl`` registers the manager: the entry point, which the Ray workers rely on too."""
     script = HERE / "ray_reward_loop.py"
-    done = _load("child_processes").run([sys.executable, str(script), str(tmp_path), str(tokenizer_dir)], timeout=600)
+    import child_processes
+
+    done = child_processes.run([sys.executable, str(script), str(tmp_path), str(tokenizer_dir)], timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {
