@@ -31,13 +31,6 @@ def _indices(text: str, what: str) -> list[int]:
         raise BadInput(f"--{what}: comma-separated indices, got {text!r}") from None
 
 
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
 def _factors(text: str) -> dict[int, float]:
     factors: dict[int, float] = {}
     for part in text.split(","):

@@ -15,8 +15,8 @@ from typing import Final, Literal
 # The report runs GAR on every code-agent task not given rubrics (MiMo-V2.6 report, section 4.3).
 GROUPWISE_MODE: Final[Literal["advantage", "reward"]] = "advantage"
 
-# Equation 2 multiplies raw scores, so no floor (MiMo-V2.6 report, section 4.3.1). 0.5 was the 2026-09-21
-# text-to-SQL run's choice and bounded the grader's effect at 4x.
+# Equation 2 multiplies raw scores, so no floor (MiMo-V2.6 report, section 4.3.1). 0.5 was the text-to-SQL
+# run's choice and bounded the grader's effect at 4x.
 GROUPWISE_FLOOR: Final[float] = 0.0
 
 # The report caps lambda against runaway amplification and does not print the value (convention, untested).
@@ -33,7 +33,7 @@ GROUPWISE_HACK_ZERO: Final[bool] = True
 
 # Spread gate: a grader is refused when the std of its scores is below SPREAD_MIN_STD, or when more than
 # SPREAD_MAX_NEAR_MEDIAN of its scores lie within SPREAD_TOLERANCE of their median. All three come from the
-# text-to-SQL null result of 2026-09-21 (a rubric grader with mean 0.93 over 1,472 passes, erased by group
+# text-to-SQL null result (a rubric grader with mean 0.93 over 1,472 passes, erased by group
 # normalization).
 SPREAD_MIN_STD: Final[float] = 0.05
 SPREAD_TOLERANCE: Final[float] = 0.05

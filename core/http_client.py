@@ -6,9 +6,8 @@ One aiohttp session (one connection pool) runs on one long-lived event loop in a
 running (TRL's), and from several threads at once. Every URL goes through that one session, ``http://`` and
 ``https://``, direct or through a proxy:
 
-- proxies come from the environment as httpx reads them (:func:`proxy_for`: ``HTTP_PROXY``, ``HTTPS_PROXY``,
-  ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules), so a judge reached through the openai SDK before is
-  reached the same way now;
+- proxies come from the environment as httpx (and so the openai SDK) reads them (:func:`proxy_for`:
+  ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules);
 - compressed replies are decoded; a host name's addresses are tried in turn, the next one 250 ms after the last
   (happy eyeballs), so one address that drops connection attempts does not fail every call;
 - idle connections are kept for a minute; one the server closed (uvicorn after 5 s, a ``408`` before closing) leaves

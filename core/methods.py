@@ -387,7 +387,7 @@ def synthesize_reward(
 
     ``R = R_test * max(floor, S_sol) * max(floor, S_beh)``: the verifier's reward scaled by the solution and behaviour
     scores a grader gave against the task's rubric. A floor above 0 bounds how much the grader can remove (the
-    2026-09-21 run used 0.5, a factor of at most 4x between two passes).
+    text-to-SQL run used 0.5, a factor of at most 4x between two passes).
 
     Args:
         r_test: the verifier's reward.

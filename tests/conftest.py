@@ -1,5 +1,5 @@
-"""Shared fixtures: where the reference page lives; ``child_processes``, ``fault_server`` and ``judge_server``
-registered for every test module."""
+"""Shared fixtures: where the reference page lives; ``child_processes``, ``fault_server``, ``judge_server`` and
+``extras`` registered for every test module; a test module whose optional install is missing skipped, naming it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from whileai.errors import MissingExtra
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_SPEC = REPO.parent / "shared" / "spec"
@@ -29,12 +31,42 @@ def _register(name: str) -> None:
 _register("child_processes")
 _register("fault_server")
 _register("judge_server")
+_register("extras")
 
 # The command line's tests give each call the width they want (``env={"COLUMNS": ...}``), which Rich reads at every
 # print unless COLUMNS was set when its consoles were made: an outer COLUMNS (a shell's, or pytest-xdist's workers')
 # would fix every report at that width.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+
+
+class _ModuleNeedingExtras(pytest.Module):
+    """A test module that imports an optional install at its top: skipped, with the extra to install, where that
+    install is missing (``pip install -e .`` without ``[dev]``); anything else that fails to import is an error."""
+
+    def _getobj(self):
+        try:
+            return super()._getobj()
+        except self.CollectError as error:
+            missing = error.__cause__
+            if isinstance(missing, MissingExtra):  # whileai's own guard (whileai.advantages without torch)
+                pytest.skip(str(missing), allow_module_level=True)
+            if not isinstance(missing, ModuleNotFoundError) or not missing.name:
+                raise
+            name = missing.name.partition(".")[0]
+            if name == "whileai" or importlib.util.find_spec(name) is not None:
+                raise
+            extra = sys.modules["extras"].extra_for(name)
+            if extra is None:
+                raise
+            reason = f"needs {name} (whileai[{extra}]; every test's: pip install -e '.[dev]')"
+            pytest.skip(reason, allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if module_path.name == "conftest.py":
+        return None
+    return _ModuleNeedingExtras.from_parent(parent, path=module_path)
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,7 @@ TARGET_ENV = {
 }
 
 # The Python distributions the GPU image holds. Source: the workplace's device notes (KINDS.md, "Python packages
-# already there", the 'cuda' image as read on 2026-11-17; Python 3.12.3 at /opt/torch/.venv, torch 2.11.0,
+# already there", the 'cuda' image: Python 3.12.3 at /opt/torch/.venv, torch 2.11.0,
 # transformers 5.17.0, accelerate 1.15.0, huggingface_hub 1.33.0). Names normalized as pip does.
 IMAGE_PACKAGES = frozenset(
     """

@@ -1,7 +1,7 @@
 """The spread gate: does a grader tell passes apart at all, and does it read them rather than their order?
 
 Group normalization subtracts each group's mean, so a grader that gives every pass the same score changes nothing
-but the cost (the text-to-SQL null result of 2026-09-21). The gate grades a sample of passes the way training would
+but the cost (the text-to-SQL null result). The gate grades a sample of passes the way training would
 and judges the spread of the scores; its controls (``whileai.grading.controls``) show some groups again, shuffled and
 with one pass copied, to catch a grader that follows position. Everything the gate is lives here:
 

@@ -19,8 +19,8 @@ spending a retry, when the server refuses the form it was sent: an error status 
 Nothing here raises into a caller for one bad call: each spec gets its answer or the exception that stands in for
 it (``JudgeCallError``, ``JudgeAnswerError``). Only a batch in which no call got through at all raises
 ``whileai.errors.GraderUnavailable`` (URL and first error), which the spread preflight turns into exit 4. Prompts
-and answer checks live in ``prompts`` and ``answers``; HTTP in ``whileai.endpoint``, whose ``MalformedResponse``,
-``first_choice`` and ``read_api_key`` (for a ``JudgeConfig``) stay importable from here.
+and answer checks live in ``prompts`` and ``answers``; what a call is in ``whileai.endpoint``, and HTTP in
+``whileai.http_client``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from whileai.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
-from whileai.endpoint import read_api_key as _read_key_variable
 from whileai.errors import GraderUnavailable
 from whileai.http_client import EndpointClient
 from whileai.judge.answers import JudgeAnswerError
@@ -49,11 +48,8 @@ __all__ = [
     "JudgeCallError",
     "JudgeClient",
     "JudgeOutcome",
-    "MalformedResponse",
-    "first_choice",
     "is_local",
     "names_structured_output",
-    "read_api_key",
     "server_concurrency",
 ]
 
@@ -174,15 +170,6 @@ class CallSpec:
     schema: dict[str, Any]
     read: Callable[[str | None], Any]
     key: str
-
-
-def read_api_key(config: JudgeConfig) -> str:
-    """The API key from the variable ``config.api_key_env`` names; a placeholder when it names none.
-
-    Raises:
-        BadInput: the variable is named but not set (the message names the variable, never a value).
-    """
-    return _read_key_variable(config.api_key_env, field="judge.api_key_env")
 
 
 @dataclass

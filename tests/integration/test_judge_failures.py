@@ -134,14 +134,17 @@ def test_500_is_retried_then_answered(make_judge, judge_server, judge_tools) -> 
     assert judge.stats.as_dict()["retries"] == 2
 
 
-def test_a_400_is_not_retried(make_judge, judge_server, judge_tools) -> None:
-    judge_server.push(judge_tools.Status(404, body={"error": {"message": "model not found"}}))
+@pytest.mark.parametrize(
+    ("status", "message"), [(400, "prompt is too long"), (401, "invalid api key"), (404, "model not found")]
+)
+def test_a_client_error_is_not_retried(make_judge, judge_server, judge_tools, status, message) -> None:
+    judge_server.push(judge_tools.Status(status, body={"error": {"message": message}}))
     judge = make_judge("grader", structured_output="off")
     answers = judge.grade_groups([group(tag="a"), group(tag="b")])
-    assert judge_server.calls == 2
+    assert judge_server.calls == 2  # one call per group: the refused one was not sent again
     errors = [a for a in answers if isinstance(a, JudgeCallError)]
-    assert len(errors) == 1 and "HTTP 404" in str(errors[0]) and "model not found" in str(errors[0])
-    assert judge.stats.failures == {"http 404": 1}
+    assert len(errors) == 1 and f"HTTP {status}" in str(errors[0]) and message in str(errors[0])
+    assert judge.stats.failures == {f"http {status}": 1}
 
 
 def test_persistent_5xx_in_training_falls_back_and_in_preflight_stops(make_judge, judge_server, judge_tools) -> None:

@@ -81,8 +81,9 @@ def test_the_kernel_keeps_nan_and_inf_on_policy_tokens_where_the_recursion_puts_
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.isposinf(), expected.isposinf()) and torch.equal(got.isneginf(), expected.isneginf())
     finite = expected.isfinite()
-    scale = max(1.0, expected[finite].abs().max().item()) if finite.any() else 1.0
-    assert (got[finite] - expected[finite]).abs().max().item() <= 1e-9 * scale if finite.any() else True
+    scale = torch.cat([expected[finite].abs(), torch.ones(1, dtype=torch.float64)]).max().item()
+    # Every finite advantage (none at all, on a short row of special inputs) agrees to rounding.
+    torch.testing.assert_close(got[finite], expected[finite], rtol=0.0, atol=1e-9 * scale)
 
 
 @needs_native

@@ -15,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from whileai.endpoint import MalformedResponse, first_choice
 from whileai.endpoint import retry_after as _retry_after
 from whileai.errors import BadInput
 from whileai.judge import JudgeAnswerError, JudgeConfig, JudgeStats, load_prompts
 from whileai.judge.answers import RankingReply, check_ranking, parse_json_reply, read_reply
-from whileai.judge.client import MalformedResponse, first_choice, names_structured_output
+from whileai.judge.client import names_structured_output
 from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, kendall_tau, mean_kendall_tau
 from whileai.judge.prompts import escape_block, rollout_labels
 

@@ -143,3 +143,19 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0"
     helped = child_processes.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "Exit codes" in helped.stdout
+    # On this light install (no extra) the test suite collects: a module whose optional install is missing is
+    # skipped, naming the extra, and none fails to import.
+    tools = child_processes.run(
+        [str(python), "-m", "pip", "install", "-q", "pytest", "hypothesis"], capture_output=True, text=True, timeout=600
+    )
+    assert tools.returncode == 0, tools.stderr
+    collected = child_processes.run(
+        [str(python), "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "tests")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-2000:]
+    assert "error" not in collected.stdout.splitlines()[-1], collected.stdout[-3000:]
+    assert "needs torch (whileai[train]" in collected.stdout or "pip install 'whileai[train]'" in collected.stdout
