@@ -171,9 +171,12 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
     from legacy_transports import OpenAIOnHttpx, OwnHttp11
 
     from whileai.endpoint import Call, EndpointSettings, first_choice
-    from whileai.http_client import EndpointClient, _Transport
+    from whileai.http_client import EndpointClient
+    from whileai.transport import Transport
 
-    settings = EndpointSettings(base_url=url, model="bench-judge", concurrency=in_flight, timeout_s=60.0)
+    settings = EndpointSettings(
+        base_url=url, model="bench-judge", concurrency=in_flight, timeout_s=60.0, stream=False
+    )  # whole answers: the transports compared read the same bodies
     request = settings.chat_request([{"role": "user", "content": "rank these rollouts " * 20}])
 
     async def loop_of(make: Any) -> tuple[float, float]:
@@ -211,7 +214,7 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
             client.close()
 
     runs = [
-        ("whileai: aiohttp", asyncio.run(loop_of(lambda: _Transport(url, "Bearer EMPTY", in_flight)))),
+        ("whileai: aiohttp", asyncio.run(loop_of(lambda: Transport(url, "Bearer EMPTY", in_flight)))),
         ("whileai: EndpointClient.run", whole_client()),
         ("before: own HTTP/1.1", asyncio.run(loop_of(lambda: OwnHttp11(url, "EMPTY", keep=in_flight)))),
     ]
@@ -296,7 +299,7 @@ def main() -> None:
             process.terminate()
             process.wait(10)
 
-    from whileai.judge.config import JUDGE_CONCURRENCY
+    from whileai.judge.settings import JUDGE_CONCURRENCY
 
     serial = next(r[1] for r in rows if r[0].startswith("serial"))
     print(

@@ -108,8 +108,8 @@ def verifier(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[
 
 def grader_requests(kwargs: dict[str, Any], size: int) -> list[list[dict[str, Any]]]:
     """The groups the reward function sends its grader, as it builds them (advantage mode: a pass above the mean)."""
-    from whileai.grading.text import completion_text, prompt_text
     from whileai.methods import positive_passes
+    from whileai.rows.text import completion_text, prompt_text
 
     rewards = verifier(**kwargs)
     requests = []
@@ -187,7 +187,7 @@ class Condition:
 
 def render_cost(kwargs: dict[str, Any], repeats: int) -> float:
     """Median CPU seconds of rendering every prompt and completion of the batch to the text a grader reads."""
-    from whileai.grading.text import completion_text, prompt_text
+    from whileai.rows.text import completion_text, prompt_text
 
     def render() -> None:
         for prompt, completion in zip(kwargs["prompts"], kwargs["completions"], strict=True):
@@ -208,7 +208,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 7 if args.quick else args.repeats
 
-    from whileai.grading.text import completion_text, prompt_text
+    from whileai.rows.text import completion_text, prompt_text
 
     kwargs, trainer = make_batch(args.prompts, args.size)
     text = dict(kwargs)  # the same rollouts as plain strings (a text-only task, tiny_cpu_gar.yaml's kind)

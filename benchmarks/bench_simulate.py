@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from whileai.simulations.agents import seeded_agent
 from whileai.simulations.passrate import score
+from whileai.simulations.rollouts import simulate
 from whileai.simulations.scenarios import load_scenarios
-from whileai.simulations.simulate import simulate
 
 TARGET_SECONDS = 10.0  # issue 6: 1,000 scenarios x 8 samples in under 10 seconds
 

@@ -6,16 +6,9 @@ from typing import Annotated
 
 import typer
 
-from whileai.cli.console import err, guarded, out, print_json
-from whileai.cli.spread import (
-    GraderOption,
-    JsonOption,
-    NoCacheOption,
-    RecipeOption,
-    recipe_grading,
-    rows_and_overrides,
-)
-from whileai.errors import BadInput, GraderUnavailable
+from whileai.cli.console import err, guarded, out, print_json, say
+from whileai.cli.spread import GraderOption, JsonOption, NoCacheOption, RecipeOption, rows_and_overrides
+from whileai.errors import GraderUnavailable
 
 
 @guarded
@@ -45,22 +38,14 @@ def judge_eval(
     Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
     unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).
     """
+    from whileai.build import recipe_grading, rows_to_grade
     from whileai.grading.evaluate import evaluate_grader, read_reference
     from whileai.progress import phase_bar
-    from whileai.rows import RowFields
 
     given, overrides = rows_and_overrides(arguments)
-    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache)
+    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
     settings = loaded.recipe.spread
-    if given is not None:
-        rows = given
-    elif settings.rows is not None:
-        rows = loaded.resolve(settings.rows)
-    else:
-        raise BadInput("give ROWS, or a recipe whose spread.rows names them")
-    fields = RowFields(settings.group_key, settings.reward_key, settings.text_key, settings.prompt_key)
-
-    groups = read_reference(rows, fields)
+    groups = read_reference(rows_to_grade(loaded, given), settings.row_fields())
     with phase_bar("grading", "groups", err) as bar:
         task = bar.add_task("grading", total=len(groups))
         report = evaluate_grader(grading, groups, seed=settings.seed, progress=lambda n: bar.advance(task, n))

@@ -11,11 +11,12 @@ import typer
 import whileai
 from whileai.cli import console
 from whileai.cli.judge_eval import judge_eval
-from whileai.cli.recipes import train, validate
 from whileai.cli.redistribute import redistribute
 from whileai.cli.report import report
 from whileai.cli.simulate import simulate
 from whileai.cli.spread import spread
+from whileai.cli.train import train
+from whileai.cli.validate import validate
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from whileai.cli.console import guarded, hack_note, out, print_json, say
+from whileai.defaults import GROUPWISE_CAP, GROUPWISE_HACK_ZERO, GROUPWISE_MIN_FACTOR
 from whileai.errors import BadInput
 
 
@@ -70,9 +71,9 @@ def _grade(answer: dict[str, Any], rewards: list[float], knobs: dict[str, Any]):
 
     try:
         grading = GroupwiseGrading(lambda group: answer, **knobs)
-    except ValueError as error:
-        option = str(error).split(" ", 1)[0].replace("_", "-")
-        raise BadInput(f"--{option}: {str(error).split(' ', 1)[1]}") from None
+    except ValueError as error:  # "cap: Input should be ..." (whileai.grading.knobs.checked): named as the option
+        knob, _, problem = str(error).partition(": ")
+        raise BadInput(f"--{knob.replace('_', '-')}: {problem}") from None
     n = len(rewards)
     return grading.grade_group(rewards, [""] * n, [""] * n)
 
@@ -83,11 +84,11 @@ def redistribute(
     factors: Annotated[str | None, typer.Option(help="Quality factors by index, e.g. 0=1.0,1=0.5.")] = None,
     ranking: Annotated[str | None, typer.Option(help="Passes best first; ties joined by '=' (1,0=2) or JSON.")] = None,
     hacks: Annotated[str | None, typer.Option(help="Confirmed hacks, e.g. 2,3.")] = None,
-    cap: Annotated[float, typer.Option(help="Upper bound on lambda.")] = 3.0,
-    min_factor: Annotated[float, typer.Option(help="Factor of the worst-ranked pass.")] = 0.5,
+    cap: Annotated[float, typer.Option(help="Upper bound on lambda.")] = GROUPWISE_CAP,
+    min_factor: Annotated[float, typer.Option(help="Factor of the worst-ranked pass.")] = GROUPWISE_MIN_FACTOR,
     hack_zero: Annotated[
         bool, typer.Option(help="Treat a confirmed hack as a failure (the lowest reward in its group, at most 0).")
-    ] = True,
+    ] = GROUPWISE_HACK_ZERO,
     hack_reward: Annotated[
         float | None, typer.Option(help="The reward a confirmed hack gets instead of a failure's.")
     ] = None,

@@ -66,69 +66,15 @@ def report(
     Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing;
     130 interrupted (Ctrl-C).
     """
-    from whileai.reports import (
-        INTERVAL_METHOD,
-        GradingFolder,
-        RunHistory,
-        compare_arms,
-        grading_summary,
-        load_report,
-        step_pass_rates,
-        window_summary,
-    )
+    from whileai.reports import GradingFolder, RunHistory, load_report, reports_data
 
     loaded = [load_report(p) for p in paths]
     runs = [r for r in loaded if isinstance(r, RunHistory)]
-    data: dict[str, Any] = {"reports": []}
-    for item in loaded:
-        if isinstance(item, GradingFolder):
-            entry = {"path": str(item.path), "kind": "grading", "grader": grading_summary(item.path, say)}
-            entry["figures"] = item.figures
-        elif isinstance(item, RunHistory):
-            rates = step_pass_rates(item.path)
-            entry = {
-                "path": str(item.path),
-                "kind": "run",
-                "steps": item.steps,
-                "pass_rates": [
-                    {
-                        "step": r.step,
-                        "passes": r.passes,
-                        "n": r.n,
-                        "groups": r.groups,
-                        "rate": r.rate,
-                        "low": r.low,
-                        "high": r.high,
-                        "design_effect": r.design_effect,
-                    }
-                    for r in rates
-                ],
-                "interval": INTERVAL_METHOD,
-                "summary": window_summary(item, window),
-                "grader": grading_summary(item.path, say),
-                "run": item.extra,
-            }
-        else:
-            entry = {"path": str(item.path), "kind": "spread", "report": item.data}
-        data["reports"].append(entry)
+    data = reports_data(loaded, window, say)
     experiment = _seed_experiment(runs, window)
     if experiment is not None:
         data["arms"] = experiment
-    comparison = compare_arms(runs[0].path, runs[1].path, window) if len(runs) == 2 else None
-    if comparison is not None:
-        data["comparison"] = {
-            "a": str(runs[0].path),
-            "b": str(runs[1].path),
-            "window": window,
-            "difference": comparison.difference,
-            "low": comparison.low,
-            "high": comparison.high,
-            "paired": comparison.paired,
-            "tasks": comparison.tasks,
-            "n_a": comparison.n_a,
-            "n_b": comparison.n_b,
-            "text": str(comparison),
-        }
+    comparison = data.get("comparison")
     if plot is not None:
         if not runs:
             say("whileai: --plot needs at least one run folder")
@@ -273,17 +219,18 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
     out.print(_figures(grader_rows, label_width))
 
 
-def _print_comparison(a: Path, b: Path, window: int, comparison: Any) -> None:
+def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any]) -> None:
     def signed(value: float) -> str:
         return f"{value * 100:+.1f}".replace("-", "\u2212")
 
     _heading(f"final pass rate, {b.name} minus {a.name}", f"last {window} logged steps", ", ")
-    how = "bootstrap over tasks" if comparison.paired else "Newcombe, groups as clusters"
-    completions = f"{comparison.n_a} and {comparison.n_b} completions"
+    paired = comparison["paired"]
+    how = "bootstrap over tasks" if paired else "Newcombe, groups as clusters"
+    completions = f"{comparison['n_a']} and {comparison['n_b']} completions"
     rows = [
-        ("difference", f"{signed(comparison.difference)} points"),
-        ("95% CI", f"{signed(comparison.low)} to {signed(comparison.high)} ({how})"),
-        ("n", f"paired over {comparison.tasks} tasks ({completions})" if comparison.paired else completions),
+        ("difference", f"{signed(comparison['difference'])} points"),
+        ("95% CI", f"{signed(comparison['low'])} to {signed(comparison['high'])} ({how})"),
+        ("n", f"paired over {comparison['tasks']} tasks ({completions})" if paired else completions),
     ]
     out.print(_figures(rows))
 

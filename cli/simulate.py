@@ -2,22 +2,24 @@
 
 The agent is the seeded scripted one (offline, no key) or a served model (``--agent model --base-url --model``); the
 customer's later turns are scripted, or played by a served model with ``--simulator``. The endpoint options are the
-command line's own: a recipe's ``simulate`` section sets the scenarios, the agent's kind, n and the seed.
+command line's own (each left out keeps ``whileai.endpoint.EndpointSettings``'s default): a recipe's ``simulate``
+section sets the scenarios, the agent's kind, n and the seed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from whileai.cli.console import err, guarded, say
+from whileai.defaults import SIMULATE_REMOTE_WORKERS
+from whileai.endpoint import EndpointSettings
 from whileai.errors import BadInput
 
-# Threads running scenarios at once when the agent or the customer is a served model (the seeded agent runs on one).
-DEFAULT_REMOTE_WORKERS = 8
+_ENDPOINT = EndpointSettings.model_fields
 
 
 @guarded
@@ -49,14 +51,24 @@ def simulate(
     api_key_env: Annotated[
         str | None, typer.Option(help="Name of the environment variable holding the API key (never the key).")
     ] = None,
-    temperature: Annotated[float, typer.Option(help="--agent model: sampling temperature.")] = 1.0,
-    max_tokens: Annotated[int, typer.Option(help="Most tokens per model answer.")] = 1024,
-    timeout: Annotated[float, typer.Option(help="Seconds one HTTP call may take.")] = 60.0,
+    temperature: Annotated[
+        float | None, typer.Option(help="--agent model: sampling temperature. [1.0, GRPO's; a customer 0.7]")
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help=f"Most tokens per model answer. [{_ENDPOINT['max_tokens'].default}; a customer 256]"),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help=f"Seconds one HTTP call may take. [{_ENDPOINT['timeout_s'].default:g}]")
+    ] = None,
     max_retries: Annotated[
-        int, typer.Option(help="Retries of a failed HTTP call (connection, timeout, 429, 5xx).")
-    ] = 4,
+        int | None,
+        typer.Option(
+            help=f"Retries of a failed HTTP call (connection, timeout, 429, 5xx). [{_ENDPOINT['max_retries'].default}]"
+        ),
+    ] = None,
     workers: Annotated[
-        int | None, typer.Option(help=f"Scenarios run at once. [{DEFAULT_REMOTE_WORKERS} with a served model, else 1]")
+        int | None, typer.Option(help=f"Scenarios run at once. [{SIMULATE_REMOTE_WORKERS} with a served model, else 1]")
     ] = None,
     simulator: Annotated[
         bool, typer.Option("--simulator", help="A served model plays the customer (else the customer is scripted).")
@@ -82,33 +94,11 @@ def simulate(
 
     Exit codes: 0 ok; 2 bad input; 4 the model's endpoint is unavailable; 130 interrupted (Ctrl-C).
     """
-    from pydantic import ValidationError
-
-    from whileai.config import load_recipe
-    from whileai.config.load import default_recipe, is_override
-    from whileai.config.schema import SimulateSection
-    from whileai.progress import phase_bar
-    from whileai.simulations.agents import seeded_agent
     from whileai.simulations.passrate import score
     from whileai.simulations.scenarios import load_scenarios
-    from whileai.simulations.simulate import simulate as run
 
-    wrong = [o for o in overrides or [] if not is_override(o)]
-    if wrong:
-        raise BadInput(f"unexpected argument {wrong[0]!r}: simulate takes options and key=value overrides")
-    loaded = load_recipe(recipe, overrides or []) if recipe is not None else default_recipe(overrides or [])
-    section = loaded.recipe.simulate or SimulateSection()
-    updates = {"scenarios": scenarios, "agent": agent, "n": n, "num_scenarios": num_scenarios, "seed": seed}
-    try:
-        section = SimulateSection.model_validate(
-            {**section.model_dump(), **{k: v for k, v in updates.items() if v is not None}}
-        )
-    except ValidationError as error:
-        first = error.errors()[0]
-        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "simulate"
-        raise BadInput(f"{option}: {first['msg']} (got {first.get('input')!r})") from None
-    if section.agent not in ("seeded", "model"):
-        raise BadInput(f"--agent {section.agent!r}: the agents are 'seeded' (offline) and 'model' (a served model)")
+    given = {"scenarios": scenarios, "agent": agent, "n": n, "num_scenarios": num_scenarios, "seed": seed}
+    section = _section(recipe, overrides or [], given)
     if out_path is None:
         raise BadInput("give --out rows.jsonl")
     try:
@@ -117,58 +107,23 @@ def simulate(
         raise BadInput(f"--scenarios: {error}") from None
     if workers is not None and workers < 1:
         raise BadInput(f"--workers must be at least 1, got {workers}")
-
     endpoint = {"max_tokens": max_tokens, "timeout_s": timeout, "max_retries": max_retries}
-    if section.agent == "model":
-        if not base_url or not model:
-            raise BadInput("--agent model needs --base-url URL and --model NAME (an OpenAI-compatible server)")
-        from whileai.simulations.model_agent import model_agent
-
-        chosen_agent = model_agent(base_url, model, api_key_env=api_key_env, temperature=temperature, **endpoint)
-    else:
-        if (base_url or model) and not simulator:
-            raise BadInput("--base-url and --model are for --agent model or --simulator; the seeded agent needs none")
-        chosen_agent = seeded_agent(seed=section.seed)
+    endpoint = {key: value for key, value in endpoint.items() if value is not None}
+    policy = _agent(section, base_url, model, api_key_env, temperature, endpoint, simulator)
     customer = None
     if simulator:
-        customer_url, customer_name = customer_base_url or base_url, customer_model or model
-        if not customer_url or not customer_name:
-            raise BadInput(
-                "--simulator needs an LLM to play the customer: give --customer-base-url URL and --customer-model "
-                "NAME (or --base-url and --model)"
-            )
-        from whileai.simulations.customer import customer_model as build_customer
-
-        customer = build_customer(
-            customer_url, customer_name, api_key_env=customer_api_key_env or api_key_env, **endpoint
-        )
+        url, name = customer_base_url or base_url, customer_model or model
+        customer = _customer(url, name, customer_api_key_env or api_key_env, endpoint)
     elif customer_base_url or customer_model or customer_api_key_env:
         raise BadInput("--customer-base-url, --customer-model and --customer-api-key-env need --simulator")
     remote = section.agent == "model" or simulator
-    with phase_bar("simulating", "scenarios", err) as bar:
-        task = bar.add_task("simulate", total=len(chosen))
-        try:
-            rows = run(
-                chosen,
-                chosen_agent,
-                n=section.n,
-                simulator=simulator,
-                seed=section.seed,
-                max_workers=workers or (DEFAULT_REMOTE_WORKERS if remote else 1),
-                progress=lambda done, total: bar.update(task, completed=done),
-                customer=customer,
-                reference=True,
-            )
-        finally:
-            for served in (chosen_agent, customer):
-                if served is not None and hasattr(served, "close"):
-                    served.close()
+    rows = _run(chosen, policy, customer, section, simulator, workers or (SIMULATE_REMOTE_WORKERS if remote else 1))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w") as handle:
         for row in rows:
             handle.write(json.dumps(row, sort_keys=True) + "\n")
     say(f"whileai: wrote {len(rows)} rows ({len(chosen)} scenarios x {section.n}) to {out_path}")
-    for role, served in (("policy", chosen_agent), ("customer", customer)):
+    for role, served in (("policy", policy), ("customer", customer)):
         if served is not None and hasattr(served, "stats"):
             stats = served.stats.as_dict()
             say(
@@ -176,3 +131,87 @@ def simulate(
                 f"{stats['tokens_out']} out"
             )
     typer.echo(str(score(rows).pass_at(1)))
+
+
+def _section(recipe: Path | None, overrides: list[str], given: dict[str, Any]) -> Any:
+    """The simulate section: the recipe's (or the defaults) with ``overrides``, then the options given."""
+    from pydantic import ValidationError
+
+    from whileai.config import load_recipe
+    from whileai.config.load import default_recipe, is_override
+    from whileai.config.schema import SimulateSection
+
+    wrong = [o for o in overrides if not is_override(o)]
+    if wrong:
+        raise BadInput(f"unexpected argument {wrong[0]!r}: simulate takes options and key=value overrides")
+    loaded = load_recipe(recipe, overrides) if recipe is not None else default_recipe(overrides)
+    section = loaded.recipe.simulate or SimulateSection()
+    try:
+        return SimulateSection.model_validate(
+            {**section.model_dump(), **{k: v for k, v in given.items() if v is not None}}
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "simulate"
+        raise BadInput(f"{option}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+def _agent(
+    section: Any,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    temperature: float | None,
+    endpoint: dict[str, Any],
+    simulator: bool,
+) -> Any:
+    """The seeded agent, or a served model's (``--agent model``)."""
+    from whileai.simulations.agents import seeded_agent
+
+    if section.agent == "model":
+        if not base_url or not model:
+            raise BadInput("--agent model needs --base-url URL and --model NAME (an OpenAI-compatible server)")
+        from whileai.simulations.model_agent import model_agent
+
+        sampling = {} if temperature is None else {"temperature": temperature}
+        return model_agent(base_url, model, api_key_env=api_key_env, **sampling, **endpoint)
+    if (base_url or model) and not simulator:
+        raise BadInput("--base-url and --model are for --agent model or --simulator; the seeded agent needs none")
+    return seeded_agent(seed=section.seed)
+
+
+def _customer(base_url: str | None, model: str | None, api_key_env: str | None, endpoint: dict[str, Any]) -> Any:
+    """The customer a served model plays (``--simulator``)."""
+    if not base_url or not model:
+        raise BadInput(
+            "--simulator needs an LLM to play the customer: give --customer-base-url URL and --customer-model "
+            "NAME (or --base-url and --model)"
+        )
+    from whileai.simulations.customer import customer_model as build_customer
+
+    return build_customer(base_url, model, api_key_env=api_key_env, **endpoint)
+
+
+def _run(chosen: Any, policy: Any, customer: Any, section: Any, simulator: bool, workers: int) -> list[dict[str, Any]]:
+    """The rollouts, with a bar of the scenarios done; every served client is closed, whatever happens."""
+    from whileai.progress import phase_bar
+    from whileai.simulations.rollouts import simulate as run
+
+    with phase_bar("simulating", "scenarios", err) as bar:
+        task = bar.add_task("simulate", total=len(chosen))
+        try:
+            return run(
+                chosen,
+                policy,
+                n=section.n,
+                simulator=simulator,
+                seed=section.seed,
+                max_workers=workers,
+                progress=lambda done, total: bar.update(task, completed=done),
+                customer=customer,
+                reference=True,
+            )
+        finally:
+            for served in (policy, customer):
+                if served is not None and hasattr(served, "close"):
+                    served.close()

@@ -13,9 +13,7 @@ from whileai.errors import BadInput, GraderUnavailable
 if TYPE_CHECKING:
     from rich.table import Table
 
-DEFAULT_RULE = "grader/tool_calls.yaml"
-
-# The options spread and judge-eval share (one recipe-and-grader setup: recipe_grading).
+# The options spread and judge-eval share (one recipe-and-grader setup: whileai.build.recipe_grading).
 RecipeOption = Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")]
 GraderOption = Annotated[
     str | None,
@@ -65,94 +63,33 @@ def spread(
     On a terminal a bar on stderr counts the groups judged of those sent (controls included), with a judge's
     completion tokens per second.
     """
-    from whileai.grading.gate import check_spread_file
-    from whileai.progress import CounterRateColumn, phase_bar
-    from whileai.rows import RowFields
+    from whileai.build import recipe_grading, rows_to_grade
+    from whileai.training.folder import grader_recipe_of
 
-    rows, overrides = rows_and_overrides(arguments)
-    run_recipe = _run_recipe(rows) if recipe is None and grader is None else None
+    given, overrides = rows_and_overrides(arguments)
+    run_recipe = grader_recipe_of(given) if recipe is None and grader is None else None
     if run_recipe is not None:
         say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
             "chooses another)")  # fmt: skip
         recipe = run_recipe
-    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache)
+    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
     settings = loaded.recipe.spread
-    if loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge" and grader is None:
-        from whileai.judge.grader import judge_plan
-
-        if (plan := judge_plan(grading.grader)) is not None:
-            say(f"whileai: {plan}")  # asks the server how many calls it runs at once
-    if rows is None:
-        if settings.rows is None:
-            raise BadInput("give ROWS, or a recipe whose spread.rows names them")
-        rows = loaded.resolve(settings.rows)
-    fields = RowFields(
-        group_key or settings.group_key,
-        reward_key or settings.reward_key,
-        text_key or settings.text_key,
-        settings.prompt_key,
-    )
-
+    rows = rows_to_grade(loaded, given)
     tables: list[Table] = []
-
-    def on_graded(group) -> None:
-        tables.append(_group_table(group))
-
-    def judge_tokens() -> int | None:
-        """The completion tokens the HTTP judge was sent back so far (its ``JudgeStats``; other graders keep none)."""
-        tokens = getattr(getattr(grading.grader, "stats", None), "tokens_out", None)
-        return tokens if isinstance(tokens, int) else None
-
-    columns = [] if judge_tokens() is None else [CounterRateColumn(lambda: judge_tokens() or 0, "judge tok")]
     try:
-        with phase_bar("grading", "groups", err, columns) as bar:
-            task = bar.add_task("grading", total=None)
-
-            def progress(done: int, sent: int) -> None:
-                bar.update(task, completed=done, total=sent)
-
-            def on_restart() -> None:
-                tables.clear()
-                bar.reset(task, total=None)
-
-            run = check_spread_file(
-                rows,
-                grading,
-                fields,
-                skip_bad=skip_bad_rows or settings.skip_bad_rows,
-                progress=progress if err.is_terminal else None,
-                on_graded=on_graded if verbose else None,
-                on_restart=on_restart,
-                controls=settings.controls,
-                seed=settings.seed,
-            )
+        run = _check(rows, grading, settings, settings.row_fields(group_key, reward_key, text_key),
+                     skip_bad_rows or settings.skip_bad_rows, tables if verbose else None)  # fmt: skip
     except GraderUnavailable as error:
         if not as_json:
             raise  # the one line on stderr and exit 4 (console.guarded)
         err.print(f"whileai: error: {error}", markup=False)
         if is_debug():
             _print_traceback(error)
-        data = _unavailable(error)
-        data["grader"] = grading.figures()
-        print_json(data)
+        print_json({**_unavailable(error), "grader": grading.figures()})
         raise typer.Exit(GraderUnavailable.exit_code) from None
-
-    if run.rows.left_out:
-        shown = ", ".join(run.rows.left_out[:4])
-        more = f", and {len(run.rows.left_out) - 4} more" if len(run.rows.left_out) > 4 else ""
-        say(f"whileai: read {run.rows.files} rows file(s) of {rows}; left out {len(run.rows.left_out)}: {shown}{more}")
-    if run.rows.duplicates:
-        say(
-            f"whileai: dropped {run.rows.duplicates} group(s) read twice: TRL writes one generation into every log "
-            "file until the next one (steps_per_generation > 1)"
-        )
-    if run.rows.skipped:
-        first = run.rows.examples[0] if run.rows.examples else ""
-        say(f"whileai: skipped {run.rows.skipped} bad row(s) of {run.rows.rows + run.rows.skipped}; first: {first}")
+    _say_rows(run.rows, rows)
     if as_json:
-        data = run.as_dict()
-        data["grader"] = grading.figures()
-        print_json(data)
+        print_json({**run.as_dict(), "grader": grading.figures()})
     else:
         for table in tables:
             out.print(table)
@@ -164,6 +101,58 @@ def spread(
         raise typer.Exit(GraderUnavailable.exit_code)
     if not run.report.ok:
         raise typer.Exit(1)
+
+
+def _check(rows: Path, grading: Any, settings: Any, fields: Any, skip_bad: bool, tables: list[Table] | None) -> Any:
+    """The gate on ``rows``, with a bar of the groups judged on a terminal (a judge's tokens per second beside it) and,
+    when ``tables`` is given, a table per graded group collected into it."""
+    from whileai.grading.gate import check_spread_file
+    from whileai.progress import CounterRateColumn, phase_bar
+
+    def judge_tokens() -> int | None:
+        """The completion tokens the HTTP judge was sent back so far (its ``JudgeStats``; other graders keep none)."""
+        tokens = getattr(getattr(grading.grader, "stats", None), "tokens_out", None)
+        return tokens if isinstance(tokens, int) else None
+
+    columns = [] if judge_tokens() is None else [CounterRateColumn(lambda: judge_tokens() or 0, "judge tok")]
+    with phase_bar("grading", "groups", err, columns) as bar:
+        task = bar.add_task("grading", total=None)
+
+        def progress(done: int, sent: int) -> None:
+            bar.update(task, completed=done, total=sent)
+
+        def on_restart() -> None:
+            if tables is not None:
+                tables.clear()
+            bar.reset(task, total=None)
+
+        return check_spread_file(
+            rows,
+            grading,
+            fields,
+            skip_bad=skip_bad,
+            progress=progress if err.is_terminal else None,
+            on_graded=None if tables is None else lambda group: tables.append(_group_table(group)),
+            on_restart=on_restart,
+            controls=settings.controls,
+            seed=settings.seed,
+        )
+
+
+def _say_rows(read: Any, rows: Path) -> None:
+    """What the reader left out, dropped or skipped, on stderr."""
+    if read.left_out:
+        shown = ", ".join(read.left_out[:4])
+        more = f", and {len(read.left_out) - 4} more" if len(read.left_out) > 4 else ""
+        say(f"whileai: read {read.files} rows file(s) of {rows}; left out {len(read.left_out)}: {shown}{more}")
+    if read.duplicates:
+        say(
+            f"whileai: dropped {read.duplicates} group(s) read twice: TRL writes one generation into every log "
+            "file until the next one (steps_per_generation > 1)"
+        )
+    if read.skipped:
+        first = read.examples[0] if read.examples else ""
+        say(f"whileai: skipped {read.skipped} bad row(s) of {read.rows + read.skipped}; first: {first}")
 
 
 def rows_and_overrides(arguments: list[str] | None) -> tuple[Path | None, list[str]]:
@@ -179,34 +168,6 @@ def rows_and_overrides(arguments: list[str] | None) -> tuple[Path | None, list[s
     if len(paths) > 1:
         raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
     return (Path(paths[0]) if paths else None), overrides
-
-
-def recipe_grading(recipe: Path | None, grader: str | None, overrides: list[str], no_cache: bool) -> tuple[Any, Any]:
-    """The loaded recipe (``recipe`` with ``overrides``, or the built-in defaults) and the ``GroupwiseGrading`` to
-    grade with: ``--grader`` if given, else the recipe's grader, else the built-in rule (each choice said on
-    stderr); ``no_cache`` makes a judge ask again. Shared by ``spread`` and ``judge-eval``."""
-    from whileai.config import load_recipe
-    from whileai.config.load import default_recipe
-    from whileai.grading.build import build_grading, grader_from_spec
-
-    if recipe is not None:
-        loaded = load_recipe(recipe, overrides)
-        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
-    else:
-        loaded = default_recipe(overrides)
-    if grader is not None:
-        if loaded.recipe.grader is not None:
-            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
-        return loaded, build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
-    if loaded.recipe.grader is not None:
-        return loaded, build_grading(loaded)
-    say(f"whileai: no grader given: using the built-in rule {DEFAULT_RULE} (fewest tool calls first)")
-    from importlib import resources
-
-    # The shipped rule itself, not a file of that name that happens to sit in the working directory.
-    rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_RULE
-    return loaded, build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
 
 
 def _unavailable(error: GraderUnavailable) -> dict[str, Any]:
@@ -226,24 +187,6 @@ def _unavailable(error: GraderUnavailable) -> dict[str, Any]:
         "conclusion": f"spread: unknown. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
         "(whileai --debug spread ... shows the traceback) and run the gate again.",
     }
-
-
-def _run_recipe(rows: Path | None) -> Path | None:
-    """The ``recipe.yaml`` of a training run whose folder (or its ``completions/``) ``rows`` names, when that run
-    trained with a grader (a binary arm has none to grade with), else None."""
-    import yaml
-
-    if rows is None:
-        return None
-    for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
-        candidate = folder / "recipe.yaml"
-        if candidate.is_file() and (folder / "completions").is_dir():
-            try:
-                written = yaml.safe_load(candidate.read_text())
-            except (OSError, yaml.YAMLError):
-                return None
-            return candidate if isinstance(written, dict) and written.get("grader") else None
-    return None
 
 
 def _group_table(group) -> Table:

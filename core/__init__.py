@@ -26,13 +26,13 @@ __version__ = "0.1.0"
 # Public names, resolved on first use so that `import whileai` costs nothing it does not need.
 _LAZY = {
     "GroupwiseGrading": "whileai.grading.groupwise",
-    "GradingStats": "whileai.grading.stats",
+    "GradingStats": "whileai.grading.tally",
     "SpreadReport": "whileai.grading.gate",
     "redistribute": "whileai.methods",
     "rank_factors": "whileai.methods",
     "synthesize_reward": "whileai.methods",
     "seeded_agent": "whileai.simulations.agents",
-    "simulate": "whileai.simulations.simulate",
+    "simulate": "whileai.simulations.rollouts",
     "score": "whileai.simulations.passrate",
     "load_scenarios": "whileai.simulations.scenarios",
     "pass_at_k": "whileai.stats",
@@ -62,14 +62,14 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
 if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.gate import SpreadReport
     from whileai.grading.groupwise import GroupwiseGrading
-    from whileai.grading.stats import GradingStats
+    from whileai.grading.tally import GradingStats
     from whileai.methods import rank_factors, redistribute, synthesize_reward
     from whileai.simulations.agents import seeded_agent
     from whileai.simulations.customer import customer_model
     from whileai.simulations.model_agent import model_agent
     from whileai.simulations.passrate import score
+    from whileai.simulations.rollouts import simulate
     from whileai.simulations.scenarios import load_scenarios
-    from whileai.simulations.simulate import simulate
     from whileai.stats import pass_at_k, wilson_interval
 
 

@@ -61,3 +61,11 @@ SPREAD_MIN_MEASURED_CONTROLS: Final[float] = 0.9
 # A grader whose answers fall back on this fraction of the groups or more is broken, not flat: the gate says
 # "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.
 SPREAD_BROKEN_FRACTION: Final[float] = 0.9
+
+# The grader of a command given no recipe and no --grader: the shipped scripted rule (a file under configs/) that ranks
+# the passes with the fewest tool calls first, the cost that a binary reward lets grow.
+DEFAULT_GRADER_RULE: Final[str] = "grader/tool_calls.yaml"
+
+# Scenarios `whileai simulate` runs at once when the agent or the customer is a served model (the seeded agent runs on
+# one): enough to keep a served model's batch busy without a queue that outlasts a call's timeout.
+SIMULATE_REMOTE_WORKERS: Final[int] = 8

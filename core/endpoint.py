@@ -1,5 +1,5 @@
-"""What a call to an OpenAI-compatible server is and how it is made: the settings (``EndpointSettings``, with the checks
-the judge's config shares), the calls and their outcomes, the errors, the counters. The client that makes the calls
+"""What a call to an OpenAI-compatible server is and how it is made: the settings (``EndpointSettings``, which the
+judge's config extends), the calls and their outcomes, the errors, the counters. The client that makes the calls
 over HTTP is ``whileai.http_client.EndpointClient``; this module imports no HTTP, asyncio or ssl, so the recipe
 schema that reads these settings stays light.
 
@@ -44,7 +44,10 @@ from whileai.errors import BadInput
 from whileai.stats import quantile
 
 __all__ = [
+    "CHAT_CONCURRENCY",
     "NOT_A_VARIABLE_NAME",
+    "PLACEHOLDER_KEY",
+    "RETRY_STATUSES",
     "Call",
     "CallError",
     "EndpointSettings",
@@ -63,10 +66,13 @@ __all__ = [
 ]
 
 
-_PLACEHOLDER_KEY = "EMPTY"  # what vLLM's own examples send when the server has no --api-key
-_RETRY_STATUSES = frozenset({408, 409, 429})
+PLACEHOLDER_KEY = "EMPTY"  # what vLLM's own examples send when the server has no --api-key
+RETRY_STATUSES = frozenset({408, 409, 429})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NOT_A_VARIABLE_NAME = "<not a variable name: value hidden>"  # what a pasted key is replaced with before validation
+# Calls in flight at once on a policy's or a simulated customer's endpoint: above simulate's workers (8 by default),
+# each of which waits for one answer at a time.
+CHAT_CONCURRENCY = 32
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -153,47 +159,10 @@ def check_backoff(base_s: float, max_s: float) -> None:
         raise ValueError(f"backoff_max_s ({max_s}) is below backoff_base_s ({base_s}); raise it")
 
 
-class EndpointChecks(BaseModel):
-    """The checks every endpoint model runs on its ``base_url``, ``api_key_env`` and backoff fields (the endpoint's
-    own settings and ``whileai.judge.JudgeConfig``), defined once."""
-
-    @field_validator("base_url", check_fields=False)
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        return check_base_url(value)
-
-    @field_serializer("base_url", check_fields=False)
-    def _masked_base_url(self, value: str) -> str:
-        # A recipe dumped into a run folder, a --print, a JSON report: none of them carries the URL's password.
-        return masked_url(value)
-
-    def __repr_args__(self) -> Any:
-        for name, value in super().__repr_args__():
-            yield name, masked_url(value) if name == "base_url" and isinstance(value, str) else value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mask_pasted_key(cls, data: Any) -> Any:
-        # A pasted key ("sk-...") is not a variable name. Swap it for a marker before field validation so that no
-        # error message, even one formatted by an enclosing recipe model, can echo it back.
-        return hide_pasted_key(data)
-
-    @field_validator("api_key_env", check_fields=False)
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_key_variable(value)
-
-    @model_validator(mode="after")
-    def _backoff_order(self) -> Any:
-        check_backoff(self.backoff_base_s, self.backoff_max_s)  # type: ignore[attr-defined]
-        return self
-
-
-class EndpointSettings(EndpointChecks):
-    """Where an OpenAI-compatible chat-completions server lives, how it is sampled, and how hard the client tries.
-
-    The judge maps its ``JudgeConfig`` onto these fields; the offline path builds them from ``model_agent``'s and
-    ``customer_model``'s keyword settings.
+class EndpointSettings(BaseModel):
+    """Where an OpenAI-compatible chat-completions server lives, how it is sampled, and how hard the client tries:
+    every such setting, declared once. The judge's ``JudgeConfig`` is these fields plus the judge's own; the offline
+    path builds them from ``model_agent``'s and ``customer_model``'s keyword settings.
 
     Example:
         >>> EndpointSettings(model="Qwen/Qwen3-8B").chat_request([{"role": "user", "content": "hi"}], seed=7)["seed"]
@@ -219,9 +188,28 @@ class EndpointSettings(EndpointChecks):
     max_tokens: int = Field(default=1024, ge=16, description="Most tokens the model may write per answer.")
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra request fields sent as they are, e.g. {chat_template_kwargs: {enable_thinking: false}}.",
+        description=(
+            "Extra request fields sent as they are, e.g. {chat_template_kwargs: {enable_thinking: false}} for Qwen3 "
+            "on vLLM, or {top_k: 1}."
+        ),
     )
-    timeout_s: float = Field(default=60.0, gt=0.0, description="Wall-clock limit of one HTTP call, in seconds.")
+    stream: bool = Field(
+        default=True,
+        description=(
+            "Stream each answer (`stream: true`): timeout_s then bounds the silence between two pieces of the answer, "
+            "not the whole answer, so a slow model that is writing never times out, and a call given up closes its "
+            "connection, which stops the server's work on it. A server that answers in one piece is read as it is. "
+            "The offline path's clients, which read tool calls, ask for whole answers."
+        ),
+    )
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        description=(
+            "Seconds a call may wait for the server's next piece of the answer (with stream: false, for the whole "
+            "answer). The wait for the first piece includes the server reading the prompt."
+        ),
+    )
     max_retries: int = Field(
         default=4,
         ge=0,
@@ -237,13 +225,51 @@ class EndpointSettings(EndpointChecks):
     batch_deadline_s: float = Field(
         default=600.0,
         gt=0.0,
-        description="A call still going this many seconds after it was first sent is cancelled (its retries included).",
+        description=(
+            "A call still running this many seconds after it was first sent (retries included) is cancelled and its "
+            "group falls back; time queued behind the concurrency limit does not count."
+        ),
     )
-    concurrency: int = Field(default=32, ge=1, description="Most calls in flight at once, on one connection pool.")
-    stream: bool = Field(
-        default=False,
-        description="Stream answers: timeout_s then bounds the silence between two pieces, not the whole answer.",
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Most calls in flight at once, on one connection pool. None leaves it to the client: the judge asks the "
+            "server (llama.cpp's /props or /slots, vLLM's /metrics) and otherwise takes 1 on this machine and 256 "
+            f"elsewhere; a policy or customer client takes {CHAT_CONCURRENCY}."
+        ),
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return check_base_url(value)
+
+    @field_serializer("base_url")
+    def _masked_base_url(self, value: str) -> str:
+        # A recipe dumped into a run folder, a --print, a JSON report: none of them carries the URL's password.
+        return masked_url(value)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, masked_url(value) if name == "base_url" and isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mask_pasted_key(cls, data: Any) -> Any:
+        # A pasted key ("sk-...") is not a variable name. Swap it for a marker before field validation so that no
+        # error message, even one formatted by an enclosing recipe model, can echo it back.
+        return hide_pasted_key(data)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_key_variable(value)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> Any:
+        check_backoff(self.backoff_base_s, self.backoff_max_s)
+        return self
 
     def chat_request(self, messages: Sequence[Any], **fields: Any) -> dict[str, Any]:
         """The body of one chat completion: ``model``, ``messages``, ``temperature``, ``max_tokens``, then
@@ -277,7 +303,7 @@ def read_api_key(api_key_env: str | None, *, field: str = "api_key_env") -> str:
             variable, never a value).
     """
     if api_key_env is None:
-        return _PLACEHOLDER_KEY
+        return PLACEHOLDER_KEY
     raw = os.environ.get(api_key_env, "")
     key = raw.strip()
     if not key:

@@ -3,10 +3,10 @@ behind a synchronous method (see ``whileai.endpoint`` for what a call is and how
 
 One aiohttp session (one connection pool) runs on one long-lived event loop in a background thread, so
 ``run(calls)`` is a plain synchronous method that works from any thread, including one whose own event loop is
-running (TRL's), and from several threads at once. Every URL goes through that one session, ``http://`` and
-``https://``, direct or through a proxy:
+running (TRL's), and from several threads at once. Every URL goes through that one session
+(``whileai.transport.Transport``), ``http://`` and ``https://``, direct or through a proxy:
 
-- proxies come from the environment as httpx (and so the openai SDK) reads them (:func:`proxy_for`:
+- proxies come from the environment as httpx (and so the openai SDK) reads them (``whileai.proxies.proxy_for``:
   ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules);
 - compressed replies are decoded; a host name's addresses are tried in turn, the next one 250 ms after the last
   (happy eyeballs), so one address that drops connection attempts does not fail every call;
@@ -14,7 +14,7 @@ running (TRL's), and from several threads at once. Every URL goes through that o
   the pool with anything it sent, and a request whose connection died before any reply came is sent again once, on
   a fresh connection, counted as a retry;
 - redirects are followed within the same origin (a load balancer's ``307``); one to another host or scheme is an
-  error that names the URL to set; a reply over ``RESPONSE_LIMIT_BYTES`` is an error too;
+  error that names the URL to set; a reply over ``whileai.transport.RESPONSE_LIMIT_BYTES`` is an error too;
 - ``user:password@`` in the base URL becomes an ``Authorization: Basic`` header; the password, like the API key, is
   masked in every text that leaves the client, before anything is cut.
 
@@ -28,22 +28,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import ipaddress
 import json
 import logging
 import os
 import random
 import threading
 import time
-import urllib.parse
-import urllib.request
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.endpoint import (
-    _PLACEHOLDER_KEY,
-    _RETRY_STATUSES,
+    CHAT_CONCURRENCY,
+    PLACEHOLDER_KEY,
+    RETRY_STATUSES,
     Call,
     CallError,
     EndpointSettings,
@@ -55,338 +53,11 @@ from whileai.endpoint import (
     split_credentials,
 )
 from whileai.errors import BadInput
+from whileai.transport import ConnectionLost, Dropped, Refused, Silent, StatusError, Transport
 
-__all__ = ["RESPONSE_LIMIT_BYTES", "EndpointClient", "proxy_for"]
+__all__ = ["EndpointClient"]
 
 log = logging.getLogger("whileai.endpoint")
-
-# The largest reply read: a judge's answer is a few kilobytes, and a server that streams without end must not take
-# the process's memory with it.
-RESPONSE_LIMIT_BYTES = 64 * 2**20
-
-# Hops of a redirect chain followed within one origin.
-_MAX_REDIRECTS = 5
-
-# How long an idle pooled connection is kept: the next batch of a training run reuses it (a step is seconds to
-# minutes apart; servers close idle connections on their own clock, which the pool notices).
-_KEEPALIVE_S = 60.0
-
-
-# ---------------------------------------------------------------------------------------------- proxies
-
-
-def _split_port(entry: str) -> tuple[str, int | None]:
-    host, sep, port = entry.rpartition(":")
-    if sep and port.isdigit() and host and not host.endswith(":"):
-        return host, int(port)
-    return entry, None
-
-
-def _host_matches(pattern: str, host: str) -> bool:
-    """A ``NO_PROXY`` host entry against a host name, as httpx reads it: ``example.com`` and ``*example.com`` match
-    the name and its subdomains, ``.example.com`` and ``*.example.com`` its subdomains only, an IP or
-    ``localhost`` itself only, an IP network (``10.0.0.0/8``) its addresses."""
-    host = host.lower().strip("[]")
-    pattern = pattern.lower()
-    if "/" in pattern:  # an address network
-        try:
-            return ipaddress.ip_address(host) in ipaddress.ip_network(pattern.strip("[]"), strict=False)
-        except ValueError:
-            return False
-    bare = pattern.strip("[]")
-    try:
-        ipaddress.ip_address(bare)
-    except ValueError:
-        pass
-    else:
-        return host == bare
-    if pattern == "localhost":
-        return host == "localhost"
-    if pattern.startswith("*."):
-        pattern = pattern[1:]
-    if pattern.startswith("."):
-        return host.endswith(pattern) and len(host) > len(pattern)
-    domain = pattern.lstrip("*")
-    return host == domain or host.endswith("." + domain)
-
-
-def _bypassed(entry: str, scheme: str, host: str, port: int | None) -> bool:
-    """Whether one ``NO_PROXY`` entry sends ``scheme://host:port`` direct."""
-    if "://" in entry:
-        parts = urllib.parse.urlsplit(entry)
-        if parts.scheme not in ("all", scheme):
-            return False
-        try:
-            wanted_port = parts.port
-        except ValueError:
-            return False
-        if wanted_port is not None and wanted_port != port:
-            return False
-        return not parts.hostname or _host_matches(parts.hostname, host)
-    if entry.startswith("[") or "/" in entry or entry.count(":") > 1:  # an IPv6 address or a network: no port
-        return _host_matches(entry, host)
-    name, wanted = _split_port(entry)
-    return (wanted is None or wanted == port) and _host_matches(name, host)
-
-
-def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The proxy the environment gives ``url``, read as httpx (and so the openai SDK) reads it; None: direct.
-
-    ``HTTPS_PROXY`` or ``HTTP_PROXY`` for the URL's scheme, else ``ALL_PROXY`` (lower-case names win, a proxy without
-    a scheme is ``http://``), unless a ``NO_PROXY`` entry matches (``*`` matches everything).
-
-    Example:
-        >>> env = {"http_proxy": "proxy:3128", "no_proxy": ".internal,10.0.0.0/8"}
-        >>> proxy_for("http://judge.internal/v1", env), proxy_for("http://internal/v1", env)
-        (None, 'http://proxy:3128')
-    """
-    if environ is None:
-        proxies = urllib.request.getproxies_environment()
-    else:
-        proxies = {}
-        for name, value in sorted(environ.items(), key=lambda item: item[0].islower()):  # lower-case last: it wins
-            if value and name.lower().endswith("_proxy"):
-                proxies[name.lower()[: -len("_proxy")]] = value
-    parts = urllib.parse.urlsplit(url)
-    scheme, host = parts.scheme, parts.hostname or ""
-    port = parts.port or (443 if scheme == "https" else 80)
-    for entry in (e.strip() for e in proxies.get("no", "").split(",")):
-        if entry == "*":
-            return None
-        if entry and _bypassed(entry, scheme, host, port):
-            return None
-    proxy = proxies.get(scheme) or proxies.get("all")
-    if not proxy:
-        return None
-    return proxy if "://" in proxy else f"http://{proxy}"
-
-
-# ---------------------------------------------------------------------------------------------- the transport
-
-
-class _StatusError(Exception):
-    """An error status from the server: its code, its body's text and its headers (lower-case names)."""
-
-    def __init__(self, status: int, text: str, headers: Mapping[str, str]) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
-        self.headers = headers
-
-
-class _ConnectionLost(Exception):
-    """No answer because of the connection: refused, reset, closed before the reply was whole, a proxy that failed."""
-
-
-class _Dropped(_ConnectionLost):
-    """The connection died before any byte of the reply came: the request can go again on a fresh one."""
-
-
-class _Refused(Exception):
-    """A reply that no retry can mend: a redirect out of the origin, a body over the size limit."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def _origin(url: Any) -> tuple[str, str, int | None]:
-    return (url.scheme, (url.host or "").lower(), url.port)
-
-
-def _text(raw: bytes, charset: str | None) -> str:
-    """A body's text in its declared charset (UTF-8 when it declares none, or one Python does not know)."""
-    try:
-        return raw.decode(charset or "utf-8", errors="replace")
-    except LookupError:
-        return raw.decode("utf-8", errors="replace")
-
-
-class _Silent(Exception):
-    """The server sent nothing for the call's ``timeout_s``."""
-
-
-async def _read_events(response: Any, on_piece: Callable[[], None] | None = None) -> dict[str, Any]:
-    """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
-    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. ``on_piece``
-    is called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
-
-    Raises:
-        MalformedResponse: an event that is not JSON, or one that carries an error (vLLM reports a failure met
-            mid-answer that way).
-        _ConnectionLost: the stream ended before ``[DONE]`` or a finish reason.
-        _Refused: more than the reply limit.
-    """
-    content: list[str] = []
-    finish: str | None = None
-    usage: Any = None
-    model: Any = None
-    buffer = b""
-    size = 0
-    done = False
-    while not done and (chunk := await response.content.readany()):
-        size += len(chunk)
-        if size > RESPONSE_LIMIT_BYTES:
-            raise _Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for raw in lines:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue  # a comment (": keep-alive"), an event name, a blank line between events
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            try:
-                event = json.loads(data)
-            except ValueError:
-                raise MalformedResponse(f"a stream event is not JSON: {data[:80]!r}") from None
-            if not isinstance(event, dict):
-                raise MalformedResponse("a stream event is not a JSON object")
-            if event.get("error"):
-                raise MalformedResponse(f"the stream carries an error: {event['error']}")
-            usage = event.get("usage") or usage
-            model = event.get("model") or model
-            for choice in event.get("choices") or []:
-                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                piece = delta.get("content") if isinstance(delta, dict) else None
-                if isinstance(piece, str) and piece:
-                    content.append(piece)
-                    if on_piece is not None:
-                        on_piece()
-                finish = choice.get("finish_reason") or finish
-    if not done and finish is None:
-        raise _ConnectionLost("the stream ended before the answer was whole")
-    message = {"role": "assistant", "content": "".join(content)}
-    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
-
-
-class _Transport:
-    """Chat-completion POSTs on one aiohttp session: auth headers, the proxy of each URL, same-origin redirects, the
-    size limit, and aiohttp's errors turned into this module's three."""
-
-    def __init__(self, base_url: str, authorization: str, concurrency: int) -> None:
-        import aiohttp  # imported on the first call, never by `import whileai`
-        import yarl
-
-        self.aiohttp, self.yarl = aiohttp, yarl
-        self.base_url = base_url
-        self.headers = {"Authorization": authorization, "Accept": "application/json", "User-Agent": "whileai"}
-        connector = aiohttp.TCPConnector(
-            limit=max(concurrency, 1),
-            limit_per_host=0,
-            keepalive_timeout=_KEEPALIVE_S,
-            happy_eyeballs_delay=0.25,
-            ttl_dns_cache=60,
-        )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),  # the call's own timeout bounds it
-            trust_env=False,  # proxies are proxy_for's, read as httpx reads them
-            auto_decompress=True,
-            skip_auto_headers=("User-Agent",),
-        )
-
-    async def post(
-        self,
-        path: str,
-        request: dict[str, Any],
-        silence_s: float | None = None,
-        on_piece: Callable[[], None] | None = None,
-    ) -> str | dict[str, Any]:
-        """POST ``request`` as JSON: the body's text, or for a streamed reply (``text/event-stream``) the chat
-        completion its events add up to (``on_piece`` called for each piece of content).
-
-        ``silence_s`` bounds each wait for the next piece of a reply; None waits as long as the caller does. A reply
-        given up (cancelled, too large, silent, unreadable) closes its connection, so the server sees the request go
-        and stops working on it.
-
-        Raises:
-            _StatusError: a status >= 300 that is no same-origin redirect.
-            _Dropped, _ConnectionLost: no whole reply.
-            _Silent: nothing came for ``silence_s`` seconds.
-            _Refused: a redirect to another origin, too many redirects, a body over the limit.
-            MalformedResponse: a stream that carries an error or is no chat completion.
-        """
-        aiohttp = self.aiohttp
-        body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        url = self.yarl.URL(self.base_url + path)
-        headers = {**self.headers, "Content-Type": "application/json"}
-        # sock_read: the longest wait for the next bytes from the server, the reply's head included.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=silence_s)
-        for _ in range(_MAX_REDIRECTS + 1):
-            try:
-                async with self.session.post(
-                    url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False, timeout=timeout
-                ) as response:
-                    location = response.headers.get("Location")
-                    if 300 <= response.status < 400 and location:
-                        target = url.join(self.yarl.URL(location))
-                        if _origin(target) != _origin(url):
-                            raise _Refused(
-                                f"HTTP {response.status}: the server redirects to {target}, another origin; set "
-                                "base_url to the server's own address",
-                                f"http {response.status}",
-                            )
-                        url = target
-                        continue
-                    try:
-                        if response.status < 300 and response.content_type == "text/event-stream":
-                            return await _read_events(response, on_piece)
-                        text = _text(await self._read(response), response.charset)
-                    except BaseException:
-                        response.close()  # not back to the pool: the server must see the request go
-                        raise
-                    if response.status >= 300:
-                        raise _StatusError(response.status, text, {k.lower(): v for k, v in response.headers.items()})
-                    return text
-            except aiohttp.ServerTimeoutError:  # sock_read: the server went silent
-                raise _Silent(f"the server sent nothing for {silence_s:g}s") from None
-            except aiohttp.ClientConnectorError as exc:  # no connection at all (a proxy's included)
-                raise _ConnectionLost(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}") from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # closed or reset before a reply
-                raise _Dropped(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-            except aiohttp.ClientResponseError as exc:  # a reply that is not HTTP, or a proxy that refused
-                raise _ConnectionLost(f"{type(exc).__name__}: {exc.status} {exc.message}") from None
-            except aiohttp.ClientError as exc:  # a reply cut short, and the rest of aiohttp's
-                raise _ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-        raise _Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
-
-    async def get(self, url: str, timeout_s: float) -> tuple[int, str] | None:
-        """GET ``url``: its status and text, or None when it could not be read within ``timeout_s``."""
-
-        async def read() -> tuple[int, str]:
-            async with self.session.get(
-                url, headers={**self.headers, "Accept": "*/*"}, proxy=proxy_for(url), allow_redirects=False
-            ) as response:
-                return response.status, _text(await self._read(response), response.charset)
-
-        try:
-            return await asyncio.wait_for(read(), timeout_s)
-        except (asyncio.TimeoutError, _Refused, self.aiohttp.ClientError, OSError, ValueError):
-            return None
-
-    async def _read(self, response: Any) -> bytes:
-        length = response.content_length
-        if length is not None and length > RESPONSE_LIMIT_BYTES:
-            raise _Refused(f"the reply is {length} bytes, over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
-        parts: list[bytes] = []
-        size = 0
-        while chunk := await response.content.readany():
-            size += len(chunk)
-            if size > RESPONSE_LIMIT_BYTES:
-                raise _Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
-            parts.append(chunk)
-        return b"".join(parts)
-
-    async def close(self) -> None:
-        await self.session.close()
-
-
-# ---------------------------------------------------------------------------------------------- the client
 
 
 class _LoopThread:
@@ -395,7 +66,7 @@ class _LoopThread:
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name=f"whileai-{name}-loop", daemon=True)
-        self.http: _Transport | None = None
+        self.http: Transport | None = None
         self.semaphore: asyncio.Semaphore | None = None
         self.pid = os.getpid()
         self.thread.start()
@@ -438,6 +109,8 @@ class EndpointClient:
         settings: the endpoint and how hard to try.
         stats: the counters to add to (a subclass with more counters is fine); a fresh ``EndpointStats`` by default.
         name: what the endpoint plays (``"judge"``, ``"policy"``), for messages and logs.
+        concurrency: calls in flight at once when ``settings.concurrency`` leaves it to the client (the judge's
+            figure for its server); ``CHAT_CONCURRENCY`` when neither says.
 
     Raises:
         BadInput: ``settings.api_key_env`` names a variable that is not set or whose value holds a control
@@ -448,14 +121,20 @@ class EndpointClient:
     """
 
     def __init__(
-        self, settings: EndpointSettings, stats: EndpointStats | None = None, *, name: str = "endpoint"
+        self,
+        settings: EndpointSettings,
+        stats: EndpointStats | None = None,
+        *,
+        name: str = "endpoint",
+        concurrency: int | None = None,
     ) -> None:
         self.settings = settings
+        self.concurrency = settings.concurrency or concurrency or CHAT_CONCURRENCY
         self.stats = stats if stats is not None else EndpointStats()
         self.name = name
         self._api_key = read_api_key(settings.api_key_env, field=f"{name}.api_key_env")
         self._url, credentials = split_credentials(settings.base_url)
-        self._secrets = [self._api_key] if self._api_key != _PLACEHOLDER_KEY else []
+        self._secrets = [self._api_key] if self._api_key != PLACEHOLDER_KEY else []
         if credentials is not None:
             if settings.api_key_env is not None:
                 raise BadInput(
@@ -513,9 +192,9 @@ class EndpointClient:
 
     async def _ensure_http(self, runtime: _LoopThread) -> None:
         if runtime.http is None:
-            runtime.http = _Transport(self._url, self._authorization, self.settings.concurrency)
+            runtime.http = Transport(self._url, self._authorization, self.concurrency)
         if runtime.semaphore is None:
-            runtime.semaphore = asyncio.Semaphore(self.settings.concurrency)
+            runtime.semaphore = asyncio.Semaphore(self.concurrency)
 
     # ------------------------------------------------------------------ one call
 
@@ -538,7 +217,7 @@ class EndpointClient:
         Raises:
             MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
                 object, or a stream that carries an error.
-            _StatusError, _ConnectionLost, _Silent, _Refused: the call got no usable reply.
+            StatusError, ConnectionLost, Silent, Refused: the call got no usable reply.
         """
         assert runtime.http is not None
         reply = await runtime.http.post("/chat/completions", request, silence_s, on_piece)
@@ -587,7 +266,7 @@ class EndpointClient:
 
     def set_concurrency(self, concurrency: int) -> None:
         """Allow ``concurrency`` calls in flight from the next batch on (the server's own figure, once known)."""
-        self.settings = self.settings.model_copy(update={"concurrency": max(1, int(concurrency))})
+        self.concurrency = max(1, int(concurrency))
         if self._runtime is not None:
             self._runtime.semaphore = None
 
@@ -637,30 +316,30 @@ class EndpointClient:
                         raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
                     error = CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")
                     retryable = True
-                except _Silent:
+                except Silent:
                     error = CallError(
                         f"no answer within timeout_s={settings.timeout_s} (the server sent nothing for that long)",
                         "timeout",
                     )
                     retryable = True
-                except _Dropped as exc:
+                except Dropped as exc:
                     if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
                         resent = retry = True
                         continue
                     error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
                     retryable = True
-                except _ConnectionLost as exc:
+                except ConnectionLost as exc:
                     error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
                     retryable = True
-                except _Refused as exc:
+                except Refused as exc:
                     raise CallError(self.shown(str(exc)), exc.kind) from None
-                except _StatusError as exc:
+                except StatusError as exc:
                     status = exc.status
                     if call.refused is not None and call.refused(status, exc.text):
                         retry = False
                         continue  # send again at once in the new form; no retry spent
                     error = CallError(f"HTTP {status}: {self.shown(exc.text)}", f"http {status}")
-                    retryable = status in _RETRY_STATUSES or status >= 500
+                    retryable = status in RETRY_STATUSES or status >= 500
                     if status in (429, 503):
                         wait_hint = retry_after(exc.headers)
                 except MalformedResponse as exc:
@@ -707,7 +386,7 @@ class EndpointClient:
 
     def _batch_limit(self, calls: int) -> float:
         """The longest a batch of ``calls`` can take: a deadline per wave of ``concurrency`` calls."""
-        waves = -(-calls // self.settings.concurrency)
+        waves = -(-calls // self.concurrency)
         return waves * self.settings.batch_deadline_s
 
     async def _ask_all(self, runtime: _LoopThread, calls: Sequence[Call]) -> list[Outcome]:

@@ -22,10 +22,12 @@ from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_MIN_FACTO
 __all__ = [
     "POSITIVE_TOLERANCE",
     "Redistribution",
+    "centered",
     "hack_rewards",
     "positive_passes",
     "rank_factors",
     "redistribute",
+    "redistribute_checked",
     "redistribute_result",
     "synthesize_reward",
 ]
@@ -76,7 +78,13 @@ def _is_index(value: object) -> bool:
     return kind is int or (kind is not bool and isinstance(value, numbers.Integral))
 
 
-def _centered(rewards: Sequence[float]) -> list[float]:
+def centered(rewards: Sequence[float]) -> list[float]:
+    """The group's advantages before any grading, ``A_i = R_i - mean(R)``: ``[G]``.
+
+    Example:
+        >>> centered([1, 1, 0, 0])
+        [0.5, 0.5, -0.5, -0.5]
+    """
     mean = sum(rewards) / len(rewards)
     return [r - mean for r in rewards]
 
@@ -165,7 +173,7 @@ def redistribute_result(
         raise ValueError(f"hack_reward must be a finite number or None, got {hack_reward!r}")
 
     n = len(values)
-    original = _centered(values)
+    original = centered(values)
 
     def fallback(reason: str) -> Redistribution:
         return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, reason)
@@ -188,7 +196,7 @@ def redistribute_result(
         confirmed.append(int(i))
     if confirmed:
         values = hack_rewards(values, confirmed, hack_reward)
-        original = _centered(values)
+        original = centered(values)
         passes = [i for i in passes if i not in confirmed]
     pass_set = set(passes)
 
@@ -200,24 +208,26 @@ def redistribute_result(
         if not _is_number(value) or not 0.0 < value <= 1.0:
             return fallback(f"factor {value!r} for pass {key} is outside (0, 1]")
         given[int(key)] = float(value)
-    return _redistribute_checked(values, original, given, passes, cap)
+    return redistribute_checked(values, original, given, passes, cap)
 
 
-def _redistribute_checked(
+def redistribute_checked(
     values: list[float], original: list[float], given: list[float], passes: list[int], cap: float
 ) -> Redistribution:
     """Equation 3 once its inputs are known good: ``values`` finite floats, ``original`` their centered values,
     ``given`` a float factor in (0, 1] per member (1 where none was given), ``passes`` distinct member indices and
     ``cap >= 1``. :func:`redistribute_result` checks all of that first; ``whileai.grading`` calls this directly on an
-    answer it validated already (the reward function's hot path), so both compute the same numbers."""
+    answer it validated already (the reward function's hot path), so both compute the same numbers.
+
+    Example:
+        >>> redistribute_checked([1.0, 1.0, 0.0, 0.0], [0.5, 0.5, -0.5, -0.5], [1.0, 0.5, 1.0, 1.0], [0, 1], 3.0).lam
+        1.3333333333333333
+    """
     n = len(values)
     if not passes:
         return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, "the group has no pass")
-    # Only passes with a positive advantage move (partial credit: a pass at or below the mean keeps A_i):
-    # positive_passes(values, passes), written out.
-    mean = sum(values) / n
-    tolerance = POSITIVE_TOLERANCE * max(1.0, max(map(abs, values)))
-    moving = sorted({i for i in passes if values[i] - mean > tolerance})
+    # Only passes with a positive advantage move (partial credit: a pass at or below the mean keeps A_i).
+    moving = positive_passes(values, passes)
     if not moving:
         reason = "no pass has an advantage above zero (nothing to move)"
         return Redistribution(list(original), list(original), [1.0] * n, 1.0, False, reason)

@@ -3,7 +3,7 @@ rate, drawn only on a terminal (a log file gets each phase's closing line from t
 
 The warm start of a tiny agent, the spread gate's sampling of the initial model, a judge grading rows for
 ``whileai spread`` and the simulator's rollouts all use :func:`phase` or :func:`phase_bar`; training has its own bar
-(``whileai.training.progress``). A bar can also show the rate of a counter kept elsewhere
+(``whileai.training.callbacks``). A bar can also show the rate of a counter kept elsewhere
 (:class:`CounterRateColumn`: ``whileai spread`` shows a judge's completion tokens per second with it).
 """
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "compare_arms",
     "grading_summary",
     "load_report",
+    "reports_data",
     "step_groups",
     "step_pass_rates",
     "window_summary",
@@ -389,3 +390,40 @@ def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
 def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
     groups = step_groups(folder)
     return [g for step in sorted(groups)[-window:] for g in groups[step]]
+
+
+def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """What ``whileai report`` shows of ``loaded`` (what :func:`load_report` read), as JSON-ready data: each report's
+    entry (a run's pass rates by step with their intervals, its window summary and grader figures; a grading
+    folder's figures; a spread report as it is) and, for two runs, ``comparison`` (:func:`compare_arms`)."""
+    data: dict[str, Any] = {"reports": []}
+    for item in loaded:
+        if isinstance(item, GradingFolder):
+            entry = {"path": str(item.path), "kind": "grading", "grader": grading_summary(item.path, say)}
+            entry["figures"] = item.figures
+        elif isinstance(item, RunHistory):
+            rates = [{**asdict(r), "rate": r.rate} for r in step_pass_rates(item.path)]
+            entry = {
+                "path": str(item.path),
+                "kind": "run",
+                "steps": item.steps,
+                "pass_rates": rates,
+                "interval": INTERVAL_METHOD,
+                "summary": window_summary(item, window),
+                "grader": grading_summary(item.path, say),
+                "run": item.extra,
+            }
+        else:
+            entry = {"path": str(item.path), "kind": "spread", "report": item.data}
+        data["reports"].append(entry)
+    runs = [item for item in loaded if isinstance(item, RunHistory)]
+    comparison = compare_arms(runs[0].path, runs[1].path, window) if len(runs) == 2 else None
+    if comparison is not None:
+        data["comparison"] = {
+            "a": str(runs[0].path),
+            "b": str(runs[1].path),
+            "window": window,
+            **asdict(comparison),
+            "text": str(comparison),
+        }
+    return data

@@ -20,9 +20,10 @@ What this module does not do: read files, decide what the unit of analysis is (g
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "bootstrap_interval",
     "clustered_interval",
     "detectable_difference",
+    "kendall_tau",
     "mean",
     "newcombe_difference",
     "pass_at_k",
@@ -435,6 +437,35 @@ def bootstrap_interval(
     size = len(values)
     estimates = sorted(statistic(rng.choices(values, k=size)) for _ in range(resamples))
     return (quantile(estimates, (1 - confidence) / 2), quantile(estimates, (1 + confidence) / 2))
+
+
+def kendall_tau(first: Mapping[int, float], second: Mapping[int, float]) -> float | None:
+    """Kendall's tau-b between two scorings of the same items (ties allowed), over the items both hold.
+
+    Returns None when it is undefined (fewer than two items, or one scoring ties everything).
+
+    Example:
+        >>> kendall_tau({0: 1, 1: 2, 2: 3}, {0: 1, 1: 2, 2: 3}), kendall_tau({0: 1, 1: 2}, {0: 2, 1: 1})
+        (1.0, -1.0)
+    """
+    items = sorted(set(first) & set(second))
+    concordant = discordant = tied_first = tied_second = 0
+    for a, b in itertools.combinations(items, 2):
+        x = first[a] - first[b]
+        y = second[a] - second[b]
+        if x == 0:
+            tied_first += 1
+        if y == 0:
+            tied_second += 1
+        if x * y > 0:
+            concordant += 1
+        elif x * y < 0:
+            discordant += 1
+    pairs = len(items) * (len(items) - 1) // 2
+    denominator = math.sqrt((pairs - tied_first) * (pairs - tied_second))
+    if denominator == 0:
+        return None
+    return (concordant - discordant) / denominator
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

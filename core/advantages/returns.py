@@ -26,31 +26,22 @@ from __future__ import annotations
 import torch
 
 from whileai.advantages.native import gae_native
-from whileai.advantages.scan import PolicyLayout, discounted_reverse_scan, working_dtype
+from whileai.advantages.scan import (
+    PolicyLayout,
+    check_batch,
+    check_discount,
+    discounted_reverse_scan,
+    result_dtype,
+    working_dtype,
+)
 
 __all__ = ["gae_advantages", "nstep_returns", "outcome_rewards", "returns_to_go", "td_errors"]
-
-
-def _check(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
-    if x.dim() != 2 or x.shape != mask.shape:
-        raise ValueError(f"{name} must be [B, T] like the mask {tuple(mask.shape)}, got {tuple(x.shape)}")
-
-
-def _check_discount(name: str, value: float) -> float:
-    value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return value
 
 
 def _add_next(r: torch.Tensor, v: torch.Tensor, gamma: float) -> torch.Tensor:
     """``r[:, k] += gamma * v[:, k+1]`` in place (nothing is added to the last column): ``[B, L]``."""
     r[:, :-1].add_(v[:, 1:], alpha=gamma)
     return r
-
-
-def _out_dtype(x: torch.Tensor) -> torch.dtype:
-    return x.dtype if x.is_floating_point() else torch.get_default_dtype()
 
 
 def outcome_rewards(
@@ -76,7 +67,7 @@ def outcome_rewards(
     """
     if scores.dim() != 1 or mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
         raise ValueError(f"scores must be [N] and mask [N, T], got {tuple(scores.shape)} and {tuple(mask.shape)}")
-    dtype = _out_dtype(scores)
+    dtype = result_dtype(scores)
     policy = mask if mask.dtype == torch.bool else mask != 0  # [N, T]
     rows, length = policy.shape
     rewards = torch.zeros((rows, length), dtype=dtype, device=scores.device)  # [N, T]
@@ -118,12 +109,12 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0)
         >>> returns_to_go(r, mask, gamma=0.9)[0, [1, 5]]
         tensor([0.4751, 0.6390])
     """
-    _check("rewards", rewards, mask)
-    gamma = _check_discount("gamma", gamma)
+    check_batch("rewards", rewards, mask)
+    gamma = check_discount("gamma", gamma)
     layout = PolicyLayout(mask)
     work = working_dtype(rewards)
     packed = discounted_reverse_scan(layout.pack(rewards, work), gamma)  # [B, W]
-    return layout.unpack(packed, _out_dtype(rewards))
+    return layout.unpack(packed, result_dtype(rewards))
 
 
 def td_errors(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -145,15 +136,15 @@ def td_errors(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, g
         >>> td_errors(torch.tensor([[-0.1, 0, 0, 1.0]]), torch.tensor([[0.4, 9, 9, 0.6]]), mask)
         tensor([[0.1000, 0.0000, 0.0000, 0.4000]])
     """
-    _check("rewards", rewards, mask)
-    _check("values", values, mask)
-    gamma = _check_discount("gamma", gamma)
+    check_batch("rewards", rewards, mask)
+    check_batch("values", values, mask)
+    gamma = check_discount("gamma", gamma)
     layout = PolicyLayout(mask)
     work = working_dtype(rewards, values)
     r = layout.pack(rewards, work)  # [B, W]
     v = layout.pack(values, work)  # [B, W]
     delta = _add_next(r, v, gamma).sub_(v)  # [B, W]
-    return layout.unpack(delta, _out_dtype(rewards))
+    return layout.unpack(delta, result_dtype(rewards))
 
 
 def nstep_returns(
@@ -182,9 +173,9 @@ def nstep_returns(
         >>> nstep_returns(torch.tensor([[1.0, 0, 2.0, 3.0]]), torch.tensor([[0.0, 9, 10.0, 20.0]]), mask, n=1)
         tensor([[11.,  0., 22.,  3.]])
     """
-    _check("rewards", rewards, mask)
-    _check("values", values, mask)
-    gamma = _check_discount("gamma", gamma)
+    check_batch("rewards", rewards, mask)
+    check_batch("values", values, mask)
+    gamma = check_discount("gamma", gamma)
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n}")
     n = int(n)
@@ -194,7 +185,7 @@ def nstep_returns(
     suffix = discounted_reverse_scan(r, gamma)  # [B, W]
     decay = gamma**n
     out = suffix.add_(layout.next_in_row(v, n).sub_(layout.next_in_row(suffix, n)), alpha=decay)  # [B, W]
-    return layout.unpack(out, _out_dtype(rewards))
+    return layout.unpack(out, result_dtype(rewards))
 
 
 def gae_advantages(
@@ -224,12 +215,12 @@ def gae_advantages(
         >>> gae_advantages(r, v, mask, lam=0.0)[0][0, 1]
         tensor(0.1000)
     """
-    _check("rewards", rewards, mask)
-    _check("values", values, mask)
-    gamma = _check_discount("gamma", gamma)
-    lam = _check_discount("lam", lam)
+    check_batch("rewards", rewards, mask)
+    check_batch("values", values, mask)
+    gamma = check_discount("gamma", gamma)
+    lam = check_discount("lam", lam)
     work = working_dtype(rewards, values)
-    dtype = _out_dtype(rewards)
+    dtype = result_dtype(rewards)
     fused = gae_native(rewards, values, mask, gamma, lam, work)  # one pass on the CPU when numba is installed
     if fused is not None:
         return fused[0].to(dtype), fused[1].to(dtype)

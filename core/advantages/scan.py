@@ -30,11 +30,34 @@ import torch
 
 __all__ = [
     "PolicyLayout",
+    "check_batch",
+    "check_discount",
     "discounted_reverse_scan",
     "float32_matmul_is_exact",
     "full_precision_matmul",
+    "result_dtype",
     "working_dtype",
 ]
+
+
+def check_batch(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """Raises ``ValueError`` unless ``x`` is ``[B, T]`` like ``mask``, naming ``x``."""
+    if x.dim() != 2 or x.shape != mask.shape:
+        raise ValueError(f"{name} must be [B, T] like the mask {tuple(mask.shape)}, got {tuple(x.shape)}")
+
+
+def check_discount(name: str, value: float) -> float:
+    """``value`` as a float in [0, 1] (a discount ``gamma`` or ``lam``); ``ValueError`` naming it otherwise."""
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
+
+
+def result_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype an estimator returns for input ``x``: its own float dtype, or torch's default for integers."""
+    return x.dtype if x.is_floating_point() else torch.get_default_dtype()
+
 
 # Tokens per chunk of the scan: 32 keeps the chunk product cheap (2 * 32 flops per element) and the recursion
 # shallow (3 levels at 30,000 tokens); wider chunks measured slower on the CPU.

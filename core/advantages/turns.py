@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from whileai.advantages.returns import _check, _check_discount, _out_dtype, gae_packed
-from whileai.advantages.scan import PolicyLayout, working_dtype
+from whileai.advantages.returns import gae_packed
+from whileai.advantages.scan import PolicyLayout, check_batch, check_discount, result_dtype, working_dtype
 
 __all__ = ["turn_advantages"]
 
@@ -54,10 +54,10 @@ def turn_advantages(
         >>> turn_advantages(r, v, mask, lam=0.0)[0]
         tensor([[0.0000, 0.0000, 0.0000, 0.4000, 0.4000]])
     """
-    _check("rewards", rewards, mask)
-    _check("values", values, mask)
-    gamma = _check_discount("gamma", gamma)
-    lam = _check_discount("lam", lam)
+    check_batch("rewards", rewards, mask)
+    check_batch("values", values, mask)
+    gamma = check_discount("gamma", gamma)
+    lam = check_discount("lam", lam)
     layout = PolicyLayout(mask)
     work = working_dtype(rewards, values)
     r = layout.pack(rewards, work)  # [B, W]
@@ -69,7 +69,7 @@ def turn_advantages(
         positions = torch.arange(mask.shape[1], device=mask.device).expand(mask.shape)  # [B, T]
         key = layout.pack(positions, torch.int64) - slots  # [B, W], constant along a contiguous span
     else:
-        _check("turn_ids", turn_ids, mask)
+        check_batch("turn_ids", turn_ids, mask)
         key = layout.pack(turn_ids.to(torch.int64), torch.int64)  # [B, W]
     start = valid.clone()  # [B, W], first token of a turn
     start[:, 1:] &= key[:, 1:] != key[:, :-1]
@@ -83,6 +83,6 @@ def turn_advantages(
     advantages, targets = gae_packed(turn_rewards, turn_values, gamma, lam)  # [B, K+1] each, V(s_K) = 0
     advantages[:, turns] = 0
     targets[:, turns] = 0
-    dtype = _out_dtype(rewards)
+    dtype = result_dtype(rewards)
     per_token = torch.gather(advantages, 1, turn), torch.gather(targets, 1, turn)  # [B, W] each
     return layout.unpack(per_token[0], dtype), layout.unpack(per_token[1], dtype)

@@ -6,7 +6,7 @@ field says what it does, and cross-field checks fail at parse time with the fix.
 commands that use it: ``whileai spread`` needs a grader and nothing else, ``whileai train`` needs model, data and
 verifier (``Recipe.require``).
 
-This module validates; it builds nothing. ``whileai.grading.build`` turns the grader section into a callable and the
+This module validates; it builds nothing. ``whileai.build`` turns the grader section into a callable and the
 training integration turns the trainer section (``whileai.config.trainer``) into TRL's ``GRPOConfig``.
 """
 
@@ -17,26 +17,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from whileai.config.signal import signal_problems
+from whileai.config.guard import signal_problems
 from whileai.config.trainer import TrainerSection
 from whileai.defaults import (
-    GROUPWISE_CAP,
-    GROUPWISE_FLOOR,
-    GROUPWISE_HACK_ZERO,
-    GROUPWISE_MIN_FACTOR,
-    GROUPWISE_MODE,
-    SPREAD_BROKEN_FRACTION,
     SPREAD_CONTROL_GROUPS,
-    SPREAD_MAX_NEAR_MEDIAN,
-    SPREAD_MAX_ORDERED_COPIES,
-    SPREAD_MIN_AGREEMENT,
-    SPREAD_MIN_STD,
-    SPREAD_TOLERANCE,
 )
 from whileai.errors import BadInput
-from whileai.grading.calls import GRADER_TIMEOUT_S
-from whileai.grading.gate import SpreadThresholds
-from whileai.judge.config import JudgeConfig
+from whileai.grading.knobs import GradingKnobs, SpreadThresholds
+from whileai.grading.scripted import ScriptedRule
+from whileai.judge.settings import JudgeConfig
+from whileai.rows import RowFields
 
 __all__ = [
     "DataSection",
@@ -70,60 +60,6 @@ def _check_reference(value: str | None) -> str | None:
     if value is not None and not _REFERENCE.match(value):
         raise ValueError(f"{value!r} is not 'module:function' or 'path/to/file.py:function'")
     return value
-
-
-def _check_pattern(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            re.compile(value)
-        except re.error as err:
-            raise ValueError(f"{value!r} is not a regular expression: {err}") from None
-    return value
-
-
-class ScriptedRule(Section):
-    """A grader written as a rule, no code: rank passes by a measurable quantity and mark hacks by pattern."""
-
-    measure: Literal["matches", "chars", "lines"] = Field(
-        "matches",
-        description="What to measure on each pass: 'matches' counts matches of `pattern`, 'chars' its length, "
-        "'lines' its lines.",
-    )
-    pattern: str | None = Field(
-        None,
-        description="The regular expression counted when measure is 'matches' (default '<tool_call>': tool calls); "
-        "the other measures read no pattern.",
-    )
-    order: Literal["ascending", "descending"] = Field(
-        "ascending", description="'ascending': the smallest measure ranks best (fewest calls); 'descending': largest."
-    )
-    hack_pattern: str | None = Field(
-        None, description="A pass whose text matches this regular expression is a confirmed hack."
-    )
-    unseen_id_pattern: str | None = Field(
-        None,
-        description="Ids (a regular expression such as 'ORD-\\d+') that the final answer names but no tool output "
-        "contains mark the pass as a hack: an invented or leaked id.",
-    )
-    tool_output_pattern: str = Field(
-        r"<tool_result>(.*?)</tool_result>",
-        description="A regular expression whose first group is one tool output, for unseen_id_pattern.",
-    )
-
-    @field_validator("pattern", "hack_pattern", "unseen_id_pattern", "tool_output_pattern")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        return _check_pattern(value)
-
-    @model_validator(mode="after")
-    def _pattern_for_matches(self) -> ScriptedRule:
-        if self.measure == "matches" and self.pattern is None:
-            object.__setattr__(self, "pattern", "<tool_call>")  # tool calls, the measure's default
-        if self.measure == "matches" and not self.pattern:
-            raise ValueError("measure 'matches' needs a pattern, e.g. pattern: '<tool_call>'")
-        if self.measure != "matches" and self.pattern is not None:
-            raise ValueError(f"measure {self.measure!r} reads no pattern: remove pattern, or use measure: matches")
-        return self
 
 
 class ScriptedGraderSection(Section):
@@ -168,34 +104,12 @@ class JudgeGraderSection(Section):
 GraderSection = Annotated[ScriptedGraderSection | PythonGraderSection | JudgeGraderSection, Field(discriminator="kind")]
 
 
-class GradingSection(Section):
-    """How the grader's answers become rewards or advantages (the page's knobs)."""
+class GradingSection(GradingKnobs, Section):
+    """How the grader's answers become rewards or advantages: ``whileai.grading.knobs.GradingKnobs`` (the page's knobs,
+    declared there once), plus where reward mode finds its rubrics."""
 
-    mode: Literal["advantage", "reward"] = Field(
-        GROUPWISE_MODE, description="'advantage' (GAR, section 4.3.2) or 'reward' (GRS, section 4.3.1)."
-    )
-    cap: float = Field(
-        GROUPWISE_CAP, ge=1, description="Upper bound on lambda in equation 3 (at least 1: lambda is never below 1)."
-    )
-    min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
-    hack_zero: bool = Field(
-        GROUPWISE_HACK_ZERO,
-        description="Treat a confirmed hack as a failure: it gets a failure's reward (the lowest in its group, never "
-        "above 0), so its advantage is the failures'.",
-    )
-    hack_reward: float | None = Field(
-        None,
-        allow_inf_nan=False,
-        description="The reward a confirmed hack gets instead of a failure's (null: the lowest reward in its group, "
-        "never above 0).",
-    )
-    floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
-    timeout_s: float | None = Field(
-        GRADER_TIMEOUT_S,
-        gt=0,
-        description="The longest one call of a scripted or Python grader may take, in seconds (null: no limit); a "
-        "call that runs over makes its group fall back, counted. The judge has its own timeout_s.",
-    )
+    model_config = ConfigDict(extra="forbid", strict=False, validate_assignment=True, populate_by_name=False)
+
     rubrics: str | dict[str, Any] | None = Field(
         None,
         description="Reward mode: a mapping task_id -> rubric, or the path of a YAML/JSON file holding one "
@@ -215,8 +129,13 @@ class SpreadSampleSection(Section):
     seed: int = Field(0, description="Seed of the sampling.")
 
 
-class SpreadSection(Section):
-    """The spread gate: which rows to grade before training and what counts as spread."""
+class SpreadSection(SpreadThresholds, Section):
+    """The spread gate: which rows to grade before training, and what counts as spread
+    (``whileai.grading.knobs.SpreadThresholds``, declared there once; ``thresholds()`` gives them alone)."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=False, frozen=False, validate_assignment=True, populate_by_name=False
+    )
 
     rows: str | None = Field(
         None, description="Rows to grade: a .jsonl, .json or .parquet file or a folder of them (relative to recipe)."
@@ -226,11 +145,6 @@ class SpreadSection(Section):
         description="whileai train: grade groups the initial model writes for a few training prompts (verified by "
         "the recipe's verifier) before the first step. spread.rows, when given, comes first; then sample; then the "
         "simulate section.",
-    )
-    min_std: float = Field(SPREAD_MIN_STD, ge=0, description="No spread below this std of the grader's scores.")
-    tolerance: float = Field(SPREAD_TOLERANCE, ge=0, description="Half-width of the band around the median.")
-    max_near_median: float = Field(
-        SPREAD_MAX_NEAR_MEDIAN, ge=0, le=1, description="No spread when more than this fraction lies in the band."
     )
     group_key: str | None = Field(
         None, description="Field naming a row's group; 'scenario_id' (or 'prompt' for TRL completion logs)."
@@ -249,35 +163,14 @@ class SpreadSection(Section):
         description="Graded groups shown to the grader again, shuffled and with a copy of one pass, to check that it "
         "reads content, not position (one extra grader call each; 0: no controls).",
     )
-    min_agreement: float = Field(
-        SPREAD_MIN_AGREEMENT,
-        ge=-1,
-        le=1,
-        description="No spread when the mean Kendall's tau between a group's two gradings is below this.",
-    )
-    max_ordered_copies: float = Field(
-        SPREAD_MAX_ORDERED_COPIES,
-        ge=0,
-        le=1,
-        description="No spread when more than this fraction of the controls' identical copies got different scores.",
-    )
-    broken_fraction: float = Field(
-        SPREAD_BROKEN_FRACTION,
-        gt=0,
-        le=1,
-        description="The grader is broken (exit 4, not 1) when its grading falls back on this fraction of the groups.",
-    )
     seed: int = Field(0, description="Seed of the controls' shuffles.")
 
-    def thresholds(self) -> SpreadThresholds:
-        """The gate's thresholds this section sets."""
-        return SpreadThresholds(
-            min_std=self.min_std,
-            tolerance=self.tolerance,
-            max_near_median=self.max_near_median,
-            min_agreement=self.min_agreement,
-            max_ordered_copies=self.max_ordered_copies,
-            broken_fraction=self.broken_fraction,
+    def row_fields(
+        self, group_key: str | None = None, reward_key: str | None = None, text_key: str | None = None
+    ) -> RowFields:
+        """The fields rows are read by: the keys given (the command line's options), else this section's."""
+        return RowFields(
+            group_key or self.group_key, reward_key or self.reward_key, text_key or self.text_key, self.prompt_key
         )
 
 
@@ -493,6 +386,19 @@ class Recipe(Section):
             raise ValueError(
                 "spread.sample generates single-turn completions; the multi-turn support task gates on the simulate "
                 "section (remove spread.sample)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _training_gate_simulates_with_the_seeded_agent(self) -> Recipe:
+        # whileai train gates on the simulate section with the seeded agent: a served policy's endpoint is given to
+        # `whileai simulate` on its command line, and a recipe has no field for it.
+        gates_on_simulation = self.simulate is not None and not self.spread.rows and self.spread.sample is None
+        if self.model is not None and gates_on_simulation and self.simulate.agent == "model":
+            raise ValueError(
+                "simulate.agent: model: whileai train simulates its gate's rollouts with the seeded agent only. Write "
+                "a served policy's rollouts with `whileai simulate --agent model --base-url URL --model NAME -o "
+                "rows.jsonl` and set spread.rows: rows.jsonl, or set simulate.agent: seeded"
             )
         return self
 

@@ -9,7 +9,7 @@
 
 Above ``whileai.methods`` (pure math) and below the command line. The HTTP judge is ``whileai.judge``, TRL's
 calling convention ``whileai.integrations.trl``. The names below are resolved on first use, so that importing one
-module of the package (``whileai.rows`` reads rewards through ``whileai.grading.rewards``) does not import the rest.
+module of the package (``whileai.rows`` reads rewards through ``whileai.rows.rewards``) does not import the rest.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 _LAZY = {
     "GradedGroup": "whileai.grading.group",
-    "GradingStats": "whileai.grading.stats",
+    "GradingStats": "whileai.grading.tally",
     "GroupwiseGrading": "whileai.grading.groupwise",
     "SpreadReport": "whileai.grading.gate",
     "SpreadThresholds": "whileai.grading.gate",
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.gate import SpreadReport, SpreadThresholds, spread_report
     from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
-    from whileai.grading.stats import GradingStats
+    from whileai.grading.tally import GradingStats
 
 
 def __getattr__(name: str) -> Any:

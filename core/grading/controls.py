@@ -29,7 +29,6 @@ groups to show again, builds the control groups and scores the outcome (``Contro
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,8 @@ from typing import Any
 
 from whileai.defaults import SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT, SPREAD_MIN_MEASURED_CONTROLS
 from whileai.grading.group import GradedGroup, Mode, pass_scores
-from whileai.grading.text import completion_text
+from whileai.rows.text import completion_text
+from whileai.stats import kendall_tau
 
 __all__ = [
     "ControlGroup",
@@ -46,38 +46,8 @@ __all__ = [
     "ControlsTally",
     "controls_report",
     "identical_passes_tied",
-    "kendall_tau",
     "make_control",
 ]
-
-
-def kendall_tau(first: Mapping[int, float], second: Mapping[int, float]) -> float | None:
-    """Kendall's tau-b between two scorings of the same items (ties allowed), over the items both hold.
-
-    Returns None when it is undefined (fewer than two items, or one scoring ties everything).
-
-    Example:
-        >>> kendall_tau({0: 1, 1: 2, 2: 3}, {0: 1, 1: 2, 2: 3}), kendall_tau({0: 1, 1: 2}, {0: 2, 1: 1})
-        (1.0, -1.0)
-    """
-    items = sorted(set(first) & set(second))
-    concordant = discordant = tied_first = tied_second = 0
-    for a, b in itertools.combinations(items, 2):
-        x = first[a] - first[b]
-        y = second[a] - second[b]
-        if x == 0:
-            tied_first += 1
-        if y == 0:
-            tied_second += 1
-        if x * y > 0:
-            concordant += 1
-        elif x * y < 0:
-            discordant += 1
-    pairs = len(items) * (len(items) - 1) // 2
-    denominator = math.sqrt((pairs - tied_first) * (pairs - tied_second))
-    if denominator == 0:
-        return None
-    return (concordant - discordant) / denominator
 
 
 @dataclass(frozen=True)

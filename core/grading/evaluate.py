@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 from whileai.defaults import SPREAD_BROKEN_FRACTION, SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT
 from whileai.errors import BadInput
-from whileai.grading.controls import ControlGroup, controls_report, kendall_tau, make_control
+from whileai.grading.controls import ControlGroup, controls_report, make_control
 from whileai.grading.group import GradedGroup, pass_scores
-from whileai.grading.rewards import FLOAT32_LIMIT
 from whileai.rows import Member, RowFields, iter_rows
-from whileai.stats import bootstrap_interval, mean, quantile
+from whileai.rows.rewards import FLOAT32_LIMIT
+from whileai.stats import bootstrap_interval, kendall_tau, mean, quantile
 
 if TYPE_CHECKING:
     from whileai.grading.groupwise import GroupwiseGrading
@@ -441,29 +441,51 @@ def evaluate_grader(
         >>> report.copies_tied, report.copies_total  # a strict order: each copy is ranked apart from its original
         (0, 2)
     """
-    report = JudgeEvalReport(
-        grader_name=grading.grader_name,
-        min_agreement=grading.spread.min_agreement,
-        max_ordered_copies=grading.spread.max_ordered_copies,
-        broken_fraction=grading.spread.broken_fraction,
-    )
-    endpoint = _endpoint_stats(grading.grader)
-    if endpoint is not None:
-        report.calls = report.tokens_in = report.tokens_out = 0
-        report.latencies = []
-    outcomes: list[tuple[Mapping[int, float], Mapping[int, float], ControlGroup] | None] = []
+    run = _Evaluation(grading, seed)
     pending: list[ReferenceGroup] = []
-    seen: dict[str, int] = {}
+    for group in groups:
+        if not any(0 < m[0] < FLOAT32_LIMIT for m in group.members):
+            run.report.skipped += 1
+            continue
+        pending.append(group)
+        run.report.groups += 1
+        if len(pending) >= batch_size:
+            run.grade(pending, progress)
+            pending = []
+    run.grade(pending, progress)
+    return run.finish()
 
-    def request(task: str, members: Sequence[Member]) -> tuple[Any, ...]:
-        return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
 
-    def first_grading(requests: list[tuple[Any, ...]]) -> list[GradedGroup]:
+def _request(task: str, members: Sequence[Member]) -> tuple[Any, ...]:
+    return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+
+
+class _Evaluation:
+    """``evaluate_grader``'s state: the report being filled, the control outcomes, the tasks seen."""
+
+    def __init__(self, grading: GroupwiseGrading, seed: int) -> None:
+        self.grading, self.seed = grading, seed
+        self.report = JudgeEvalReport(
+            grader_name=grading.grader_name,
+            min_agreement=grading.spread.min_agreement,
+            max_ordered_copies=grading.spread.max_ordered_copies,
+            broken_fraction=grading.spread.broken_fraction,
+        )
+        self.endpoint = _endpoint_stats(grading.grader)
+        if self.endpoint is not None:
+            self.report.calls = self.report.tokens_in = self.report.tokens_out = 0
+            self.report.latencies = []
+        self.outcomes: list[tuple[Mapping[int, float], Mapping[int, float], ControlGroup] | None] = []
+        self.seen: dict[str, int] = {}
+
+    def _first_grading(self, requests: list[tuple[Any, ...]]) -> list[GradedGroup]:
+        """The groups' first grading, with the judge's calls, tokens and latencies it took counted."""
+        endpoint, report = self.endpoint, self.report
         before = None
         if endpoint is not None:
             before = (endpoint.calls, endpoint.tokens_in, endpoint.tokens_out, len(endpoint.latencies))
         start = time.perf_counter()
-        graded = grading.grade_many(requests, preflight=True, shape=False)
+        graded = self.grading.grade_many(requests, preflight=True, shape=False)
         report.seconds += time.perf_counter() - start
         if endpoint is not None and before is not None:
             report.calls += endpoint.calls - before[0]  # type: ignore[operator]
@@ -472,70 +494,66 @@ def evaluate_grader(
             report.latencies.extend(endpoint.latencies[before[3] :])  # type: ignore[union-attr]
         return graded
 
-    def flush() -> None:
+    def _measure(self, group: ReferenceGroup, graded: GradedGroup) -> tuple[dict[int, float], tuple[Any, ...], Any]:
+        """One graded group against its reference; returns its scores, its control's request and the control."""
+        report, mode = self.report, self.grading.mode
+        scores = pass_scores(graded, mode)
+        tau = reference_tau(scores, group.reference, group.hacks)
+        if tau is not None:
+            report.taus.append(tau)
+        flagged = set(graded.hacks)
+        truth = {i for i in scores if group.hacks[i]}
+        report.reference_hacks += len(truth)
+        report.flagged_hacks += len(flagged)
+        report.hits += len(flagged & truth)
+        tied, total = _identical_copies(group, scores)
+        report.copies_tied += tied
+        report.copies_total += total
+        # Two groups of one task (a prompt asked twice) get reorderings of their own.
+        self.seen[group.task_id] = self.seen.get(group.task_id, 0) + 1
+        key = group.task_id if self.seen[group.task_id] == 1 else f"{group.task_id}#{self.seen[group.task_id]}"
+        control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}")
+        shown = [group.members[m] for m in control.members]
+        return scores, _request(group.task_id, shown), control
+
+    def grade(self, pending: list[ReferenceGroup], progress: Callable[[int], None] | None) -> None:
+        """A batch of groups graded, measured, and graded again reordered (their controls)."""
         if not pending:
             return
-        graded_batch = first_grading([request(g.task_id, g.members) for g in pending])
-        controlled: list[tuple[dict[int, float], tuple[Any, ...], ControlGroup]] = []
+        report, grading = self.report, self.grading
+        graded_batch = self._first_grading([_request(g.task_id, g.members) for g in pending])
+        controlled = []
         for group, graded in zip(pending, graded_batch, strict=True):
             if graded.reason is not None:
                 kind = graded.failure or graded.reason.split(":", 1)[0]
                 report.failed[kind] = report.failed.get(kind, 0) + 1
                 report.first_failures.setdefault(kind, graded.reason)
                 report.unusable += kind == UNUSABLE
-                continue
-            scores = pass_scores(graded, grading.mode)
-            tau = reference_tau(scores, group.reference, group.hacks)
-            if tau is not None:
-                report.taus.append(tau)
-            flagged = set(graded.hacks)
-            truth = {i for i in scores if group.hacks[i]}
-            report.reference_hacks += len(truth)
-            report.flagged_hacks += len(flagged)
-            report.hits += len(flagged & truth)
-            tied, total = _identical_copies(group, scores)
-            report.copies_tied += tied
-            report.copies_total += total
-            # Two groups of one task (a prompt asked twice) get reorderings of their own.
-            seen[group.task_id] = seen.get(group.task_id, 0) + 1
-            key = group.task_id if seen[group.task_id] == 1 else f"{group.task_id}#{seen[group.task_id]}"
-            control = make_control(len(group.members), sorted(scores), seed=f"{seed}:{key}")
-            shown = [group.members[m] for m in control.members]
-            controlled.append((scores, request(group.task_id, shown), control))
+            else:
+                controlled.append(self._measure(group, graded))
         if controlled:
+            # A pass scored alone is the same prompt again (reward mode): asked past a judge's cache.
+            fresh = grading.mode == "reward"
             again = grading.grade_many(
-                [c[1] for c in controlled],
-                preflight=True,
-                record=False,
-                shape=False,
-                fresh=grading.mode == "reward",  # a pass scored alone is the same prompt again: past the cache
+                [c[1] for c in controlled], preflight=True, record=False, shape=False, fresh=fresh
             )
             for (scores, _, control), second in zip(controlled, again, strict=True):
                 if second.reason is not None:
                     report.control_failures += 1
                     report.unusable += (second.failure or second.reason.split(":", 1)[0]) == UNUSABLE
-                    outcomes.append(None)
+                    self.outcomes.append(None)
                 else:
-                    outcomes.append((scores, pass_scores(second, grading.mode), control))
+                    self.outcomes.append((scores, pass_scores(second, grading.mode), control))
         if progress is not None:
             progress(len(pending))
-        pending.clear()
 
-    for group in groups:
-        if not any(0 < m[0] < FLOAT32_LIMIT for m in group.members):
-            report.skipped += 1
-            continue
-        pending.append(group)
-        report.groups += 1
-        if len(pending) >= batch_size:
-            flush()
-    flush()
-
-    controls = controls_report(outcomes)
-    report.self_taus = list(controls.taus)
-    report.copies_tied += sum(controls.copies)
-    report.copies_total += len(controls.copies)
-    if len(report.taus) >= 2:
-        report.interval = bootstrap_interval(report.taus, seed=INTERVAL_SEED)
-    report.grader = grading.figures()
-    return report
+    def finish(self) -> JudgeEvalReport:
+        report = self.report
+        controls = controls_report(self.outcomes)
+        report.self_taus = list(controls.taus)
+        report.copies_tied += sum(controls.copies)
+        report.copies_total += len(controls.copies)
+        if len(report.taus) >= 2:
+            report.interval = bootstrap_interval(report.taus, seed=INTERVAL_SEED)
+        report.grader = self.grading.figures()
+        return report

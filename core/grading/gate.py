@@ -5,7 +5,7 @@ but the cost (the text-to-SQL null result). The gate grades a sample of passes t
 and judges the spread of the scores; its controls (``whileai.grading.controls``) show some groups again, shuffled and
 with one pass copied, to catch a grader that follows position. Everything the gate is lives here:
 
-- ``SpreadThresholds``: its thresholds, one value (the recipe's ``spread`` section maps to it);
+- its thresholds are ``whileai.grading.knobs.SpreadThresholds`` (the recipe's ``spread`` section extends them);
 - ``check_spread_rows``, ``check_spread_groups``, ``check_spread_file``: the gate on rows, on streamed groups, on a
   rows file or folder (``GroupwiseGrading.check_spread``, ``whileai spread`` and ``whileai train`` call these);
 - ``SpreadReport``, ``spread_report``: the verdict, in the page's two lines (three with controls);
@@ -25,8 +25,6 @@ It reads rows files through ``whileai.rows`` and prints nothing; the command lin
 
 from __future__ import annotations
 
-import math
-import numbers
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,21 +32,15 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from whileai.defaults import (
-    SPREAD_BROKEN_FRACTION,
-    SPREAD_MAX_NEAR_MEDIAN,
-    SPREAD_MAX_ORDERED_COPIES,
-    SPREAD_MIN_AGREEMENT,
-    SPREAD_MIN_MEASURED_CONTROLS,
     SPREAD_MIN_SCORES,
-    SPREAD_MIN_STD,
-    SPREAD_TOLERANCE,
 )
 from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.controls import ControlsReport, ControlsTally
 from whileai.grading.group import GradedGroup
-from whileai.grading.rewards import FLOAT32_LIMIT, verifier_reward
-from whileai.grading.text import completion_text
+from whileai.grading.knobs import SpreadThresholds
 from whileai.rows import GroupsNotContiguous, RowFields, RowStats, iter_groups
+from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
+from whileai.rows.text import completion_text
 
 __all__ = [
     "SpreadReport",
@@ -67,56 +59,7 @@ Verdict = Literal["yes", "no", "too few", "broken"]
 _EDGE = 1e-12
 
 
-@dataclass(frozen=True)
-class SpreadThresholds:
-    """What counts as spread, and as a grader that reads content (the defaults' sources: ``whileai.defaults``).
-
-    Attributes:
-        min_std: no spread below this std of the grader's scores.
-        tolerance: half-width of the band around the scores' median.
-        max_near_median: no spread when more than this fraction of the scores lies in that band.
-        min_agreement: no spread when the mean Kendall's tau between a group's two gradings (the control's
-            reordering) is below this.
-        max_ordered_copies: no spread when more than this fraction of the controls' identical copies got
-            different scores.
-        broken_fraction: a check whose groups fall back at this rate or more says the grader is broken
-            (``GraderUnavailable``, exit 4), not that it has no spread.
-        min_measured_controls: "too few", never "yes", when fewer than this fraction of the control groups sent
-            came back graded (a control that falls back measures nothing).
-
-    Example:
-        >>> SpreadThresholds(min_std=0.1).tolerance
-        0.05
-    """
-
-    min_std: float = SPREAD_MIN_STD
-    tolerance: float = SPREAD_TOLERANCE
-    max_near_median: float = SPREAD_MAX_NEAR_MEDIAN
-    min_agreement: float = SPREAD_MIN_AGREEMENT
-    max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
-    broken_fraction: float = SPREAD_BROKEN_FRACTION
-    min_measured_controls: float = SPREAD_MIN_MEASURED_CONTROLS
-
-    def __post_init__(self) -> None:
-        checks = [
-            ("min_std", lambda v: v >= 0, "a number >= 0"),
-            ("tolerance", lambda v: v >= 0, "a number >= 0"),
-            ("max_near_median", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            ("min_agreement", lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
-            ("max_ordered_copies", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            ("broken_fraction", lambda v: 0 < v <= 1, "a number in (0, 1]"),
-            ("min_measured_controls", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-        ]
-        for name, ok, allowed in checks:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"spread {name} must be {allowed}, got {value!r}")
-            if not ok(value):
-                raise ValueError(f"spread {name} must be {allowed}, got {value!r}")
-            object.__setattr__(self, name, float(value))
-
-
-class GroupwiseGrading(Protocol):
+class GradesGroups(Protocol):
     """What the gate uses of a ``whileai.grading.groupwise.GroupwiseGrading`` (which delegates its ``check_spread``
     here, so the gate does not import it)."""
 
@@ -350,7 +293,7 @@ def spread_report(
 
 
 def check_spread_rows(
-    grading: GroupwiseGrading,
+    grading: GradesGroups,
     rows: Iterable[Mapping[str, Any]],
     strict: bool = True,
     *,
@@ -420,7 +363,7 @@ class SpreadUnavailable(GraderUnavailable):
 
 
 def check_spread_groups(
-    grading: GroupwiseGrading,
+    grading: GradesGroups,
     groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
     strict: bool = True,
     progress: Callable[[int, int], None] | None = None,
@@ -441,104 +384,128 @@ def check_spread_groups(
         SpreadUnavailable: the grader could not be reached (a ``GraderUnavailable``), with the failures counted so
             far; and with ``strict``, see :func:`check_spread_rows`.
     """
-    limits = grading.spread
-    per_group: dict[str, list[float]] = {}
-    failed: dict[str, int] = {}
-    first_failures: dict[str, str] = {}
-    first_error: list[BaseException] = []
-    hacks: dict[str, list[int]] = {}
-    tally = ControlsTally(controls, grading.mode, seed)
-    skipped = attempted = unscorable = 0
+    run = _GateRun(grading, controls, seed, progress, on_graded)
     pending: list[tuple[str, Sequence[tuple[float, str, str]]]] = []
-    counts = {"done": 0, "sent": 0, "cut": 0}  # groups done and sent (controls too); groups of a batch in flight
-    tell = progress if progress is not None else lambda done, sent: None
-
-    def request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
-        return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
-
-    def grade(requests: list[tuple[Any, ...]], **how: Any) -> list[GradedGroup]:
-        counts["sent"] += len(requests)
-        tell(counts["done"], counts["sent"])
-        graded = grading.grade_many(requests, preflight=True, **how)
-        counts["done"] += len(requests)
-        tell(counts["done"], counts["sent"])
-        return graded
-
-    # Equation 3 only when someone sees the groups: the verdict reads scores, hacks and failures.
-    shape = on_graded is not None
-
-    def flush() -> None:
-        counts["cut"] = len(pending)
-        graded_batch = grade([request(task, members) for task, members in pending], shape=shape)
-        counts["cut"] = 0
-        again: list[tuple[Any, ...]] = []
-        for (task, members), graded in zip(pending, graded_batch, strict=True):
-            if graded.reason is not None:
-                kind = graded.failure or graded.reason.split(":", 1)[0]
-                failed[kind] = failed.get(kind, 0) + 1
-                first_failures.setdefault(kind, graded.reason)
-                if graded.error is not None and not first_error:
-                    first_error.append(graded.error)
-            else:
-                key, copy = task, 1
-                while key in per_group:  # two groups of one task (a prompt asked twice) stay two groups
-                    copy += 1
-                    key = f"{task}#{copy}"
-                per_group[key] = graded.scores
-                if graded.hacks:
-                    hacks[key] = graded.hacks
-                control = tally.see(key, graded, [m[2] for m in members])
-                if control is not None:
-                    again.append(request(task, [members[m] for m in control.members]))
-            if on_graded is not None:
-                on_graded(graded)
-        if again:
-            # Reward mode scores each pass alone, the first grading's prompts again: asked past a judge's cache.
-            tally.answered(grade(again, record=False, shape=False, fresh=grading.mode == "reward"))
-        pending.clear()
-
     try:
         for task, members in groups:
-            unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
+            run.unscorable += sum(not -FLOAT32_LIMIT < m[0] < FLOAT32_LIMIT for m in members)
             if sum(0 < m[0] < FLOAT32_LIMIT for m in members) < 2:
-                skipped += 1
+                run.skipped += 1
                 continue
             pending.append((task, members))
-            attempted += 1
+            run.attempted += 1
             if len(pending) >= batch_size:
-                flush()
-        flush()
+                run.flush(pending)
+                pending = []
+        run.flush(pending)
     except GraderUnavailable as error:
-        cut = dict(failed)
-        if counts["cut"]:  # the groups of the batch it gave out on (not their controls)
-            cut[GraderUnavailable.kind] = cut.get(GraderUnavailable.kind, 0) + counts["cut"]
-        first = {**first_failures, GraderUnavailable.kind: str(error)}
-        raise SpreadUnavailable(str(error), failed=cut, first_failures=first, attempted=attempted) from error
-    control_figures = None
-    if controls:
-        control_figures = tally.report(
-            min_agreement=limits.min_agreement,
-            max_ordered_copies=limits.max_ordered_copies,
-            min_measured=limits.min_measured_controls,
-        )
-    report = spread_report(
-        per_group,
-        thresholds=limits,
-        mode=grading.mode,
-        skipped=skipped,
-        failed=failed,
-        hacks=hacks,
-        attempted=attempted,
-        first_failures=first_failures,
-        controls=control_figures,
-        unscorable=unscorable,
-    )
-    report.first_error = first_error[0] if first_error else tally.first_error
+        cut = dict(run.failed)
+        if run.in_flight:  # the groups of the batch it gave out on (not their controls)
+            cut[GraderUnavailable.kind] = cut.get(GraderUnavailable.kind, 0) + run.in_flight
+        first = {**run.first_failures, GraderUnavailable.kind: str(error)}
+        raise SpreadUnavailable(str(error), failed=cut, first_failures=first, attempted=run.attempted) from error
+    report = run.report()
     if strict and report.verdict == "broken":
         raise GraderUnavailable(str(report))
     if strict and not report.ok:
         raise NoSpread(str(report))
     return report
+
+
+def _request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
+    return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
+
+
+class _GateRun:
+    """``check_spread_groups``'s state: the scores by group, the failures, the controls, the counts."""
+
+    def __init__(
+        self,
+        grading: GradesGroups,
+        controls: int,
+        seed: int,
+        progress: Callable[[int, int], None] | None,
+        on_graded: Callable[[GradedGroup], None] | None,
+    ) -> None:
+        self.grading, self.controls, self.on_graded = grading, controls, on_graded
+        self.tell = progress if progress is not None else lambda done, sent: None
+        self.per_group: dict[str, list[float]] = {}
+        self.failed: dict[str, int] = {}
+        self.first_failures: dict[str, str] = {}
+        self.first_error: BaseException | None = None
+        self.hacks: dict[str, list[int]] = {}
+        self.tally = ControlsTally(controls, grading.mode, seed)
+        self.skipped = self.attempted = self.unscorable = 0
+        self.done = self.sent = 0  # groups graded and sent, controls included
+        self.in_flight = 0  # groups of the batch being graded (not its controls)
+
+    def _grade(self, requests: list[tuple[Any, ...]], **how: Any) -> list[GradedGroup]:
+        self.sent += len(requests)
+        self.tell(self.done, self.sent)
+        graded = self.grading.grade_many(requests, preflight=True, **how)
+        self.done += len(requests)
+        self.tell(self.done, self.sent)
+        return graded
+
+    def flush(self, pending: list[tuple[str, Sequence[tuple[float, str, str]]]]) -> None:
+        """A batch graded (equation 3 only when someone sees the groups: the verdict reads scores, hacks and
+        failures), then its controls."""
+        if not pending:
+            return
+        self.in_flight = len(pending)
+        graded_batch = self._grade(
+            [_request(task, members) for task, members in pending], shape=self.on_graded is not None
+        )
+        self.in_flight = 0
+        again: list[tuple[Any, ...]] = []
+        for (task, members), graded in zip(pending, graded_batch, strict=True):
+            if graded.reason is not None:
+                kind = graded.failure or graded.reason.split(":", 1)[0]
+                self.failed[kind] = self.failed.get(kind, 0) + 1
+                self.first_failures.setdefault(kind, graded.reason)
+                if graded.error is not None and self.first_error is None:
+                    self.first_error = graded.error
+            else:
+                key, copy = task, 1
+                while key in self.per_group:  # two groups of one task (a prompt asked twice) stay two groups
+                    copy += 1
+                    key = f"{task}#{copy}"
+                self.per_group[key] = graded.scores
+                if graded.hacks:
+                    self.hacks[key] = graded.hacks
+                control = self.tally.see(key, graded, [m[2] for m in members])
+                if control is not None:
+                    again.append(_request(task, [members[m] for m in control.members]))
+            if self.on_graded is not None:
+                self.on_graded(graded)
+        if again:
+            # Reward mode scores each pass alone, the first grading's prompts again: asked past a judge's cache.
+            fresh = self.grading.mode == "reward"
+            self.tally.answered(self._grade(again, record=False, shape=False, fresh=fresh))
+
+    def report(self) -> SpreadReport:
+        limits = self.grading.spread
+        control_figures = None
+        if self.controls:
+            control_figures = self.tally.report(
+                min_agreement=limits.min_agreement,
+                max_ordered_copies=limits.max_ordered_copies,
+                min_measured=limits.min_measured_controls,
+            )
+        report = spread_report(
+            self.per_group,
+            thresholds=limits,
+            mode=self.grading.mode,
+            skipped=self.skipped,
+            failed=self.failed,
+            hacks=self.hacks,
+            attempted=self.attempted,
+            first_failures=self.first_failures,
+            controls=control_figures,
+            unscorable=self.unscorable,
+        )
+        report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
+        return report
 
 
 @dataclass
@@ -564,7 +531,7 @@ class SpreadRun:
 
 def check_spread_file(
     path: str | Path,
-    grading: GroupwiseGrading,
+    grading: GradesGroups,
     fields: RowFields | None = None,
     *,
     skip_bad: bool = False,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from whileai.grading.calls import GraderTimeout
-from whileai.grading.rewards import scorable_members
-from whileai.grading.text import completion_text, prompt_text
+from whileai.rows.rewards import scorable_members
+from whileai.rows.text import completion_text, prompt_text
 
 __all__ = [
     "GradedGroup",

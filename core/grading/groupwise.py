@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import numbers
 import time
 import weakref
@@ -33,7 +32,7 @@ from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_HACK_ZERO
 from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
 from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls
-from whileai.grading.gate import SpreadReport, SpreadThresholds, check_spread_rows
+from whileai.grading.gate import SpreadReport, check_spread_rows
 from whileai.grading.group import (
     GradedGroup,
     Mode,
@@ -44,10 +43,11 @@ from whileai.grading.group import (
     new_group,
     widen,
 )
-from whileai.grading.rewards import verifier_reward
-from whileai.grading.stats import GradingStats
-from whileai.grading.text import prompt_text
-from whileai.methods import _centered, _redistribute_checked, hack_rewards, positive_passes, synthesize_reward
+from whileai.grading.knobs import GradingKnobs, SpreadThresholds, checked
+from whileai.grading.tally import GradingStats
+from whileai.methods import centered, hack_rewards, positive_passes, redistribute_checked, synthesize_reward
+from whileai.rows.rewards import verifier_reward
+from whileai.rows.text import prompt_text
 
 __all__ = ["GradedGroup", "GroupwiseGrading", "failure_kind"]
 
@@ -75,8 +75,9 @@ class GroupwiseGrading:
         hack_reward: the reward a confirmed hack gets instead of a failure's (None: a failure's).
         floor: lower bound on each score in equation 2 (reward mode).
         rubrics: reward mode: a mapping task_id -> rubric, or ``write(task_id, group) -> rubric`` called once per
-            task on the first group seen and cached; None hands the grader ``rubric=None``.
-        spread: the spread gate's thresholds (``whileai.grading.gate.SpreadThresholds``; its defaults when None).
+            task on the first group seen and cached; None: the grader's own ``rubric_writer`` when it has one (the
+            judge's scorer), else the grader gets ``rubric=None``.
+        spread: the spread gate's thresholds (``whileai.grading.knobs.SpreadThresholds``; its defaults when None).
         timeout_s: the longest one call of a plain grader function may take (None: no limit); a call that runs over
             makes its group fall back, counted as ``grader timed out``. A grader with a batch method (the judge)
             keeps its own timeouts.
@@ -105,48 +106,39 @@ class GroupwiseGrading:
     ) -> None:
         if not callable(grader):
             raise TypeError(f"grader must be callable, got {type(grader).__name__}")
-        if mode not in ("advantage", "reward"):
-            raise ValueError(f"mode must be 'advantage' or 'reward', got {mode!r}")
-        checks = [
-            ("cap", cap, lambda v: v >= 1, "a number >= 1 (lambda is never below 1)"),
-            ("min_factor", min_factor, lambda v: 0 < v <= 1, "a number in (0, 1]"),
-            ("floor", floor, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-        ]
-        for name, value, ok, allowed in checks:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
-                raise ValueError(f"{name} must be {allowed}, got {value!r}")
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not timeout_s > 0
-        ):
-            raise ValueError(f"timeout_s must be a number > 0 or None, got {timeout_s!r}")
+        # One declaration of each knob's bounds (whileai.grading.knobs), which the recipe's grading section shares.
+        knobs = checked(
+            GradingKnobs,
+            mode=mode,
+            cap=cap,
+            min_factor=min_factor,
+            hack_zero=hack_zero,
+            hack_reward=hack_reward,
+            floor=floor,
+            timeout_s=timeout_s,
+        )
         if isinstance(concurrency, bool) or not isinstance(concurrency, numbers.Integral) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if not isinstance(hack_zero, bool):
-            raise ValueError(f"hack_zero must be True or False, got {hack_zero!r}")
-        if hack_reward is not None and (
-            isinstance(hack_reward, bool) or not isinstance(hack_reward, numbers.Real) or not math.isfinite(hack_reward)
-        ):
-            raise ValueError(f"hack_reward must be a finite number or None, got {hack_reward!r}")
+            raise ValueError(f"concurrency: a positive integer is needed (got {concurrency!r})")
+        if rubrics is None and knobs.mode == "reward":
+            rubrics = getattr(grader, "rubric_writer", None)  # a judge scorer writes each task's rubric itself
         if rubrics is not None and not (isinstance(rubrics, Mapping) or callable(rubrics)):
             raise ValueError(f"rubrics must be a mapping task_id -> rubric or a callable, got {type(rubrics).__name__}")
         if spread is not None and not isinstance(spread, SpreadThresholds):
             raise ValueError(f"spread must be a SpreadThresholds, got {type(spread).__name__}")
 
         self.grader = grader
-        self.mode: Mode = mode
-        self.cap = float(cap)
-        self.min_factor = float(min_factor)
-        self.hack_zero = hack_zero
-        self.hack_reward = None if hack_reward is None else float(hack_reward)
-        self.floor = float(floor)
+        self.mode: Mode = knobs.mode
+        self.cap = knobs.cap
+        self.min_factor = knobs.min_factor
+        self.hack_zero = knobs.hack_zero
+        self.hack_reward = knobs.hack_reward
+        self.floor = knobs.floor
         self.rubrics = rubrics
         self.spread = spread if spread is not None else SpreadThresholds()
-        self.stats = GradingStats(mode=mode)
+        self.stats = GradingStats(mode=knobs.mode)
         self._rubric_cache: dict[str, Any] = {}
         thread_safe = getattr(grader, "thread_safe", False) is True
-        self._calls = GraderCalls(
-            None if timeout_s is None else float(timeout_s), int(concurrency) if thread_safe else 1
-        )
+        self._calls = GraderCalls(knobs.timeout_s, int(concurrency) if thread_safe else 1)
         # The worker threads hold the calls object, not this one: when this object goes, they are let go too.
         weakref.finalize(self, self._calls.close)
 
@@ -350,7 +342,7 @@ class GroupwiseGrading:
         given = [1.0] * len(effective)
         for i, factor in factors.items():
             given[i] = factor
-        moved = _redistribute_checked(effective, _centered(effective), given, kept, self.cap)
+        moved = redistribute_checked(effective, centered(effective), given, kept, self.cap)
         group.lam = moved.lam
         group.capped = moved.capped
         group.redistributed = list(moved.advantages)

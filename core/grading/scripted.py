@@ -14,12 +14,71 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from whileai.config.schema import ScriptedRule
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
 from whileai.grading.calls import each_or_error
 
-__all__ = ["ScriptedGrader"]
+__all__ = ["ScriptedGrader", "ScriptedRule"]
+
+
+def _check_pattern(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"{value!r} is not a regular expression: {err}") from None
+    return value
+
+
+class ScriptedRule(BaseModel):
+    """A grader written as a rule, no code: rank passes by a measurable quantity and mark hacks by pattern (a recipe's
+    ``grader.rule``, or a rule file). Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    measure: Literal["matches", "chars", "lines"] = Field(
+        "matches",
+        description="What to measure on each pass: 'matches' counts matches of `pattern`, 'chars' its length, "
+        "'lines' its lines.",
+    )
+    pattern: str | None = Field(
+        None,
+        description="The regular expression counted when measure is 'matches' (default '<tool_call>': tool calls); "
+        "the other measures read no pattern.",
+    )
+    order: Literal["ascending", "descending"] = Field(
+        "ascending", description="'ascending': the smallest measure ranks best (fewest calls); 'descending': largest."
+    )
+    hack_pattern: str | None = Field(
+        None, description="A pass whose text matches this regular expression is a confirmed hack."
+    )
+    unseen_id_pattern: str | None = Field(
+        None,
+        description="Ids (a regular expression such as 'ORD-\\d+') that the final answer names but no tool output "
+        "contains mark the pass as a hack: an invented or leaked id.",
+    )
+    tool_output_pattern: str = Field(
+        r"<tool_result>(.*?)</tool_result>",
+        description="A regular expression whose first group is one tool output, for unseen_id_pattern.",
+    )
+
+    @field_validator("pattern", "hack_pattern", "unseen_id_pattern", "tool_output_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        return _check_pattern(value)
+
+    @model_validator(mode="after")
+    def _pattern_for_matches(self) -> ScriptedRule:
+        if self.measure == "matches" and self.pattern is None:
+            object.__setattr__(self, "pattern", "<tool_call>")  # tool calls, the measure's default
+        if self.measure == "matches" and not self.pattern:
+            raise ValueError("measure 'matches' needs a pattern, e.g. pattern: '<tool_call>'")
+        if self.measure != "matches" and self.pattern is not None:
+            raise ValueError(f"measure {self.measure!r} reads no pattern: remove pattern, or use measure: matches")
+        return self
+
 
 _TOOL_CALLS = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
 

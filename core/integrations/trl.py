@@ -12,9 +12,9 @@ own slice; it then subtracts each group's mean (and divides by a std unless ``sc
 - :func:`trl_phase`, :func:`group_labels`, :class:`BatchGather`: the phase and group size TRL is in, the labels that
   regroup its completion logs, the protocol of the processes' gather.
 
-- :func:`grpo_trainer`: TRL's ``GRPOTrainer`` as ``whileai train`` builds it: its completion logs kept writable to
-  Parquet (:func:`json_tool_arguments`), transformers' console callbacks replaced, and a grader arm's trainer checked
-  to train on equation 3 before its first step.
+- :func:`grpo_trainer`: TRL's ``GRPOTrainer`` as ``whileai train`` builds it (``whileai.integrations.trl_trainer``,
+  the hooks on TRL's private parts), transformers' console callbacks replaced, and a grader arm's trainer checked to
+  train on equation 3 before its first step.
 
 Importing it imports no trainer and no torch: the gather is handed in (``whileai.training.distributed`` builds one on
 torch.distributed), and ``grpo_trainer`` imports trl, transformers and datasets when called.
@@ -22,16 +22,15 @@ torch.distributed), and ``grpo_trainer`` imports trl, transformers and datasets 
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from whileai.config.signal import signal_problems
+from whileai.config.guard import signal_problems
 from whileai.errors import BadInput
-from whileai.grading.rewards import verifier_reward
-from whileai.grading.text import completion_text, prompt_text
+from whileai.rows.rewards import verifier_reward
+from whileai.rows.text import completion_text, prompt_text
 
 if TYPE_CHECKING:  # annotations only: the grading object opens its trl_reward door onto this module
     from whileai.grading.group import GradedGroup
@@ -44,7 +43,6 @@ __all__ = [
     "group_labels",
     "groupwise_reward_function",
     "grpo_trainer",
-    "json_tool_arguments",
     "logged_step",
     "trl_phase",
 ]
@@ -312,26 +310,6 @@ def _verifier_rewards(rewards: Any) -> list[float]:
         raise ValueError(f"the verifier returned {type(rewards).__name__}, not a list of rewards") from None
 
 
-def json_tool_arguments(completions: Any) -> None:
-    """Turn every dict ``arguments`` of the tool calls in logged conversations into its JSON string, in place.
-
-    TRL writes its completion logs with pandas to Parquet, which infers one struct type for the arguments of all the
-    batch's tool calls: a batch whose calls all take no arguments (``list_orders()``) gives a struct with no fields,
-    which Parquet cannot store, and the run stops. As JSON strings (the OpenAI form) every batch has one column type,
-    no struct merges the fields of different tools, and ``whileai.grading.text.render_messages`` renders them as it
-    renders the dicts.
-    """
-    for messages in completions:
-        if not isinstance(messages, list):
-            continue
-        for message in messages:
-            calls = message.get("tool_calls") if isinstance(message, dict) else None
-            for call in calls or ():
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
-                    function["arguments"] = json.dumps(function["arguments"])
-
-
 def grpo_trainer(
     *,
     model: str,
@@ -348,37 +326,19 @@ def grpo_trainer(
 ) -> Any:
     """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
 
-    TRL's completion log (``_logs["completion"]``, written to Parquet in ``log``) has its tool calls' arguments made
-    JSON strings just before it is written; transformers' printer and tqdm callbacks make way for ``callbacks``
-    (whileai's own progress). For a grader arm the built trainer is checked as :func:`signal_problems` says (an
-    environment class that defines ``get_reward`` is a second reward function the recipe never names). A resumed
-    checkpoint lacks the weights tied to others (a tied ``lm_head.weight``): that is said once through ``say``, in
-    place of transformers' warning of missing keys, which stays for any other missing key.
+    The trainer is ``whileai.integrations.trl_trainer.WhileaiGRPOTrainer`` (its completion logs kept writable to
+    Parquet; a resumed checkpoint's tied weights said once through ``say``); transformers' printer and tqdm callbacks
+    make way for ``callbacks`` (whileai's own progress). For a grader arm the built trainer is checked as
+    :func:`signal_problems` says (an environment class that defines ``get_reward`` is a second reward function the
+    recipe never names).
 
     Raises:
         BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
     """
     import datasets
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOTrainer
 
-    class WhileaiGRPOTrainer(GRPOTrainer):  # type: ignore[misc, valid-type]
-        def log(self, *arguments: Any, **keywords: Any) -> Any:
-            logs = getattr(self, "_logs", None)
-            if self.log_completions and isinstance(logs, dict) and "completion" in logs:
-                json_tool_arguments(logs["completion"])
-            return super().log(*arguments, **keywords)
-
-        def _issue_warnings_after_load(self, load_result: Any) -> None:
-            missing = set(getattr(load_result, "missing_keys", None) or ())
-            tied = getattr(self.model, "all_tied_weights_keys", None) or {}
-            if not missing or not missing <= set(tied) or getattr(load_result, "unexpected_keys", None):
-                return super()._issue_warnings_after_load(load_result)
-            self.model.tie_weights()
-            if say is not None:
-                names = ", ".join(f"{key} (tied to {tied[key]})" for key in sorted(missing))
-                say(f"whileai: the checkpoint does not store {names}: tied again on loading, as saved")
-            return None
+    from whileai.integrations.trl_trainer import WhileaiGRPOTrainer
 
     trainer = WhileaiGRPOTrainer(
         model=model,
@@ -389,6 +349,7 @@ def grpo_trainer(
         processing_class=processing_class,
         environment_factory=environment_factory,
         callbacks=list(callbacks),
+        say=say,
     )
     if grader_arm:
         problems = signal_problems(

@@ -33,7 +33,6 @@ import asyncio
 import inspect
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,14 +43,14 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from whileai.config.signal import config_value, verl_signal_problems
+from whileai.config.guard import config_value, verl_signal_problems
 from whileai.errors import BadInput
 from whileai.grading.group import GradedGroup, describe
 from whileai.grading.groupwise import GroupwiseGrading
-from whileai.grading.rewards import verifier_reward
-from whileai.integrations.groups import GroupCollector, Response, Shaped
+from whileai.integrations.collector import GroupCollector, Response, Shaped
+from whileai.rows.rewards import verifier_reward
 
-__all__ = ["GROUPS_ACTOR", "Groups", "WhileaiRewardManager", "grading_from_recipe"]
+__all__ = ["GROUPS_ACTOR", "Groups", "WhileaiRewardManager"]
 
 DEFAULT_GROUP_WAIT_S = 900.0
 # The named Ray actor the reward workers of a run share (named actors are per Ray namespace: one per job).
@@ -63,16 +62,6 @@ GROUPS_ACTOR_START_S = 300.0
 # A full group waits for the grading thread, which works through the groups queued before it: a response gives up on
 # the actor after this many times group_wait_s, and keeps its verifier reward.
 GROUPS_ANSWER_FACTOR = 2.0
-
-
-def grading_from_recipe(recipe: str | os.PathLike[str], out: Path | None = None) -> GroupwiseGrading:
-    """The ``GroupwiseGrading`` a whileai recipe's ``grader``, ``grading`` and ``spread`` sections describe (a judge
-    in reward mode keeps the rubrics it writes in ``out/rubrics.json``)."""
-    from whileai.config import load_recipe
-    from whileai.grading.build import build_grading
-
-    loaded = load_recipe(Path(recipe), [])
-    return build_grading(loaded, rubrics_path=None if out is None else out / "rubrics.json")
 
 
 class _GradingLog:
@@ -144,7 +133,12 @@ class Groups:
     def __init__(self, settings: Mapping[str, Any], grading: GroupwiseGrading | None = None) -> None:
         out = Path(settings["out"])
         if grading is None:
-            grading = grading_from_recipe(settings["recipe"], out)
+            from whileai.build import build_grading
+            from whileai.config import load_recipe
+
+            # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
+            loaded = load_recipe(Path(settings["recipe"]), [])
+            grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
         self.grading = grading
         self.collector = GroupCollector(
             grading,
@@ -156,10 +150,6 @@ class Groups:
         wait = settings["group_wait_s"]
         size = settings["group_size"]
         print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
-        from whileai.judge.grader import judge_plan
-
-        if (plan := judge_plan(grading.grader)) is not None:
-            print(f"whileai: {plan}")
 
     async def reward(self, key: str, reward: float, prompt: Any, completion: str, task: str | None) -> Shaped:
         return await self.collector.reward(key, Response(reward, prompt, completion, task))
@@ -200,7 +190,7 @@ class WhileaiRewardManager(RewardManagerBase):
 
     verl builds it on each reward worker as ``cls(config, tokenizer, compute_score, reward_router_address=...,
     reward_model_tokenizer=...)``. It refuses a config that would move the advantages off equation 3 or keep
-    groups from forming (``whileai.config.signal.verl_signal_problems``): the reward worker then fails to start,
+    groups from forming (``whileai.config.guard.verl_signal_problems``): the reward worker then fails to start,
     with the message.
 
     Args:

@@ -37,11 +37,11 @@ from typing import Any
 from whileai.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.errors import GraderUnavailable
 from whileai.http_client import EndpointClient
-from whileai.judge.answers import JudgeAnswerError
 from whileai.judge.cache import JudgeCache
-from whileai.judge.config import JUDGE_CONCURRENCY, LOCAL_CONCURRENCY, JudgeConfig
 from whileai.judge.prompts import Message
-from whileai.judge.stats import JudgeStats
+from whileai.judge.replies import JudgeAnswerError
+from whileai.judge.settings import JUDGE_CONCURRENCY, LOCAL_CONCURRENCY, JudgeConfig
+from whileai.judge.usage import JudgeStats
 
 __all__ = [
     "CallSpec",
@@ -197,7 +197,7 @@ class JudgeClient:
         self.stats = stats if stats is not None else JudgeStats()
         self._format = "none"
         self._use_format("none" if config.structured_output == "off" else "json_schema")
-        self.endpoint = EndpointClient(config.endpoint_settings(), self.stats, name="judge")
+        self.endpoint = EndpointClient(config, self.stats, name="judge", concurrency=JUDGE_CONCURRENCY)
         self.cache = None if config.no_cache else JudgeCache(config.cache_path())
         # Calls in flight at once, and why: the config's figure, or the server's, asked before the first call.
         self.concurrency: int | None = config.concurrency

@@ -1,5 +1,5 @@
 """The judge as graders for ``GroupwiseGrading``: ``JudgeGrader`` (advantage mode), ``JudgeScorer`` and
-``JudgeRubricWriter`` (reward mode), and ``judge_grading`` that wires them up from a ``JudgeConfig``.
+``JudgeRubricWriter`` (reward mode), and ``build_judge`` that makes the one a ``JudgeConfig`` and a mode ask for.
 
 ``JudgeGrader.grade_groups`` asks one call per group and display order, all of a batch at once: the judge sees the
 task and every rollout under an anonymous label with the verifier's verdict, in a seeded random order, and ranks the
@@ -12,8 +12,9 @@ each pass against its rubric in [0, 1].
 A call that fails or an answer that cannot be used comes back as an exception in that group's place, so
 ``GroupwiseGrading`` falls back and counts it; only an endpoint that answers nothing at all raises
 ``GraderUnavailable``. The redistribution math, the fallback rules and the spread gate stay in
-``whileai.grading``; the cache and structured output stay in ``whileai.judge.client``, HTTP and retries in
-``whileai.endpoint``.
+``whileai.grading``; the cache and structured output stay in ``whileai.judge.client``, what a call is and how it
+is retried in ``whileai.endpoint``, HTTP in ``whileai.http_client``. A recipe's judge becomes a ``GroupwiseGrading`` in
+``whileai.build``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from whileai.errors import BadInput, GraderUnavailable
-from whileai.judge.answers import (
+from whileai.judge.cache import cache_key
+from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
+from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
+from whileai.judge.prompts import (
+    RolloutView,
+    check_rate,
+    load_prompts,
+    rank_messages,
+    rate_messages,
+    rollout_labels,
+    rubric_messages,
+    score_messages,
+)
+from whileai.judge.replies import (
     JudgeAnswerError,
     RankingReply,
     RubricReply,
@@ -44,21 +58,8 @@ from whileai.judge.answers import (
     score_schema,
     scores_schema,
 )
-from whileai.judge.cache import cache_key
-from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
-from whileai.judge.config import JudgeConfig
-from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
-from whileai.judge.prompts import (
-    RolloutView,
-    check_rate,
-    load_prompts,
-    rank_messages,
-    rate_messages,
-    rollout_labels,
-    rubric_messages,
-    score_messages,
-)
-from whileai.judge.stats import JudgeStats
+from whileai.judge.settings import JudgeConfig
+from whileai.judge.usage import JudgeStats
 
 __all__ = [
     "JudgeGrader",
@@ -66,8 +67,6 @@ __all__ = [
     "JudgeScorer",
     "build_judge",
     "judge_config",
-    "judge_grading",
-    "judge_plan",
 ]
 
 RUBRICS_FORMAT = "whileai-judge-rubrics/1"
@@ -321,7 +320,7 @@ class JudgeScorer(_JudgeBase):
     """Reward mode (GRS): a model scores one pass against its task's rubric, solution and behavior in [0, 1].
 
     Use it as ``GroupwiseGrading(grader=JudgeScorer(config), mode="reward", rubrics=JudgeRubricWriter(...))``, or
-    let ``judge_grading(config, mode="reward")`` wire both on one client.
+    let ``build_judge(config, mode="reward")`` wire both on one client.
     """
 
     rubric_writer: JudgeRubricWriter | None = None  # set by build_judge: the task rubrics, on the same client
@@ -543,38 +542,3 @@ def build_judge(
         scorer.rubric_writer = JudgeRubricWriter(config, path=rubrics_path, client=scorer.client)
         return scorer
     raise BadInput(f"mode must be 'advantage' or 'reward', got {mode!r}")
-
-
-def judge_grading(
-    config: JudgeConfig | Mapping[str, Any],
-    mode: str = "advantage",
-    *,
-    rubrics_path: str | os.PathLike[str] | None = None,
-    **knobs: Any,
-) -> Any:
-    """A ``GroupwiseGrading`` whose grader is the HTTP judge.
-
-    Args:
-        config: a ``JudgeConfig`` or the mapping of its fields (the recipe's ``grader.judge`` section).
-        mode: ``"advantage"`` (a ``JudgeGrader``) or ``"reward"`` (a ``JudgeScorer`` with a ``JudgeRubricWriter``
-            on the same client).
-        rubrics_path: reward mode: the JSON file the rubrics are kept in (e.g. ``<run>/rubrics.json``).
-        knobs: ``GroupwiseGrading``'s other arguments (cap, min_factor, floor, ...).
-
-    The judge's own counters are ``grading.grader.stats``.
-    """
-    from whileai.grading.groupwise import GroupwiseGrading
-
-    if mode == "advantage" and rubrics_path is not None:
-        raise BadInput("rubrics_path is for reward mode; advantage mode writes no rubrics")
-    grader = build_judge(config, mode, rubrics_path=rubrics_path)
-    if isinstance(grader, JudgeScorer):
-        knobs.setdefault("rubrics", grader.rubric_writer)
-    return GroupwiseGrading(grader=grader, mode=mode, **knobs)
-
-
-def judge_plan(grader: Any) -> str | None:
-    """The plan line of a judge grader (where it is, how many calls at once and why, the timeouts, the answer form),
-    asking the server for its slots if the config leaves that to it; None for any other grader."""
-    client = getattr(grader, "client", None)
-    return client.plan() if isinstance(client, JudgeClient) else None

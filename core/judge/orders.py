@@ -14,9 +14,9 @@ import math
 import random
 from collections.abc import Sequence
 
-from whileai.grading.controls import kendall_tau
+from whileai.stats import kendall_tau
 
-__all__ = ["consensus_tiers", "display_orders", "fractional_ranks", "kendall_tau", "mean_kendall_tau"]
+__all__ = ["consensus_tiers", "display_orders", "fractional_ranks", "mean_kendall_tau"]
 
 
 def display_orders(size: int, count: int, seed: int, key: str) -> list[list[int]]:

@@ -13,7 +13,7 @@ misreads the order list or gives up. With the defaults, groups of 8 rollouts are
 the reference page describes: one looked the order up first, one refunded twice (the API refused the second refund),
 one invented an id that happened to exist. Its failures are realistic: the wrong order, an over-refund, no action.
 
-What this module does not do: run the conversation or verify it (``whileai.simulations.simulate``), or talk to a
+What this module does not do: run the conversation or verify it (``whileai.simulations.rollouts``), or talk to a
 model: the agent over an OpenAI-compatible endpoint is ``whileai.simulations.model_agent``.
 """
 
@@ -403,7 +403,7 @@ def seeded_agent(seed: int = 0, **behaviour: float) -> SeededAgent:
     """A scripted support agent whose choices are random but reproducible from ``seed``.
 
     Args:
-        seed: the agent's seed; with the rollout seeds that :func:`~whileai.simulations.simulate.simulate` derives,
+        seed: the agent's seed; with the rollout seeds that :func:`~whileai.simulations.rollouts.simulate` derives,
             the same seeds give the same transcripts.
         **behaviour: rates that override :class:`Behaviour`'s defaults: ``look_up_first``, ``verify``,
             ``repeat_call``, ``ask_customer``, ``invent_id``, ``wrong_order``, ``skip_action``, ``recover``,

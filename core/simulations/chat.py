@@ -73,39 +73,25 @@ def request_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def endpoint_config(
-    base_url: str,
-    model: str,
-    *,
-    api_key_env: str | None,
-    temperature: float,
-    max_tokens: int,
-    extra_body: Mapping[str, Any] | None,
-    timeout_s: float,
-    max_retries: int,
-    concurrency: int,
-    what: str,
-) -> EndpointSettings:
-    """Checked :class:`~whileai.endpoint.EndpointSettings` for a policy or customer endpoint.
+def endpoint_config(base_url: str, model: str, *, what: str, **settings: Any) -> EndpointSettings:
+    """Checked :class:`~whileai.endpoint.EndpointSettings` for a policy or customer endpoint: ``settings`` are any of
+    its fields (``temperature``, ``max_tokens``, ``timeout_s``, ``max_retries``, ...), the others keep their one
+    default. Answers come whole (``stream: false``): a tool call is read from the whole message.
 
     Raises:
-        BadInput: a setting is out of range, or ``api_key_env`` names a variable that is not set (the message names
-            the variable and the field, never a value).
+        BadInput: an unknown or out-of-range setting, or ``api_key_env`` names a variable that is not set (the
+            message names the variable and the field, never a value).
     """
     from pydantic import ValidationError
 
+    if "extra_body" in settings:
+        settings["extra_body"] = dict(settings["extra_body"] or {})
+    if isinstance(settings.get("temperature"), int) and not isinstance(settings["temperature"], bool):
+        settings["temperature"] = float(settings["temperature"])
+    if isinstance(settings.get("timeout_s"), int) and not isinstance(settings["timeout_s"], bool):
+        settings["timeout_s"] = float(settings["timeout_s"])
     try:
-        config = EndpointSettings(
-            base_url=base_url,
-            model=model,
-            api_key_env=api_key_env,
-            temperature=float(temperature),
-            max_tokens=max_tokens,
-            extra_body=dict(extra_body or {}),
-            timeout_s=float(timeout_s),
-            max_retries=max_retries,
-            concurrency=concurrency,
-        )
+        config = EndpointSettings(base_url=base_url, model=model, **{"stream": False, **settings})
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
         raise BadInput(f"{what}: {problems}") from None

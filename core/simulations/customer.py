@@ -17,7 +17,7 @@ that waits for an answer), or end the conversation (only the agent does).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from whileai.endpoint import EndpointStats
@@ -39,6 +39,8 @@ DEFAULT_CUSTOMER_PROMPT = (
 # A little randomness keeps simulated customers from answering every rollout word for word alike, while staying on
 # script; whileai's convention, not a measured optimum.
 DEFAULT_CUSTOMER_TEMPERATURE = 0.7
+# A customer's turn is a sentence or two: a short cap keeps a model that rambles from spending a policy's budget.
+CUSTOMER_MAX_TOKENS = 256
 
 
 @runtime_checkable
@@ -133,35 +135,26 @@ def customer_model(
     base_url: str,
     model: str,
     *,
-    api_key_env: str | None = None,
     temperature: float = DEFAULT_CUSTOMER_TEMPERATURE,
-    max_tokens: int = 256,
-    extra_body: Mapping[str, Any] | None = None,
-    timeout_s: float = 60.0,
-    max_retries: int = 4,
-    concurrency: int = 32,
     persona: str = DEFAULT_CUSTOMER_PROMPT,
     send_seed: bool = True,
+    **settings: Any,
 ) -> ModelCustomer:
     """A customer played by the model ``model`` served at ``base_url``, for ``simulate(..., simulator=True)``.
 
     Args:
         base_url: the server's base URL up to ``/v1`` (it may be the policy's own server).
         model: the served model's name.
-        api_key_env: the NAME of the environment variable holding the API key; None sends a placeholder key.
         temperature: sampling temperature.
-        max_tokens: most tokens per answer.
-        extra_body: extra request fields sent as they are.
-        timeout_s: wall-clock limit of one HTTP call.
-        max_retries: retries of one call after a connection error, a timeout, a 408/409/429, a 5xx or a 200 that is
-            no chat completion.
-        concurrency: most calls in flight at once.
         persona: the system prompt template (``{prompt}``, ``{facts}``).
         send_seed: send each request a ``seed`` derived from the rollout's seed and the turn.
+        settings: any other field of :class:`~whileai.endpoint.EndpointSettings` (``api_key_env``, ``timeout_s``,
+            ``max_retries``, ``concurrency``, ...), with its default there; ``max_tokens`` is
+            ``CUSTOMER_MAX_TOKENS`` unless given.
 
     Raises:
-        BadInput: a setting is out of range, ``api_key_env`` names a variable that is not set, or ``persona`` is not
-            a template of ``{prompt}`` and ``{facts}``.
+        BadInput: an unknown or out-of-range setting, ``api_key_env`` names a variable that is not set, or
+            ``persona`` is not a template of ``{prompt}`` and ``{facts}``.
 
     Example (needs a server)::
 
@@ -172,16 +165,6 @@ def customer_model(
         persona.format(prompt="", facts="")
     except (KeyError, IndexError, ValueError) as error:
         raise BadInput(f"customer_model: persona must be a template of {{prompt}} and {{facts}}: {error!r}") from None
-    config = endpoint_config(
-        base_url,
-        model,
-        api_key_env=api_key_env,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        extra_body=extra_body,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        concurrency=concurrency,
-        what="customer_model",
-    )
+    settings.setdefault("max_tokens", CUSTOMER_MAX_TOKENS)
+    config = endpoint_config(base_url, model, what="customer_model", temperature=temperature, **settings)
     return ModelCustomer(ChatClient(config, role="customer"), persona=persona, send_seed=send_seed)

@@ -17,7 +17,7 @@ would be ``A + A'`` instead of equation 3's ``A'``, and a zeroed hack would stil
   where the environment is the only reward source.
 
 ``reset`` opens the scenario named by the row's ``scenario_id`` (or, with no dataset, the next one in order) on a fresh
-order desk; the tools are the desk's, each answering a JSON string (``whileai.grading.text.dump_json``, as
+order desk; the tools are the desk's, each answering a JSON string (``whileai.rows.text.dump_json``, as
 ``whileai simulate`` records tool answers), errors included.
 
 Only scenarios verified on the orders alone fit: TRL does not hand ``get_reward`` the model's last message, so
@@ -40,7 +40,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from whileai.grading.text import dump_json
+from whileai.rows.text import dump_json
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall
 from whileai.simulations.scenarios import SUPPORT_SYSTEM_PROMPT, Scenario, Verdict, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS, OrderDesk

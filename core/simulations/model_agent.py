@@ -193,42 +193,33 @@ def model_agent(
     base_url: str,
     model: str,
     *,
-    api_key_env: str | None = None,
     temperature: float = DEFAULT_POLICY_TEMPERATURE,
-    max_tokens: int = 1024,
-    extra_body: Mapping[str, Any] | None = None,
-    timeout_s: float = 60.0,
-    max_retries: int = 4,
-    concurrency: int = 32,
     system_prompt: str = DEFAULT_AGENT_PROMPT,
     send_seed: bool = True,
     max_questions: int = 2,
+    **settings: Any,
 ) -> ModelAgent:
     """A support agent played by the model ``model`` served at ``base_url`` (OpenAI-compatible, tool calling on).
 
     Args:
         base_url: the server's base URL up to ``/v1``, e.g. ``http://127.0.0.1:8000/v1``.
         model: the served model's name, sent as the request's ``model``.
-        api_key_env: the NAME of the environment variable holding the API key (never the key); None sends a
-            placeholder key, which a local vLLM server without ``--api-key`` accepts.
         temperature: sampling temperature (1.0, GRPO's, by default: the groups should differ).
-        max_tokens: most tokens per answer.
-        extra_body: extra request fields sent as they are, e.g. ``{"chat_template_kwargs": {"enable_thinking":
-            False}}`` for Qwen3 on vLLM, or ``{"top_p": 0.95}``.
-        timeout_s: wall-clock limit of one HTTP call.
-        max_retries: retries of one call after a connection error, a timeout, a 408/409/429, a 5xx or a 200 that is
-            no chat completion.
-        concurrency: most calls in flight at once (at least ``simulate``'s ``max_workers``).
         system_prompt: the system message.
         send_seed: send each request a ``seed`` derived from the rollout's seed and the step.
         max_questions: replies per rollout that may wait for the customer (a reply ending in ``?``).
+        settings: any other field of :class:`~whileai.endpoint.EndpointSettings`, with its default there:
+            ``api_key_env`` (the NAME of the variable holding the key; None sends a placeholder, which a local vLLM
+            without ``--api-key`` accepts), ``max_tokens``, ``extra_body`` (e.g. ``{"chat_template_kwargs":
+            {"enable_thinking": False}}`` for Qwen3 on vLLM), ``timeout_s``, ``max_retries``, ``concurrency`` (at
+            least ``simulate``'s ``max_workers``), ...
 
     Returns:
         A :class:`ModelAgent`; it opens its connection pool on the first call. ``close()`` it (or use ``with``)
         when done.
 
     Raises:
-        BadInput: a setting is out of range, or ``api_key_env`` names a variable that is not set.
+        BadInput: an unknown or out-of-range setting, or ``api_key_env`` names a variable that is not set.
 
     Example (needs a server, e.g. ``vllm serve Qwen/Qwen3-8B --enable-auto-tool-choice --tool-call-parser hermes``)::
 
@@ -238,18 +229,7 @@ def model_agent(
     """
     if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 0:
         raise BadInput(f"model_agent: max_questions must be a non-negative integer, got {max_questions!r}")
-    config = endpoint_config(
-        base_url,
-        model,
-        api_key_env=api_key_env,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        extra_body=extra_body,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        concurrency=concurrency,
-        what="model_agent",
-    )
+    config = endpoint_config(base_url, model, what="model_agent", temperature=temperature, **settings)
     return ModelAgent(
         ChatClient(config, role="policy"),
         system_prompt=system_prompt,

@@ -164,7 +164,7 @@ def score(rows: Iterable[Mapping[str, Any]], judge: Callable[..., Any] | Any = N
 
     Args:
         rows: dicts with ``scenario_id`` and ``passed`` or ``reward``, e.g. from
-            :func:`~whileai.simulations.simulate.simulate`.
+            :func:`~whileai.simulations.rollouts.simulate`.
         judge: None, a grader callable (one group of ``{"index", "prompt", "completion", "reward", "passed"}`` in,
             ``{"ranking": [...], "hacks": [...]}`` out), or a ready ``GroupwiseGrading``.
 

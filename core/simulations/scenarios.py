@@ -23,7 +23,7 @@ request with ``rng`` (a ``random.Random``) and names its verifier, then ``load_s
 The tools are the support desk's (``whileai.simulations.support_tools``); a family adds requests and verifiers, not
 tools.
 
-What this module does not do: run an agent (``whileai.simulations.simulate``), or score pass rates
+What this module does not do: run an agent (``whileai.simulations.rollouts``), or score pass rates
 (``whileai.simulations.passrate``).
 """
 

@@ -182,3 +182,20 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
     if changed:
         return None, f"the recipe's {', '.join(changed)} changed since the verdict"
     return gate, ""
+
+
+def grader_recipe_of(rows: Path | None) -> Path | None:
+    """The ``recipe.yaml`` of the training run whose folder (or its ``completions/``) ``rows`` names, when that run
+    trained with a grader (a binary arm has none to grade with), else None: ``whileai spread RUN`` grades a run's
+    completions with the grader and spread settings the run had."""
+    if rows is None:
+        return None
+    for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
+        candidate = folder / "recipe.yaml"
+        if candidate.is_file() and (folder / "completions").is_dir():
+            try:
+                written = yaml.safe_load(candidate.read_text())
+            except (OSError, yaml.YAMLError):
+                return None
+            return candidate if isinstance(written, dict) and written.get("grader") else None
+    return None

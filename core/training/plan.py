@@ -1,33 +1,83 @@
-"""What ``whileai train`` will do with a recipe, said before anything heavy is imported (``--dry-run``).
+"""What ``whileai train`` will do with a recipe, said before anything heavy is imported (``--dry-run``), and the
+``GRPOConfig`` arguments the run passes.
 
-The plan names the spread gate's rows, the grader, the verifier, the model and data, and the ``GRPOConfig``
-arguments, including the settings whileai sets itself (``scale_rewards``, ``log_completions``, the generation
-backend). It reads the recipe only: no torch, no TRL, no grader call.
+``grpo_kwargs(loaded, machine)`` is the one place where a recipe and the machine become TRL's ``GRPOConfig``
+keyword arguments, including the settings whileai sets itself (``log_completions``, the generation backend, the
+CPU, the dtype): the dry run prints them and the run passes them. The plan names the spread gate's rows, the grader,
+the verifier, the model and data besides. Nothing here imports torch or TRL, or calls a grader.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
 
-__all__ = ["TrainingPlan", "cpu_threads", "grpo_arguments", "training_plan"]
+__all__ = ["Machine", "TrainingPlan", "cpu_threads", "grpo_kwargs", "training_plan"]
 
 
-def grpo_arguments(loaded: LoadedRecipe) -> dict[str, Any]:
-    """The ``GRPOConfig`` keyword arguments of a recipe, with the run directory and completion logging set.
+@dataclass(frozen=True)
+class Machine:
+    """What a run's arguments depend on besides the recipe: a CUDA device torch can use, and vLLM installed."""
 
-    Completion logs are on so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``;
-    they go to the run folder only: TRL's completion panels on the terminal (``num_completions_to_print``) are off
-    unless the recipe asks for them, so the terminal shows whileai's progress and table.
+    cuda: bool
+    vllm: bool
+
+    @classmethod
+    def detect(cls) -> Machine:
+        """This machine, as torch sees it (imports torch)."""
+        import torch
+
+        return cls(torch.cuda.is_available(), importlib.util.find_spec("vllm") is not None)
+
+    @classmethod
+    def without_torch(cls) -> Machine:
+        """This machine, read without importing torch (the dry run): an NVIDIA driver loaded, torch and vLLM
+        installed. A CPU build of torch on a GPU machine reads as CUDA here; ``detect`` knows better."""
+        driver = Path("/proc/driver/nvidia/version").is_file()
+        torch = importlib.util.find_spec("torch") is not None
+        return cls(driver and torch, importlib.util.find_spec("vllm") is not None)
+
+    def generation(self, kwargs: dict[str, Any]) -> str:
+        """What generates the completions with these ``GRPOConfig`` arguments, and why."""
+        if kwargs.get("use_vllm"):
+            return f"vLLM ({kwargs.get('vllm_mode', 'server')})"
+        if self.cuda and self.vllm:
+            return "transformers (trainer.use_vllm: false)"
+        return f"transformers ({'no vllm installed' if self.cuda else 'no CUDA'})"
+
+
+def grpo_kwargs(loaded: LoadedRecipe, machine: Machine) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments of a recipe on ``machine``.
+
+    - the trainer section, with the run directory (one run folder: the schema refuses ``trainer.output_dir``);
+    - completion logs on, so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``;
+      TRL's completion panels on the terminal (``num_completions_to_print``) and its tqdm bar off unless the recipe
+      asks for them, so the terminal shows whileai's progress and table;
+    - vLLM colocate on CUDA with vLLM installed (unless the recipe says otherwise), else transformers' generate, and
+      ``use_cpu`` without CUDA;
+    - the model's ``dtype``, when the recipe sets one.
     """
     recipe = loaded.recipe
     kwargs = recipe.trainer.grpo_kwargs()
-    kwargs["output_dir"] = recipe.output_dir  # one run folder: the schema refuses trainer.output_dir
+    kwargs["output_dir"] = recipe.output_dir
     kwargs.setdefault("log_completions", True)
     kwargs.setdefault("report_to", "none")
     kwargs.setdefault("num_completions_to_print", 0)
+    kwargs.setdefault("disable_tqdm", True)
+    if machine.cuda and machine.vllm:
+        kwargs.setdefault("use_vllm", True)
+        kwargs.setdefault("vllm_mode", "colocate")
+    else:
+        kwargs["use_vllm"] = False
+    if not machine.cuda:
+        kwargs["use_cpu"] = True
+    model = recipe.model
+    if model is not None and model.dtype != "auto":
+        kwargs["model_init_kwargs"] = {**(kwargs.get("model_init_kwargs") or {}), "dtype": model.dtype}
     return kwargs
 
 
@@ -69,7 +119,7 @@ class TrainingPlan:
 
 
 def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
-    """Describe the run a recipe asks for."""
+    """Describe the run a recipe asks for on this machine (read without torch: ``Machine.without_torch``)."""
     recipe = loaded.recipe
     plan = TrainingPlan()
     if recipe.grader is None:
@@ -90,7 +140,7 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
             )
         elif recipe.simulate is not None:
             sim = recipe.simulate
-            rows = f"simulated: {sim.scenarios} x {sim.n} with the {sim.agent} agent (seed {sim.seed})"
+            rows = f"simulated: {sim.scenarios} x {sim.n} with the seeded agent (seed {sim.seed})"
         else:
             rows = "none given: the gate is skipped and the run records it as skipped"
         if recipe.spread.controls and (recipe.spread.rows or recipe.spread.sample or recipe.simulate):
@@ -113,11 +163,10 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))
     if recipe.data is not None:
         plan.steps.append(("data", recipe.data.dataset))
-    args = grpo_arguments(loaded)
+    machine = Machine.without_torch()
+    args = grpo_kwargs(loaded, machine)
     plan.steps.append(("advantages", _advantage_rule(loaded)))
     plan.steps.append(("GRPOConfig", ", ".join(f"{k}={v!r}" for k, v in args.items())))
-    plan.steps.append(
-        ("generation", "vLLM colocate when CUDA and vllm are available at run time, else transformers generate")
-    )
+    plan.steps.append(("generation", f"{machine.generation(args)} on this machine (whileai train asks torch again)"))
     plan.steps.append(("run directory", str(recipe.output_dir)))
     return plan

@@ -3,10 +3,11 @@
 ``run_training`` refuses a folder that holds a run unless told to resume, and marks how a run that stops ended.
 ``_train`` reads top to bottom:
 
-1. the run folder: a resume drops what the steps it replays logged; the resolved recipe is written;
+1. the run folder: a resume drops what the steps it replays logged; the resolved recipe is written; the run's one
+   ``GroupwiseGrading`` is built (the gate checks the grader that trains: one judge client, one plan line);
 2. on one process, the spread gate on the recipe's rows or simulated rollouts, before anything heavy is imported;
-3. ``GRPOConfig`` from the recipe's trainer section (vLLM colocate on CUDA when vLLM is installed), checked before a
-   model is built;
+3. ``GRPOConfig`` from ``whileai.training.plan.grpo_kwargs`` (what ``--dry-run`` prints), checked before a model is
+   built;
 4. on the first process, while the others wait: the gate (where it has not run, or on the initial model's own
    completions with ``spread.sample``) and the tiny random-weight model (saved first: TRL and vLLM load models by
    name); a refusal stops here unless told to skip, and is recorded either way;
@@ -20,7 +21,6 @@ datasets are imported inside ``run_training``, never by importing this module.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -100,56 +100,58 @@ def gate_source(loaded: LoadedRecipe) -> str | None:
 
 
 def _run_gate(
-    loaded: LoadedRecipe, say: Callable[[str], None], sampled: list[tuple[str, list[Any]]] | None = None
+    loaded: LoadedRecipe,
+    grading: GroupwiseGrading | None,
+    say: Callable[[str], None],
+    sampled: list[tuple[str, list[Any]]] | None = None,
 ) -> dict[str, Any]:
     """Run the spread gate of the recipe (``sampled``: the groups the initial model wrote, for ``spread.sample``),
-    say its verdict and keep it in the run folder's ``spread_gate.json``; returns what that file holds."""
-    gate = _spread_gate(loaded, say, sampled).as_dict()
+    say its verdict and keep it in the run folder's ``spread_gate.json``; returns what that file holds. The gate's
+    groups are not the run's: ``grading``'s counters are as they were before it."""
+    before = grading.stats.snapshot() if grading is not None else None
+    try:
+        gate = _spread_gate(loaded, grading, say, sampled).as_dict()
+    finally:
+        if grading is not None and before is not None:
+            grading.stats = before
     write_json(Path(loaded.recipe.output_dir) / "spread_gate.json", gate)
     return gate
 
 
-def _spread_gate(loaded: LoadedRecipe, say: Callable[[str], None], sampled: list[tuple[str, list[Any]]] | None) -> Gate:
-    from whileai.grading.build import build_grading
+def _spread_gate(
+    loaded: LoadedRecipe,
+    grading: GroupwiseGrading | None,
+    say: Callable[[str], None],
+    sampled: list[tuple[str, list[Any]]] | None,
+) -> Gate:
+    from whileai.build import rows_to_grade
     from whileai.grading.gate import check_spread_file, check_spread_groups
-    from whileai.rows import RowFields
 
     recipe = loaded.recipe
     source = gate_source(loaded)
-    if recipe.grader is None or source is None:
-        if recipe.grader is None:
-            reason = "no grader: a binary arm"
-        else:
-            reason = "no spread.rows, spread.sample or simulate section"
+    if grading is None or source is None:
+        reason = "no grader: a binary arm" if grading is None else "no spread.rows, spread.sample or simulate section"
         say(f"whileai: spread gate skipped: {reason}")
         return Gate(None, "skipped", reason=reason)
-    grading = build_grading(loaded)
-    if recipe.grader.kind == "judge":
-        from whileai.judge.grader import judge_plan
-
-        if (plan := judge_plan(grading.grader)) is not None:
-            say(f"whileai: {plan}")
     settings = recipe.spread
+    checks = {"controls": settings.controls, "seed": settings.seed}
     if source == "rows":
-        assert settings.rows is not None
-        fields = RowFields(settings.group_key, settings.reward_key, settings.text_key, settings.prompt_key)
-        path = loaded.resolve(settings.rows)
-        report = check_spread_file(
-            path, grading, fields, skip_bad=settings.skip_bad_rows, controls=settings.controls, seed=settings.seed
-        ).report
+        path = rows_to_grade(loaded, None)
+        report = check_spread_file(path, grading, settings.row_fields(), skip_bad=settings.skip_bad_rows, **checks)
+        report = report.report
     elif source == "sample":
         assert sampled is not None
-        report = check_spread_groups(grading, sampled, strict=False, controls=settings.controls, seed=settings.seed)
+        report = check_spread_groups(grading, sampled, strict=False, **checks)
     else:
         from whileai.simulations.agents import seeded_agent
+        from whileai.simulations.rollouts import simulate
         from whileai.simulations.scenarios import load_scenarios
-        from whileai.simulations.simulate import simulate
 
         sim = recipe.simulate
-        assert sim is not None
+        assert sim is not None  # and sim.agent is "seeded": the schema refuses a model agent for a training gate
         scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
         rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
-        report = grading.check_spread(rows, strict=False, controls=settings.controls, seed=settings.seed)
+        report = grading.check_spread(rows, strict=False, **checks)
     say(f"whileai: spread gate on {_SOURCES[source]}:")
     say(str(report))
     return Gate(source, report.verdict, report.as_dict())
@@ -268,6 +270,23 @@ def run_training(
     return result
 
 
+@dataclass
+class _Run:
+    """What the steps of ``_train`` hand each other."""
+
+    loaded: LoadedRecipe
+    main: bool  # the first process of a launch: it gates and writes the run folder
+    say: Callable[[str], None]
+    checkpoint: tuple[Path, int] | None = None
+    graded_before: list[dict[str, Any]] = field(default_factory=list)
+    grading: GroupwiseGrading | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.loaded.recipe.output_dir)
+
+
 def _train(
     loaded: LoadedRecipe,
     skip_spread_gate: bool,
@@ -275,129 +294,159 @@ def _train(
     say: Callable[[str], None],
     callbacks: Sequence[Any],
 ) -> TrainingResult:
-    recipe = loaded.recipe
-    recipe.require("model", "data", "verifier", command="train")
-    model = recipe.model
-    assert model is not None
-    out = Path(recipe.output_dir)
+    loaded.recipe.require("model", "data", "verifier", command="train")
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
-    main = first_process()
+    run = _Run(loaded, first_process(), say)
 
-    # 1. The folder: a resume drops what the steps it replays logged, and keeps what came before for the figures.
-    checkpoint = last_checkpoint(out) if resume else None
-    graded_before: list[dict[str, Any]] = []
-    if resume and main:
-        if checkpoint is None:
-            say(f"whileai: {out} has no checkpoint yet: starting its run over from the first step")
-        else:
-            say(f"whileai: resuming from {checkpoint[0].name}")
-        graded_before = forget_after(out, 0 if checkpoint is None else checkpoint[1], say)
-    summary: dict[str, Any] = {
-        "recipe": str(loaded.path),
-        "skip_spread_gate": skip_spread_gate,
-        "resumed": resume,
-        "resumed_from": None if checkpoint is None else checkpoint[0].name,
-    }
+    # 1. The folder, and the run's one grading object (the gate checks the grader that trains).
+    gate = _open_folder(run, resume, skip_spread_gate)
 
-    # 2. On one process, the spread gate comes before anything heavy is imported (a refusal costs nothing); on the
-    # initial model's own completions (spread.sample) it comes once that model exists, still before the first step;
-    # with several processes it runs on the first once they are joined, the others waiting for its verdict.
-    sampled_gate = recipe.grader is not None and gate_source(loaded) == "sample"
-    gate: dict[str, Any] | None = None
-    if main:
-        # A resume keeps the verdict the run was gated on, unless what the gate reads has changed since.
-        if resume:
-            gate, why = recorded_gate(out, loaded.recipe.model_dump(mode="json"))
-            if gate is None:
-                say(f"whileai: the spread gate runs again: {why}")
-            else:
-                say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "recipe.yaml").write_text(loaded.dump())
-        if gate is None and not sampled_gate and int(os.environ.get("WORLD_SIZE") or 1) == 1:
-            gate = _run_gate(loaded, say)
-
-    # 3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
+    # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
     _quiet_libraries()
     from accelerate import PartialState
 
-    from whileai.grading.build import build_grading
-    from whileai.integrations.trl import grpo_trainer
-    from whileai.training.distributed import TorchGather, on_first_process
-    from whileai.training.progress import RichProgress
+    from whileai.training.distributed import on_first_process
     from whileai.training.tasks import load_task, load_verifier
 
-    args = _grpo_config(loaded, main, say)
-    state = PartialState()
-    task = load_task(loaded)
-    verifier = load_verifier(loaded)
-    model_path = str(out / "base_model") if model.tiny is not None else model.name_or_path
-    assert model_path is not None
+    args = _grpo_config(run)
+    processes = PartialState().num_processes
+    task, verifier = load_task(loaded), load_verifier(loaded)
 
-    # 4. The gate (where it has not run) and the tiny model, on the first process, in the order that spends least
-    # on a refusal.
-    def prepare() -> dict[str, Any]:
-        verdict = gate if gate is not None or sampled_gate else _run_gate(loaded, say)
-        if verdict is not None and _refused(verdict, skip_spread_gate):
-            return verdict
-        # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
-        # again: the checkpoint holds the weights training has reached.
-        if model.tiny is not None and not (resume and (Path(model_path) / "tokenizer_config.json").is_file()):
-            _build_tiny(model_path, model, task, recipe.trainer.seed, say)
-        if verdict is None:
-            from whileai.training.sample import sample_groups
-
-            sample = recipe.spread.sample
-            assert sample is not None
-            prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
-            verdict = _run_gate(loaded, say, sample_groups(model_path, prompts, verifier, args, seed=sample.seed))
-        assert verdict is not None
-        return verdict
-
-    gate = on_first_process(prepare, state.num_processes, say)
-    summary["spread"] = gate
+    # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
+    gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)
+    run.summary["spread"] = gate
     if _refused(gate, skip_spread_gate):
-        summary.update(started=False, status="refused by the spread gate")
-        if main:
-            write_json(out / "whileai_run.json", summary)
-        return TrainingResult(out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
-    if gate["verdict"] not in ("yes", "skipped") and main:
+        run.summary.update(started=False, status="refused by the spread gate")
+        if run.main:
+            write_json(run.out / "whileai_run.json", run.summary)
+        return TrainingResult(run.out, gate["spread"], spread_failed=True, spread_verdict=gate["verdict"])
+    if gate["verdict"] not in ("yes", "skipped") and run.main:
         say("whileai: the spread gate did not pass; training anyway (--skip-spread-gate, recorded in the run)")
 
-    # 5. The reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer.
-    grading: GroupwiseGrading | None = build_grading(loaded) if recipe.grader is not None else None
+    # 5.-6. The reward function and TRL's trainer; train, save, and say how it went.
+    trainer = _trainer(run, task, verifier, args, callbacks)
+    return _fit(run, trainer, args, processes, gate)
+
+
+def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, Any] | None:
+    """Step 1 and, on one process, step 2: the run folder (a resume drops what the steps it replays logged and keeps
+    what came before for the figures), the run's grading, and the gate where it can run before anything heavy is
+    imported (a refusal costs nothing). Returns the gate's record, or None when it runs later (spread.sample, or
+    several processes: the first runs it once they are joined)."""
+    loaded, out, say = run.loaded, run.out, run.say
+    run.checkpoint = last_checkpoint(out) if resume else None
+    if resume and run.main:
+        if run.checkpoint is None:
+            say(f"whileai: {out} has no checkpoint yet: starting its run over from the first step")
+        else:
+            say(f"whileai: resuming from {run.checkpoint[0].name}")
+        run.graded_before = forget_after(out, 0 if run.checkpoint is None else run.checkpoint[1], say)
+    run.summary = {
+        "recipe": str(loaded.path),
+        "skip_spread_gate": skip_spread_gate,
+        "resumed": resume,
+        "resumed_from": None if run.checkpoint is None else run.checkpoint[0].name,
+    }
+    if loaded.recipe.grader is not None:
+        from whileai.build import build_grading
+
+        run.grading = build_grading(loaded, say=say if run.main else None)
+    if not run.main:
+        return None
+    gate = None
+    if resume:  # a resume keeps the verdict the run was gated on, unless what the gate reads has changed since
+        gate, why = recorded_gate(out, loaded.recipe.model_dump(mode="json"))
+        if gate is None:
+            say(f"whileai: the spread gate runs again: {why}")
+        else:
+            say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.yaml").write_text(loaded.dump())
+    sampled = run.grading is not None and gate_source(loaded) == "sample"
+    if gate is None and not sampled and int(os.environ.get("WORLD_SIZE") or 1) == 1:
+        gate = _run_gate(loaded, run.grading, say)
+    return gate
+
+
+def _prepare(
+    run: _Run, gate: dict[str, Any] | None, task: Any, verifier: Any, args: Any, resume: bool, skip: bool
+) -> dict[str, Any]:
+    """Step 4, on the first process: the gate where it has not run, and the tiny model, in the order that spends
+    least on a refusal (the gate on the initial model's completions needs the model first)."""
+    recipe, say = run.loaded.recipe, run.say
+    sampled = run.grading is not None and gate_source(run.loaded) == "sample"
+    if gate is None and not sampled:
+        gate = _run_gate(run.loaded, run.grading, say)
+    if gate is not None and _refused(gate, skip):
+        return gate
+    model, path = recipe.model, _model_path(run.loaded)
+    assert model is not None
+    # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
+    # again: the checkpoint holds the weights training has reached.
+    if model.tiny is not None and not (resume and (Path(path) / "tokenizer_config.json").is_file()):
+        _build_tiny(path, model, task, recipe.trainer.seed, say)
+    if gate is None:
+        from whileai.training.sample import sample_groups
+
+        sample = recipe.spread.sample
+        assert sample is not None
+        prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
+        gate = _run_gate(run.loaded, run.grading, say, sample_groups(path, prompts, verifier, args, seed=sample.seed))
+    return gate
+
+
+def _model_path(loaded: LoadedRecipe) -> str:
+    """Where the policy loads from: the tiny model's folder in the run, or the recipe's model."""
+    model = loaded.recipe.model
+    assert model is not None
+    path = str(Path(loaded.recipe.output_dir) / "base_model") if model.tiny is not None else model.name_or_path
+    assert path is not None
+    return path
+
+
+def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence[Any]) -> Any:
+    """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
+    from whileai.integrations.trl import grpo_trainer
+    from whileai.training.callbacks import RichProgress
+    from whileai.training.distributed import TorchGather
+
+    grading = run.grading
     if grading is not None:
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
-        grading.stats.record_groups([GradedGroup.from_dict(g) for g in graded_before], grading.hack_zero)
-        log = GradingLog(out / "grading.jsonl")
+        grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
+        log = GradingLog(run.out / "grading.jsonl")
         reward = grading.trl_reward(verifier, args.num_generations, gather=TorchGather(), on_graded=log)
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
+    path = _model_path(run.loaded)
     tokenizer = None
-    if model.tiny is not None:
+    if run.loaded.recipe.model is not None and run.loaded.recipe.model.tiny is not None:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-    trainer = grpo_trainer(
-        model=model_path,
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    return grpo_trainer(
+        model=path,
         reward=reward,
         args=args,
         train_rows=task.rows,
         eval_rows=task.eval_rows,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
-        callbacks=[RichProgress(say), *callbacks],
+        callbacks=[RichProgress(run.say), *callbacks],
         grader_arm=grading is not None,
-        where=str(loaded.path),
-        say=say if main else None,
+        where=str(run.loaded.path),
+        say=run.say if run.main else None,
     )
 
-    # 6. Train, save, and say how it went.
+
+def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any]) -> TrainingResult:
+    """Step 6: train, save the final model and ``whileai_run.json``, and say how it went."""
+    out, grading, checkpoint = run.out, run.grading, run.checkpoint
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
-    summary.update(
+    run.summary.update(
         status="finished",
         started=True,
         steps=trainer.state.global_step,
@@ -406,15 +455,14 @@ def _train(
         grader_line=str(grading.stats) if grading is not None else None,
         scale_rewards=args.scale_rewards,
         use_vllm=args.use_vllm,
-        world_size=state.num_processes,  # the processes that trained; rank 0 graded every group for all of them
+        world_size=processes,  # the processes that trained; rank 0 graded every group for all of them
     )
     if trainer.is_world_process_zero():
-        write_json(out / "whileai_run.json", summary)
-    if grading is not None and main:
-        say(str(grading.stats))
-    return TrainingResult(
-        out, gate["spread"], False, trainer.state.global_step, summary.get("grader") or {}, gate["verdict"]
-    )
+        write_json(out / "whileai_run.json", run.summary)
+    if grading is not None and run.main:
+        run.say(str(grading.stats))
+    steps = trainer.state.global_step
+    return TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
 
 
 def _quiet_libraries() -> None:
@@ -435,34 +483,25 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
 
-def _grpo_config(loaded: LoadedRecipe, main: bool, say: Callable[[str], None]) -> Any:
-    """TRL's ``GRPOConfig`` of the recipe, with vLLM colocate on CUDA when vLLM is installed and torch's CPU threads
-    set on a CPU."""
+def _grpo_config(run: _Run) -> Any:
+    """TRL's ``GRPOConfig`` of the recipe on this machine (``grpo_kwargs``, what the dry run prints), with torch's CPU
+    threads set on a CPU."""
     import torch
     from trl import GRPOConfig
 
-    from whileai.training.plan import cpu_threads, grpo_arguments
+    from whileai.training.plan import Machine, cpu_threads, grpo_kwargs
 
-    model = loaded.recipe.model
-    assert model is not None
-    kwargs = grpo_arguments(loaded)
-    cuda = torch.cuda.is_available()
-    if cuda and importlib.util.find_spec("vllm") is not None:
-        kwargs.setdefault("use_vllm", True)
-        kwargs.setdefault("vllm_mode", "colocate")
-    else:
-        kwargs["use_vllm"] = False
-        if main:
-            say(f"whileai: generating with transformers ({'no vllm installed' if cuda else 'no CUDA'})")
-    if not cuda:
-        kwargs["use_cpu"] = True
+    machine = Machine.detect()
+    kwargs = grpo_kwargs(run.loaded, machine)
+    if run.main and not kwargs["use_vllm"]:
+        run.say(f"whileai: generating with {machine.generation(kwargs)}")
+    if not machine.cuda:
+        model = run.loaded.recipe.model
+        assert model is not None
         threads = cpu_threads(model)
         if threads is not None:
             torch.set_num_threads(threads)
-    if model.dtype != "auto":
-        kwargs.setdefault("model_init_kwargs", {})["dtype"] = model.dtype
-    kwargs.setdefault("disable_tqdm", True)
     try:
         return GRPOConfig(**kwargs)
     except (TypeError, ValueError) as err:
-        raise BadInput(f"{loaded.path}: trainer: {err}") from None
+        raise BadInput(f"{run.loaded.path}: trainer: {err}") from None

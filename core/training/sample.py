@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.errors import MissingExtra
-from whileai.grading.rewards import verifier_reward
-from whileai.grading.text import completion_text, prompt_text
 from whileai.progress import phase
+from whileai.rows.rewards import verifier_reward
+from whileai.rows.text import completion_text, prompt_text
 
 __all__ = ["end_of_sequence_ids", "generation_config", "sample_groups"]
 

@@ -25,7 +25,7 @@ from typing import Any
 from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput
 from whileai.grading.reference import load_callable
-from whileai.grading.text import completion_text
+from whileai.rows.text import completion_text
 
 __all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
 

@@ -293,8 +293,8 @@ def test_redistribute_names_the_member_a_bad_option_gets_wrong(args, message) ->
         (["--rewards", "1,0", "--factors", "0=1", "--ranking", "0"], "not both"),
         ([], "give --rewards"),
         (["--rewards", "1,nan,0"], "finite"),
-        (["--rewards", "1,0", "--cap", "0.5"], "--cap: must be a number >= 1"),
-        (["--rewards", "1,0", "--min-factor", "2"], "--min-factor: must be a number in (0, 1]"),
+        (["--rewards", "1,0", "--cap", "0.5"], "--cap: Input should be greater than or equal to 1 (got 0.5)"),
+        (["--rewards", "1,0", "--min-factor", "2"], "--min-factor: Input should be less than or equal to 1 (got 2.0)"),
     ],
 )
 def test_redistribute_bad_input_exits_2(args, message) -> None:

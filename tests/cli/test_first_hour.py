@@ -69,7 +69,7 @@ def test_ctrl_c_inside_a_command_exits_130_with_a_word(command: str, tmp_path: P
         monkeypatch.setattr("whileai.grading.gate.check_spread_file", interrupted)
         result = invoke("spread", ROWS)
     else:
-        monkeypatch.setattr("whileai.simulations.simulate.simulate", interrupted)
+        monkeypatch.setattr("whileai.simulations.rollouts.simulate", interrupted)
         result = invoke("simulate", "--n", "2", "-o", tmp_path / "rows.jsonl")
     assert result.exit_code == 130 and result.stderr.strip().splitlines()[-1] == "whileai: interrupted (Ctrl-C)"
 

@@ -15,7 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from whileai.cli.main import app
-from whileai.grading.controls import kendall_tau, make_control
+from whileai.grading.controls import make_control
+from whileai.stats import kendall_tau
 
 REPO = Path(__file__).resolve().parents[2]
 GRADERS = Path(__file__).resolve().parent / "eval_graders.py"

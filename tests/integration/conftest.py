@@ -78,9 +78,10 @@ def make_judge(judge_config):
     """Build judge roles on ``judge_config`` (with field overrides) and close them after the test.
 
     ``make_judge("grader", permutations=2)`` -> ``JudgeGrader``; also ``"scorer"``, ``"writer"`` and ``"grading"``
-    (a ``GroupwiseGrading`` from ``judge_grading``; pass ``mode=`` and grading knobs as ``grading={...}``).
+    (a ``GroupwiseGrading`` around ``build_judge``; pass ``mode=`` and grading knobs as ``grading={...}``).
     """
-    from whileai.judge import JudgeGrader, JudgeRubricWriter, JudgeScorer, judge_grading
+    from whileai.grading import GroupwiseGrading
+    from whileai.judge import JudgeGrader, JudgeRubricWriter, JudgeScorer, build_judge
 
     built: list[object] = []
 
@@ -94,7 +95,8 @@ def make_judge(judge_config):
             judge = JudgeRubricWriter(config, path=rubrics_path)
         elif role == "grading":
             options = dict(grading or {})
-            judge = judge_grading(config, options.pop("mode", "advantage"), rubrics_path=rubrics_path, **options)
+            mode = options.pop("mode", "advantage")
+            judge = GroupwiseGrading(grader=build_judge(config, mode, rubrics_path=rubrics_path), mode=mode, **options)
             built.append(judge.grader)
             return judge
         else:

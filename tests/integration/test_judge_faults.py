@@ -23,13 +23,16 @@ from fault_server import BODY, reply, serving
 
 from whileai import GroupwiseGrading
 from whileai.endpoint import Call, EndpointSettings, first_choice
-from whileai.http_client import RESPONSE_LIMIT_BYTES, EndpointClient, proxy_for
+from whileai.http_client import EndpointClient
+from whileai.proxies import proxy_for
+from whileai.transport import RESPONSE_LIMIT_BYTES
 
 
 def ask(url: str, times: int = 1, pause: float = 0.0, **fields) -> tuple[list[object], EndpointClient]:
     """``times`` batches of one chat call on one client (one pool), ``pause`` seconds apart; each call's answer or
     its error."""
-    options = {"max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 20.0, **fields}
+    options = {"max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 20.0, "stream": False}
+    options.update(fields)
     settings = EndpointSettings(base_url=url, model="m", **options)
     client = EndpointClient(settings)
     call = Call(

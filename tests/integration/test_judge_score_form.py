@@ -17,8 +17,8 @@ import yaml
 from whileai import GroupwiseGrading
 from whileai.errors import BadInput
 from whileai.judge import JudgeConfig
-from whileai.judge.answers import JudgeAnswerError, ScoresReply, check_scores, scores_schema
 from whileai.judge.prompts import load_prompts
+from whileai.judge.replies import JudgeAnswerError, ScoresReply, check_scores, scores_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_scores_and_a_ranking_of_the_same_judgement_give_the_same_factors(make_j
     ],
 )
 def test_a_score_reply_that_cannot_be_used_names_why(reply, error) -> None:
-    from whileai.judge.answers import read_reply
+    from whileai.judge.replies import read_reply
 
     with pytest.raises(JudgeAnswerError, match=re.escape(error) if error else "bad scores"):
         check_scores(read_reply(json.dumps(reply), ScoresReply), ["A", "B"], ["C"])

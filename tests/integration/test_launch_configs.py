@@ -261,23 +261,23 @@ def test_gpu_launch_file_trains(name: str, tmp_path: Path, trl_signal) -> None:
 
 def test_gpu_recipe_vllm_colocate_settings_pass_trls_own_validation() -> None:
     """vLLM colocate cannot run here (no CUDA, no vllm). What can be checked is what TRL checks before vLLM starts:
-    the GPU recipe's trainer section plus what ``whileai train`` adds on CUDA with vllm installed (``use_vllm``,
-    ``vllm_mode: colocate``; ``whileai.training.run``) pass ``GRPOConfig``'s own validation, and the colocate
-    engine's preconditions in ``trl/generation/vllm_generation.py`` hold for one GPU and for ``multi_gpu.yaml``'s
-    count. GRPOConfig accepts ``use_vllm`` without vllm installed (the trainer imports vllm, not the config);
-    ``use_cpu`` stands in for a GPU only because transformers refuses ``bf16`` on a machine without one."""
+    the arguments ``whileai train`` passes for the GPU recipe on CUDA with vllm installed (``use_vllm``,
+    ``vllm_mode: colocate``: ``whileai.training.plan.grpo_kwargs``) pass ``GRPOConfig``'s own validation, and the
+    colocate engine's preconditions in ``trl/generation/vllm_generation.py`` hold for one GPU and for
+    ``multi_gpu.yaml``'s count. GRPOConfig accepts ``use_vllm`` without vllm installed (the trainer imports vllm, not
+    the config); ``use_cpu`` stands in for a GPU only because transformers refuses ``bf16`` on a machine without
+    one."""
     pytest.importorskip("trl")
     from trl import GRPOConfig
 
     from whileai.config import load_recipe
-    from whileai.training.plan import grpo_arguments
+    from whileai.training.plan import Machine, grpo_kwargs
 
     loaded = load_recipe(REPO / "recipes" / "refund_agent_gar.yaml")
-    kwargs = grpo_arguments(loaded)
-    kwargs.setdefault("use_vllm", True)  # as whileai.training.run does on CUDA with vllm importable
-    kwargs.setdefault("vllm_mode", "colocate")
-    kwargs.setdefault("model_init_kwargs", {})["dtype"] = loaded.recipe.model.dtype
-    config = GRPOConfig(**kwargs, use_cpu=True)
+    kwargs = grpo_kwargs(loaded, Machine(cuda=True, vllm=True))  # what whileai train passes on such a machine
+    assert kwargs["model_init_kwargs"]["dtype"] == loaded.recipe.model.dtype and "use_cpu" not in kwargs
+    kwargs["use_cpu"] = True
+    config = GRPOConfig(**kwargs)
     assert (config.use_vllm, config.vllm_mode, config.bf16) == (True, "colocate", True)
     assert config.vllm_gpu_memory_utilization == loaded.recipe.trainer.model_extra["vllm_gpu_memory_utilization"]
     assert 0 < config.vllm_gpu_memory_utilization < 1
@@ -291,6 +291,6 @@ def test_gpu_recipe_vllm_colocate_settings_pass_trls_own_validation() -> None:
     assert config.generation_batch_size % config.num_generations == 0
     # GRPOConfig does validate these settings: an engine batch that splits a group is refused
     with pytest.raises(ValueError, match="divisible by num_generations"):
-        GRPOConfig(**{**kwargs, "num_generations": 7}, use_cpu=True)
+        GRPOConfig(**{**kwargs, "num_generations": 7})
     with pytest.raises(ValueError, match="vllm_importance_sampling_clip_min"):
-        GRPOConfig(**kwargs, use_cpu=True, vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)
+        GRPOConfig(**kwargs, vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)

@@ -20,8 +20,8 @@ from whileai.cli.main import app
 from whileai.errors import BadInput, EndpointUnavailable
 from whileai.simulations.customer import customer_model
 from whileai.simulations.model_agent import model_agent
+from whileai.simulations.rollouts import SimulatorUnavailableError, simulate
 from whileai.simulations.scenarios import load_scenarios
-from whileai.simulations.simulate import SimulatorUnavailableError, simulate
 from whileai.simulations.support_tools import SUPPORT_TOOLS
 
 KEY_ENV = "WHILEAI_TEST_POLICY_KEY"

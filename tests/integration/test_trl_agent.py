@@ -48,7 +48,7 @@ def test_the_agent_twin_trains_on_equation_3(agent_run: Path, trl_signal) -> Non
 def test_the_grader_read_the_tools_answers(agent_run: Path) -> None:
     """The completions TRL logged are conversations with tool results; the grader saw them rendered as the spread
     gate renders simulated rows, and the warm start made a policy that calls tools."""
-    from whileai.grading.text import completion_text
+    from whileai.rows.text import completion_text
 
     frames = [pd.read_parquet(p) for p in sorted((agent_run / "completions").glob("*.parquet"))]
     completions = [c for frame in frames for c in frame["completion"]]

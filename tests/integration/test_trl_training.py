@@ -27,12 +27,47 @@ runner = CliRunner()
 SMOKE = ["trainer.max_steps=2", "trainer.logging_steps=1", "trainer.save_steps=2", "data.num_prompts=8"]
 
 
+BUILT: list[object] = []  # the trainers the module's run built, for the dry run to be compared with
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from whileai.integrations import trl as room
+
+    build = room.grpo_trainer
+
+    def keep(**kwargs):
+        trainer = build(**kwargs)
+        BUILT.append(trainer)
+        return trainer
+
     out = tmp_path_factory.mktemp("run") / "gar"
-    result = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={out}"], catch_exceptions=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(room, "grpo_trainer", keep)
+        result = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={out}"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return out
+
+
+@pytest.mark.slow
+def test_the_dry_run_prints_the_arguments_the_run_trains_with(run_dir: Path) -> None:
+    import ast
+
+    dry = runner.invoke(
+        app, ["train", str(RECIPE), *SMOKE, f"output_dir={run_dir}", "--dry-run"], env={"COLUMNS": "2000"}
+    )
+    assert dry.exit_code == 0, dry.stderr
+    (line,) = [row for row in dry.stdout.splitlines() if row.strip().startswith("GRPOConfig")]
+    printed = {
+        k.arg: ast.literal_eval(k.value)
+        for k in ast.parse(f"f({line.split('│', 1)[1].strip()})").body[0].value.keywords
+    }
+    (trainer,) = BUILT
+    assert {"use_cpu", "disable_tqdm", "use_vllm", "output_dir", "num_generations"} <= set(printed)
+    # transformers keeps report_to as a list ("none" is no integration at all); every other field as it was passed
+    normalized = {"report_to": lambda v: [] if v == "none" else [v] if isinstance(v, str) else v}
+    for name, value in printed.items():
+        assert getattr(trainer.args, name) == normalized.get(name, lambda v: v)(value), name
 
 
 @pytest.mark.slow
@@ -140,7 +175,7 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_says_how_to_resume_and_resume_grades_each_step_once(tmp_path: Path, monkeypatch) -> None:
-    from whileai.training import progress
+    from whileai.training import callbacks as progress
 
     out = tmp_path / "interrupted"
     args = ["train", str(RECIPE), *SMOKE, "trainer.max_steps=4", "trainer.save_steps=2", f"output_dir={out}"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from whileai.grading.text import render_messages
-from whileai.integrations.trl import json_tool_arguments
+from whileai.integrations.trl_trainer import json_tool_arguments
+from whileai.rows.text import render_messages
 
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.grading.controls import ControlGroup, controls_report, kendall_tau, make_control
+from whileai.grading.controls import ControlGroup, controls_report, make_control
 from whileai.grading.gate import spread_report
+from whileai.stats import kendall_tau
 
 
 @settings(max_examples=200, deadline=None)

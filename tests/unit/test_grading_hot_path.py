@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 import whileai as wai
 from whileai.grading import group as group_module
 from whileai.grading.calls import GraderCalls
-from whileai.grading.stats import GradingStats
-from whileai.grading.text import completion_text, prompt_text, render_messages
+from whileai.grading.tally import GradingStats
 from whileai.integrations.trl import group_labels
 from whileai.methods import redistribute_result
+from whileai.rows.text import completion_text, prompt_text, render_messages
 
 # ---------------------------------------------------------------- equation 3 through the object
 

@@ -12,7 +12,7 @@ import pytest
 
 from whileai import GroupwiseGrading
 from whileai.grading.group import GradedGroup
-from whileai.integrations.groups import GroupCollector, Response, Shaped, trainer_values
+from whileai.integrations.collector import GroupCollector, Response, Shaped, trainer_values
 from whileai.methods import redistribute
 
 

@@ -18,7 +18,7 @@ from whileai.errors import BadInput
 from whileai.grading.evaluate import ReferenceGroup, evaluate_grader, read_reference, reference_tau
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.simulations.agents import FLAWS, rollout_quality, seeded_agent
-from whileai.simulations.simulate import simulate
+from whileai.simulations.rollouts import simulate
 from whileai.stats import quantile
 
 # ---------------------------------------------------------------------------------------------- the tau

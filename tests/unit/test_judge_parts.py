@@ -19,10 +19,11 @@ from whileai.endpoint import MalformedResponse, first_choice
 from whileai.endpoint import retry_after as _retry_after
 from whileai.errors import BadInput
 from whileai.judge import JudgeAnswerError, JudgeConfig, JudgeStats, load_prompts
-from whileai.judge.answers import RankingReply, check_ranking, parse_json_reply, read_reply
 from whileai.judge.client import names_structured_output
-from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, kendall_tau, mean_kendall_tau
+from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, mean_kendall_tau
 from whileai.judge.prompts import escape_block, rollout_labels
+from whileai.judge.replies import RankingReply, check_ranking, parse_json_reply, read_reply
+from whileai.stats import kendall_tau
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -300,7 +301,7 @@ def test_stats_report_percentiles_and_agreement() -> None:
     assert JudgeStats().as_dict()["latency_p50_s"] is None  # no latency before the first answer
 
 
-@pytest.mark.parametrize("module", ["answers", "cache", "client", "config", "orders", "prompts", "stats"])
+@pytest.mark.parametrize("module", ["replies", "cache", "client", "settings", "orders", "prompts", "usage"])
 def test_docstring_examples_hold(module: str) -> None:
     import doctest
     import importlib

@@ -114,10 +114,18 @@ def third_party(path: Path) -> set[str]:
     [
         ("matplotlib", ("whileai.plots",)),
         # trl_fields reads GRPOConfig's fields when asked to regenerate its table (a test compares the two)
-        ("trl", ("whileai.integrations.trl", "whileai.training", "whileai.config.trl_fields")),
+        (
+            "trl",
+            (
+                "whileai.integrations.trl",
+                "whileai.integrations.trl_trainer",
+                "whileai.training",
+                "whileai.config.trl_fields",
+            ),
+        ),
         ("transformers", ("whileai.integrations.trl", "whileai.training")),
         ("datasets", ("whileai.integrations.trl", "whileai.training")),
-        ("aiohttp", ("whileai.http_client",)),
+        ("aiohttp", ("whileai.transport",)),
         # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
         ("verl", ("whileai.integrations.verl",)),
     ],
@@ -126,3 +134,73 @@ def test_each_heavy_library_has_its_rooms(package: str, rooms: tuple[str, ...]) 
     for module, path in MODULES.items():
         if package in third_party(path):
             assert any(_within(module, room) for room in rooms), f"{module} imports {package}"
+
+
+def package_of(module: str) -> str:
+    """``whileai.grading.gate`` -> ``whileai.grading``; a module of the top level is its own package."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+# The one import that points up, and why: ``GroupwiseGrading.trl_reward`` opens the door to TRL's room when it is
+# called, so that a user of the page's object gets TRL's reward function from it.
+DOORS = {("whileai.grading", "whileai.integrations")}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the whileai packages its modules import, every import counted (function-level too), the root
+    ``whileai/__init__`` left out (its lazy names reach every package by design)."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        if module == "whileai":
+            continue
+        source = package_of(module)
+        for name, _ in imports(path):
+            target = package_of(name)
+            if target in MODULES and target != source and target != "whileai":
+                graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle between packages, as a path that comes back to its start."""
+    found: list[list[str]] = []
+
+    def walk(path: list[str]) -> None:
+        for following in sorted(graph.get(path[-1], ())):
+            if following == path[0]:
+                found.append([*path, following])
+            elif following not in path and following > path[0]:  # each circle once, from its smallest member
+                walk([*path, following])
+
+    for start in sorted(graph):
+        walk([start])
+    return found
+
+
+def test_no_circle_between_packages_but_the_trl_door() -> None:
+    graph = package_graph()
+    for source, target in DOORS:
+        assert target in graph[source], "the door is gone: drop it from DOORS"
+        graph[source].discard(target)
+    assert cycles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("above", ["whileai.config", "whileai.judge", "whileai.build", "whileai.training"])
+def test_grading_stands_below_the_recipe_and_the_judge(above: str) -> None:
+    for module, path in MODULES.items():
+        if _within(module, "whileai.grading"):
+            for name, _ in imports(path):
+                assert not _within(name, above), f"{module} imports {name}"
+
+
+def test_the_judge_imports_no_grading() -> None:
+    for module, path in MODULES.items():
+        if _within(module, "whileai.judge"):
+            for name, _ in imports(path):
+                assert not _within(name, "whileai.grading"), f"{module} imports {name}"

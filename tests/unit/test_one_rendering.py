@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from whileai.config.schema import ScriptedRule
 from whileai.grading.scripted import ScriptedGrader
-from whileai.grading.text import completion_text
+from whileai.rows.text import completion_text
 from whileai.simulations.agents import seeded_agent
 from whileai.simulations.environment import environment_conversation
+from whileai.simulations.rollouts import rollout
 from whileai.simulations.scenarios import load_scenarios
-from whileai.simulations.simulate import rollout
 
 
 def trl_conversation(scenario, agent, seed: str) -> tuple[list[dict], bool]:

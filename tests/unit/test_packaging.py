@@ -58,14 +58,14 @@ def test_the_recipe_schema_and_the_spread_gate_load_no_http_client() -> None:
     # The spread gate with a scripted rule makes no call: the judge's settings in the schema must not bring the HTTP
     # client, asyncio and ssl into its start-up (about 50 ms of it).
     code = (
-        "import sys, json, whileai.config, whileai.grading.build, whileai.grading.gate, whileai.judge.config; "
+        "import sys, json, whileai.config, whileai.build, whileai.grading.gate, whileai.judge.settings; "
         "print(json.dumps([m for m in ('asyncio', 'ssl', 'urllib.request', 'aiohttp', 'whileai.http_client', "
         "'whileai.judge.client') if m in sys.modules]))"
     )
     done = _run(code)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
-    done = _run("import whileai.judge as j; print(j.JudgeGrader.__module__, 'judge_grading' in dir(j))")
+    done = _run("import whileai.judge as j; print(j.JudgeGrader.__module__, 'build_judge' in dir(j))")
     assert done.stdout.split() == ["whileai.judge.grader", "True"], done.stderr
 
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.grading.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.integrations.trl import binary_reward
 from whileai.methods import positive_passes, rank_factors, redistribute
+from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

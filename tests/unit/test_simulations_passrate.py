@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import whileai
 from whileai.simulations.agents import seeded_agent
 from whileai.simulations.passrate import PassRate, bootstrap_interval, pass_at_k, score, wilson_interval
-from whileai.simulations.simulate import simulate
+from whileai.simulations.rollouts import simulate
 
 
 def brute_force_pass_at_k(outcomes: list[bool], k: int) -> float:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from whileai.simulations.agents import Reply, ToolCall
+from whileai.simulations.rollouts import rollout
 from whileai.simulations.scenarios import (
     Scenario,
     check_address_change,
@@ -21,7 +22,6 @@ from whileai.simulations.scenarios import (
     register_family,
     scenario_families,
 )
-from whileai.simulations.simulate import rollout
 from whileai.simulations.support_tools import Order, OrderDesk
 
 ORDERS = (
@@ -261,7 +261,7 @@ def test_a_user_family_registers_and_loads():
         register_family("builtin:gifts", make_gift_refund)
 
 
-@pytest.mark.parametrize("module", ["support_tools", "scenarios", "agents", "simulate", "passrate", "environment"])
+@pytest.mark.parametrize("module", ["support_tools", "scenarios", "agents", "rollouts", "passrate", "environment"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(f"whileai.simulations.{module}"), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

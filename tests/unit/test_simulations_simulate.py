@@ -12,8 +12,8 @@ import pytest
 
 import whileai
 from whileai.simulations.agents import Agent, Behaviour, Reply, seeded_agent
+from whileai.simulations.rollouts import SimulatorUnavailableError, simulate
 from whileai.simulations.scenarios import load_scenarios
-from whileai.simulations.simulate import SimulatorUnavailableError, simulate
 
 SCENARIOS = load_scenarios("builtin:all", n=120, seed=0)
 
@@ -227,7 +227,7 @@ def test_a_constant_grader_fails_the_spread_check(rows):
 
 def test_importing_the_simulations_stays_light():
     code = (
-        "import sys, whileai.simulations.environment, whileai.simulations.simulate, whileai.simulations.passrate;"
+        "import sys, whileai.simulations.environment, whileai.simulations.rollouts, whileai.simulations.passrate;"
         "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
     )
     output = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

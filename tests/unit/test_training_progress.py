@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from rich.console import Console
 
-from whileai.training.progress import RichProgress
+from whileai.training.callbacks import RichProgress
 
 
 def state(step: int, main: bool = True) -> SimpleNamespace:

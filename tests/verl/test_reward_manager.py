@@ -509,7 +509,7 @@ def test_the_guard_refuses_each_setting_that_moves_off_equation_3(tmp_path, toke
 
 def test_verl_defaults_alone_are_refused_on_every_count(tmp_path, tokenizer_dir) -> None:
     """verl's config as it ships (gae, the std division, rollout.n 1), the manager not even named."""
-    from whileai.config.signal import verl_signal_problems
+    from whileai.config.guard import verl_signal_problems
 
     defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
     problems = verl_signal_problems(OmegaConf.load(defaults))
@@ -538,7 +538,7 @@ def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path
     no guard problem, validation groups the size of training's, and verl's reward worker builds the manager."""
     from hydra import compose, initialize_config_dir
 
-    from whileai.config.signal import verl_signal_problems
+    from whileai.config.guard import verl_signal_problems
 
     _recipe(tmp_path)
     overrides = [
@@ -565,7 +565,7 @@ def test_the_readme_s_verl_command_passes_the_guard() -> None:
     """Every override of the README's ``main_ppo`` command, on verl's own defaults: nothing for the guard to refuse."""
     import re
 
-    from whileai.config.signal import verl_signal_problems
+    from whileai.config.guard import verl_signal_problems
 
     readme = (REPO / "README.md").read_text()
     block = next(

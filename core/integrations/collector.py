@@ -37,7 +37,7 @@ from typing import Any
 
 from whileai.grading.group import GradedGroup, describe, new_group, widen
 from whileai.grading.groupwise import GroupwiseGrading
-from whileai.grading.rewards import scorable_members
+from whileai.rows.rewards import scorable_members
 
 __all__ = ["GroupCollector", "Response", "Shaped", "trainer_values"]
 
@@ -242,7 +242,7 @@ class GroupCollector:
         first = group.responses[0]
         if first.task_id is not None:
             return first.task_id
-        from whileai.grading.text import prompt_text
+        from whileai.rows.text import prompt_text
 
         return str(prompt_text(first.prompt))
 

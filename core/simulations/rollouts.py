@@ -16,7 +16,7 @@ A row is what ``GroupwiseGrading.check_spread`` and ``whileai spread`` read::
 ``final_text`` is the whole conversation after the first message: tool calls as
 ``<tool_call>name {json args}</tool_call>``, tool answers as ``<tool_result>{json}</tool_result>``, messages as
 ``agent: ...`` and ``customer: ...``, one per line: the same rendering training hands the grader for a TRL
-conversation (``whileai.grading.text.render_messages``), so the spread gate and training grade the same text.
+conversation (``whileai.rows.text.render_messages``), so the spread gate and training grade the same text.
 ``turns`` counts the agent's steps (each tool call or message is one), ``tool_calls`` its tool calls, ``reason``
 says why the verifier failed the rollout (None for a pass).
 
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from whileai.grading.text import dump_json, render_messages
+from whileai.rows.text import dump_json, render_messages
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall, rollout_quality
 from whileai.simulations.scenarios import Scenario, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS
@@ -77,7 +77,7 @@ def transcript_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 def render_transcript(events: Iterable[Event]) -> str:
     """A transcript as one string, one event per line: the rendering a grader reads, in the spread gate and in
-    training alike (``whileai.grading.text.render_messages``).
+    training alike (``whileai.rows.text.render_messages``).
 
     Args:
         events: the conversation (usually without the customer's first message, which is the row's prompt).

@@ -1,4 +1,4 @@
-"""``whileai validate`` and ``whileai train``: recipes checked without importing torch, and the training run."""
+"""``whileai train``: the spread gate, then TRL's GRPOTrainer with the recipe's grader; ``--dry-run`` says the plan."""
 
 from __future__ import annotations
 
@@ -10,73 +10,8 @@ import typer
 from rich.table import Table
 
 from whileai.cli.console import guarded, is_debug, out, say
-from whileai.errors import BadInput, GraderUnavailable
-
-Overrides = Annotated[
-    list[str] | None, typer.Argument(help="key=value overrides, e.g. trainer.learning_rate=1e-5 grading.cap=2.")
-]
-
-
-def _referenced_files(loaded) -> list[tuple[str, Path]]:
-    """Files the recipe names that must exist before anything runs."""
-    recipe = loaded.recipe
-    files = []
-    if recipe.spread.rows:
-        files.append(("spread.rows", loaded.resolve(recipe.spread.rows)))
-    if isinstance(recipe.grading.rubrics, str):
-        files.append(("grading.rubrics", loaded.resolve(recipe.grading.rubrics)))
-    for name, reference in (
-        ("grader.function", getattr(recipe.grader, "function", None)),
-        ("verifier.function", getattr(recipe.verifier, "function", None)),
-    ):
-        if reference and reference.rpartition(":")[0].endswith(".py"):
-            files.append((name, loaded.resolve(reference.rpartition(":")[0])))
-    if recipe.data is not None and not recipe.data.dataset.startswith("builtin:"):
-        files.append(("data.dataset", loaded.resolve(recipe.data.dataset)))
-    return files
-
-
-def _check_files(loaded) -> None:
-    """Files the recipe names exist, and the functions it names resolve (their modules are imported)."""
-    from whileai.grading.reference import load_callable
-
-    for name, path in _referenced_files(loaded):
-        if not path.exists():
-            raise BadInput(f"{loaded.path}: {name}: no such file {path}")
-    recipe = loaded.recipe
-    for name, reference in (
-        ("grader.function", getattr(recipe.grader, "function", None)),
-        ("verifier.function", getattr(recipe.verifier, "function", None)),
-    ):
-        if reference:
-            try:
-                load_callable(reference, loaded.base_dir, what=name)
-            except BadInput as error:
-                raise BadInput(f"{loaded.path}: {error}") from None
-
-
-@guarded
-def validate(
-    recipe: Annotated[Path, typer.Argument(help="The recipe YAML.")],
-    overrides: Overrides = None,
-    print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe.")] = False,
-) -> None:
-    """Check a recipe without importing torch: schema and types (TRL's own for the trainer section), built-in names,
-    batch arithmetic, includes, overrides, referenced files and functions.
-
-    Example: whileai validate recipes/refund_scripted.yaml grading.cap=2 --print
-
-    Exit codes: 0 valid; 2 bad recipe (the message names the YAML path and what is allowed); 130 interrupted.
-    """
-    from whileai.config import load_recipe
-
-    loaded = load_recipe(recipe, overrides or [])
-    _check_files(loaded)
-    if print_recipe:
-        out.print(loaded.dump(), markup=False, end="")
-    # Every section the recipe (with its includes and overrides) sets; the others keep their defaults.
-    sections = [name for name in type(loaded.recipe).model_fields if name in loaded.resolved and name != "include"]
-    say(f"whileai: {recipe} is valid (sections: {', '.join(sections) or 'defaults only'})")
+from whileai.cli.validate import Overrides
+from whileai.errors import GraderUnavailable
 
 
 @guarded
@@ -98,12 +33,13 @@ def train(
     Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai[train]');
     4 grader unavailable; 130 interrupted (Ctrl-C: the message says how to resume).
     """
+    from whileai.build import check_references
     from whileai.config import load_recipe
     from whileai.training.plan import training_plan
 
     loaded = load_recipe(recipe, overrides or [])
     loaded.recipe.require("model", "data", "verifier", command="train")
-    _check_files(loaded)
+    check_references(loaded)
     plan = training_plan(loaded)
     if dry_run:
         out.print(loaded.dump(), markup=False, end="")

@@ -2,8 +2,8 @@
 
 The recipe's ``grader: {kind: judge, judge: {...}}`` section is this model: unknown keys are errors, every field says
 what it does, and the API key itself never appears here, only the name of the environment variable that holds it.
-``JudgeConfig.endpoint_settings()`` hands the endpoint's share of it (URL, sampling, timeouts, retries, concurrency)
-to ``whileai.endpoint``, whose checks of the URL, the key's variable name and the backoff it shares. This module
+Its endpoint fields (URL, sampling, streaming, timeouts, retries, concurrency) and their checks are
+``whileai.endpoint.EndpointSettings``'s, which it extends with the judge's own. This module
 validates settings; it opens no connection, reads no environment variable and imports no HTTP client.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from whileai.endpoint import EndpointChecks, EndpointSettings
+from whileai.endpoint import EndpointSettings
 
 __all__ = ["JUDGE_CONCURRENCY", "LOCAL_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
 
@@ -37,49 +37,15 @@ def default_cache_dir() -> Path:
     return Path(root) / "whileai" / "judge"
 
 
-class JudgeConfig(EndpointChecks):
-    """Where the judge lives, how it is asked, and how hard the client tries.
+class JudgeConfig(EndpointSettings):
+    """Where the judge lives and how hard the client tries (``whileai.endpoint.EndpointSettings``, every endpoint
+    setting declared there once), and how the judge is asked.
 
     Example:
         >>> JudgeConfig(model="Qwen/Qwen3-8B").base_url
         'http://127.0.0.1:8000/v1'
     """
 
-    # hide_input_in_errors: a key pasted into the wrong field must not be echoed back in the error.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, hide_input_in_errors=True)
-
-    # ---- endpoint
-    base_url: str = Field(
-        default="http://127.0.0.1:8000/v1",
-        description="Base URL of an OpenAI-compatible chat-completions server (vLLM, llama.cpp, OpenAI), up to /v1.",
-    )
-    model: str = Field(min_length=1, description="Model name the server serves, sent as the request's `model`.")
-    api_key_env: str | None = Field(
-        default=None,
-        description=(
-            "Name of the environment variable holding the API key (e.g. OPENAI_API_KEY), never the key itself. "
-            "None sends a placeholder key, which a local vLLM server without --api-key accepts."
-        ),
-    )
-
-    # ---- sampling
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of every judge call.")
-    max_tokens: int = Field(default=1024, ge=16, description="Most tokens the judge may write per answer.")
-    extra_body: dict[str, Any] = Field(
-        default_factory=dict,
-        description=(
-            "Extra request fields sent as they are, e.g. {chat_template_kwargs: {enable_thinking: false}} for Qwen3 "
-            "on vLLM, or {top_k: 1}."
-        ),
-    )
-    stream: bool = Field(
-        default=True,
-        description=(
-            "Stream each answer (`stream: true`): timeout_s then bounds the silence between two pieces of the answer, "
-            "not the whole answer, so a slow judge that is writing never times out, and a call given up closes its "
-            "connection, which stops the server's work on it. A server that answers in one piece is read as it is."
-        ),
-    )
     structured_output: Literal["auto", "on", "off"] = Field(
         default="auto",
         description=(
@@ -87,46 +53,6 @@ class JudgeConfig(EndpointChecks):
             "it and, for the rest of the run, steps down to a json_object (with the schema) and then to none each "
             "time the server refuses the form it got: an error whose text names response_format, a JSON schema or "
             "a grammar."
-        ),
-    )
-
-    # ---- failures
-    timeout_s: float = Field(
-        default=60.0,
-        gt=0.0,
-        description=(
-            "Seconds a call may wait for the server's next piece of the answer (with stream: false, for the whole "
-            "answer). The wait for the first piece includes the server reading the prompt."
-        ),
-    )
-    max_retries: int = Field(
-        default=4,
-        ge=0,
-        description=(
-            "Retries of one call after a connection error, a timeout, a 408, a 429, a 5xx or a 200 that is no chat "
-            "completion (empty or cut body)."
-        ),
-    )
-    backoff_base_s: float = Field(
-        default=0.5, gt=0.0, description="First retry waits about this long; each later retry doubles it (jittered)."
-    )
-    backoff_max_s: float = Field(default=20.0, gt=0.0, description="Longest wait between two retries of a call.")
-    batch_deadline_s: float = Field(
-        default=600.0,
-        gt=0.0,
-        description=(
-            "A call still running this many seconds after it was first sent (retries included) is cancelled and its "
-            "group falls back; time queued behind the concurrency limit does not count."
-        ),
-    )
-    concurrency: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "Most judge calls in flight at once, on one connection pool. None asks the server: llama.cpp's /props "
-            "(total_slots) or /slots, vLLM's /metrics (which says it schedules many at once); a server on this "
-            f"machine that says nothing gets {LOCAL_CONCURRENCY}, any other {JUDGE_CONCURRENCY} (every call of a "
-            "training batch at once; 429s are retried)."
         ),
     )
 
@@ -184,14 +110,6 @@ class JudgeConfig(EndpointChecks):
         if isinstance(value, bool):
             return "on" if value else "off"
         return value
-
-    def endpoint_settings(self, concurrency: int | None = None) -> EndpointSettings:
-        """The endpoint's share of these settings: where the judge lives, how it is sampled, how hard the client
-        tries, with ``concurrency`` (the server's own figure when the config leaves it to the server). Taken as
-        they are (this model checked them already, and a ``model_copy`` keeps its values)."""
-        values = {name: getattr(self, name) for name in EndpointSettings.model_fields}
-        values["concurrency"] = concurrency or self.concurrency or JUDGE_CONCURRENCY
-        return EndpointSettings.model_construct(**values)
 
     def cache_path(self) -> Path:
         """The sqlite file of the answer cache."""

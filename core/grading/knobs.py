@@ -1,0 +1,138 @@
+"""The knobs of groupwise grading and of the spread gate, each declared once: its default, its bounds, its meaning.
+
+``GradingKnobs`` (mode, cap, min_factor, hack_zero, hack_reward, floor, timeout_s) is what ``GroupwiseGrading``
+checks its arguments with, and the recipe's ``grading`` section is this model plus the rubrics; ``SpreadThresholds``
+is what counts as spread, and the recipe's ``spread`` section is this model plus which rows to grade. A bound
+written here holds for a recipe, an override, the command line and a Python caller alike.
+
+Defaults come from ``whileai.defaults``, which names their sources. This module validates values; it grades nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from whileai.defaults import (
+    GROUPWISE_CAP,
+    GROUPWISE_FLOOR,
+    GROUPWISE_HACK_ZERO,
+    GROUPWISE_MIN_FACTOR,
+    GROUPWISE_MODE,
+    SPREAD_BROKEN_FRACTION,
+    SPREAD_MAX_NEAR_MEDIAN,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
+    SPREAD_MIN_MEASURED_CONTROLS,
+    SPREAD_MIN_STD,
+    SPREAD_TOLERANCE,
+)
+from whileai.grading.calls import GRADER_TIMEOUT_S
+
+__all__ = ["GradingKnobs", "SpreadThresholds", "checked"]
+
+Mode = Literal["advantage", "reward"]
+
+
+class GradingKnobs(BaseModel):
+    """How a grader's answers become rewards or advantages (the MiMo-V2.6 report's knobs, section 4.3).
+
+    Example:
+        >>> GradingKnobs(cap=2).min_factor
+        0.5
+    """
+
+    # strict: a Python caller's True is no cap, and "2" is no number; YAML gives numbers as numbers.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+    mode: Mode = Field(GROUPWISE_MODE, description="'advantage' (GAR, section 4.3.2) or 'reward' (GRS, section 4.3.1).")
+    cap: float = Field(
+        GROUPWISE_CAP,
+        ge=1,
+        allow_inf_nan=False,
+        description="Upper bound on lambda in equation 3 (at least 1: lambda is never below 1).",
+    )
+    min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
+    hack_zero: bool = Field(
+        GROUPWISE_HACK_ZERO,
+        description="Treat a confirmed hack as a failure: it gets a failure's reward (the lowest in its group, never "
+        "above 0), so its advantage is the failures'.",
+    )
+    hack_reward: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="The reward a confirmed hack gets instead of a failure's (null: the lowest reward in its group, "
+        "never above 0).",
+    )
+    floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
+    timeout_s: float | None = Field(
+        GRADER_TIMEOUT_S,
+        gt=0,
+        description="The longest one call of a scripted or Python grader may take, in seconds (null: no limit); a "
+        "call that runs over makes its group fall back, counted. The judge has its own timeout_s.",
+    )
+
+
+class SpreadThresholds(BaseModel):
+    """What counts as spread, and as a grader that reads content.
+
+    Example:
+        >>> SpreadThresholds(min_std=0.1).tolerance
+        0.05
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    min_std: float = Field(SPREAD_MIN_STD, ge=0, description="No spread below this std of the grader's scores.")
+    tolerance: float = Field(SPREAD_TOLERANCE, ge=0, description="Half-width of the band around the median.")
+    max_near_median: float = Field(
+        SPREAD_MAX_NEAR_MEDIAN, ge=0, le=1, description="No spread when more than this fraction lies in the band."
+    )
+    min_agreement: float = Field(
+        SPREAD_MIN_AGREEMENT,
+        ge=-1,
+        le=1,
+        description="No spread when the mean Kendall's tau between a group's two gradings is below this.",
+    )
+    max_ordered_copies: float = Field(
+        SPREAD_MAX_ORDERED_COPIES,
+        ge=0,
+        le=1,
+        description="No spread when more than this fraction of the controls' identical copies got different scores.",
+    )
+    broken_fraction: float = Field(
+        SPREAD_BROKEN_FRACTION,
+        gt=0,
+        le=1,
+        description="The grader is broken (exit 4, not 1) when its grading falls back on this fraction of the groups.",
+    )
+    min_measured_controls: float = Field(
+        SPREAD_MIN_MEASURED_CONTROLS,
+        ge=0,
+        le=1,
+        description="'too few', never 'yes', when fewer than this fraction of the control groups sent came back "
+        "graded (a control that falls back measures nothing).",
+    )
+
+    def thresholds(self) -> SpreadThresholds:
+        """These thresholds alone (a recipe's ``spread`` section holds more)."""
+        return SpreadThresholds(**{name: getattr(self, name) for name in SpreadThresholds.model_fields})
+
+
+def checked(model: type[BaseModel], prefix: str = "", **values: Any) -> Any:
+    """``model(**values)``, its first error a ``ValueError`` that names the field as the recipe does:
+    ``cap: Input should be greater than or equal to 1 (got 0.5)``.
+
+    Example:
+        >>> checked(GradingKnobs, cap=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: cap: Input should be greater than or equal to 1 (got 0.5)
+    """
+    try:
+        return model(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = prefix + ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None

@@ -1,0 +1,174 @@
+"""The shape of a graded row: which fields hold its group, its verifier reward, its text and its prompt, for each
+format whileai reads (its own rows, TRL's completion logs, verl's rollout dumps), and one row read as a member of
+its group (``read_member``), every bad field a ``BadInput`` naming where. Nothing here opens a file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BadInput
+from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
+from whileai.rows.text import completion_text, prompt_text
+
+__all__ = ["TRL_LOG_COLUMNS", "Member", "RowFields", "RowStats", "plain_member", "read_member"]
+
+Member = tuple[float, str, str]  # (reward, prompt, completion text)
+
+# Columns of a TRL completion log that are not a reward function's.
+TRL_LOG_COLUMNS = frozenset({"step", "prompt", "completion", "advantage", "images", "image"})
+
+
+@dataclass(frozen=True)
+class RowFields:
+    """The field names a row is read by; None picks the default for the file's format.
+
+    ``trl_log`` marks a TRL completion log (set by ``for_columns``): its groups are deduplicated across files.
+    """
+
+    group_key: str | None = None
+    reward_key: str | None = None
+    text_key: str | None = None
+    prompt_key: str = "prompt"
+    trl_log: bool = False
+    verl_sessions: bool = False
+
+    def group_of(self, value: Any, where: str) -> Any:
+        """The group a row's group value names: a verl v1 dump's ``{uid}_{session}_{output}`` key is its ``uid``
+        (a session of several outputs is refused, naming ``where``); any other value is its own group."""
+        if not self.verl_sessions or type(value) is not str:
+            return value
+        parts = value.rsplit("_", 2)
+        if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+            return value
+        if parts[2] != "0":
+            raise BadInput(
+                f"{where}: verl output {parts[2]} of session {parts[0]}_{parts[1]}: a session with several outputs "
+                "has no one text to grade; whileai reads rollouts of one output per session"
+            )
+        return parts[0]
+
+    def for_columns(self, columns: Sequence[str], path: Path | None = None) -> RowFields:
+        """Fill the defaults: TRL completion logs (a ``completion`` and an ``advantage`` column) or page rows.
+
+        Raises:
+            BadInput: a TRL log without whileai's ``whileai_reward`` column and no ``reward_key`` given, naming the
+                reward columns the log has.
+        """
+        trl_log = "completion" in columns and "advantage" in columns and "final_text" not in columns
+        if trl_log:
+            if self.reward_key is None and "whileai_reward" not in columns:
+                rewards = [c for c in columns if c not in TRL_LOG_COLUMNS and not c.startswith("whileai_")]
+                found = ", ".join(repr(c) for c in rewards) or "none"
+                raise BadInput(
+                    f"{path or 'the rows'}: a TRL completion log without whileai's 'whileai_reward' column (the run "
+                    f"did not train with whileai's reward function); its reward columns: {found}. Name the one that "
+                    "says pass or fail with --reward-key (spread.reward_key in a recipe)"
+                )
+            # whileai's reward functions log each completion's group; without it, a group is a prompt.
+            return RowFields(
+                self.group_key or ("whileai_group" if "whileai_group" in columns else "prompt"),
+                self.reward_key or "whileai_reward",
+                self.text_key or "completion",
+                self.prompt_key,
+                trl_log=True,
+            )
+        if {"input", "output", "score", "step"} <= set(columns) and "final_text" not in columns:  # verl's dump
+            if self.group_key is not None:
+                group = self.group_key
+            else:
+                group = next((c for c in ("whileai_group", "uid") if c in columns), "input")
+            return RowFields(
+                group,
+                self.reward_key or ("whileai_reward" if "whileai_reward" in columns else "score"),
+                self.text_key or "output",
+                "input" if self.prompt_key == "prompt" else self.prompt_key,
+                verl_sessions=group == "uid",
+            )
+        return RowFields(
+            self.group_key or "scenario_id",
+            self.reward_key or "reward",
+            self.text_key or "final_text",
+            self.prompt_key,
+        )
+
+
+@dataclass
+class RowStats:
+    """What the reader saw: rows read, rows skipped as bad (with the first few reasons), files read, files of a
+    folder left out (each with why), and groups dropped as repeats of a group already read (a TRL log that wrote one
+    generation into two files)."""
+
+    rows: int = 0
+    skipped: int = 0
+    files: int = 0
+    examples: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    duplicates: int = 0
+
+    def skip(self, reason: str) -> None:
+        self.skipped += 1
+        if len(self.examples) < 5:
+            self.examples.append(reason)
+
+
+def _group_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def plain_member(
+    row: Any, group_key: str, reward_key: str, text_key: str, prompt_key: str
+) -> tuple[str, Member] | None:
+    """(group id, member) of a plain row: a dict with a string group, a finite float (or an integer a float holds
+    exactly) reward, string text and a string or no prompt. None for anything else (``read_member`` decides).
+
+    Checked by type only: the common case, and the only rows the fast JSON parser's values are taken for.
+    """
+    if type(row) is not dict:
+        return None
+    group, reward, text = row.get(group_key), row.get(reward_key), row.get(text_key)
+    prompt = row.get(prompt_key)
+    if (
+        type(group) is str
+        and (type(reward) is float or (type(reward) is int and -(2**53) <= reward <= 2**53))
+        and -FLOAT32_LIMIT < reward < FLOAT32_LIMIT
+        and type(text) is str
+        and (prompt is None or type(prompt) is str)
+    ):
+        return group, (float(reward), prompt or "", text)
+    return None
+
+
+def read_member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
+    """(group id, member) of one row, or ``BadInput`` naming ``where`` and the field."""
+    plain = plain_member(row, fields.group_key, fields.reward_key, fields.text_key, fields.prompt_key)  # type: ignore[arg-type]
+    if plain is not None:
+        return plain
+    if not isinstance(row, dict):
+        raise BadInput(f"{where}: a row is a JSON object, got {type(row).__name__}")
+    for key in (fields.group_key, fields.reward_key, fields.text_key):
+        if key not in row:
+            raise BadInput(f"{where}: missing field {key!r}")
+    group = row[fields.group_key]
+    if group is None:
+        raise BadInput(f"{where}: field {fields.group_key!r} is empty")
+    try:
+        # None, NaN and inf (TRL logs a verifier's None as NaN) are unscorable: the gate leaves them out, counted.
+        reward = verifier_reward(row[fields.reward_key])
+    except ValueError:
+        given = row[fields.reward_key]
+        raise BadInput(f"{where}: field {fields.reward_key!r} is not a number (got {given!r})") from None
+    text = row[fields.text_key]
+    if text is None or not isinstance(text, (str, list, dict)):
+        raise BadInput(f"{where}: field {fields.text_key!r} is not text or a list of messages (got {text!r})")
+    prompt = row.get(fields.prompt_key)
+    prompt = "" if prompt is None else prompt_text(prompt)
+    return _group_value(group), (float(reward), prompt, completion_text(text))

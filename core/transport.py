@@ -1,0 +1,250 @@
+"""Chat-completion POSTs on one aiohttp session (``Transport``): the auth headers, each URL's proxy, same-origin
+redirects, the reply size limit, a streamed reply's events assembled into one chat completion, and aiohttp's errors
+turned into the few this module raises, which ``whileai.http_client.EndpointClient`` retries or reports. Importing
+it does not import ``aiohttp``: a ``Transport`` imports it when built, on an endpoint's first call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from whileai.endpoint import MalformedResponse
+from whileai.proxies import proxy_for
+
+__all__ = ["RESPONSE_LIMIT_BYTES", "ConnectionLost", "Dropped", "Refused", "Silent", "StatusError", "Transport"]
+
+# The largest reply read: a judge's answer is a few kilobytes, and a server that streams without end must not take
+# the process's memory with it.
+RESPONSE_LIMIT_BYTES = 64 * 2**20
+
+# Hops of a redirect chain followed within one origin.
+_MAX_REDIRECTS = 5
+
+# How long an idle pooled connection is kept: the next batch of a training run reuses it (a step is seconds to
+# minutes apart; servers close idle connections on their own clock, which the pool notices).
+_KEEPALIVE_S = 60.0
+
+
+class StatusError(Exception):
+    """An error status from the server: its code, its body's text and its headers (lower-case names)."""
+
+    def __init__(self, status: int, text: str, headers: Mapping[str, str]) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.headers = headers
+
+
+class ConnectionLost(Exception):
+    """No answer because of the connection: refused, reset, closed before the reply was whole, a proxy that failed."""
+
+
+class Dropped(ConnectionLost):
+    """The connection died before any byte of the reply came: the request can go again on a fresh one."""
+
+
+class Refused(Exception):
+    """A reply that no retry can mend: a redirect out of the origin, a body over the size limit."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    return (url.scheme, (url.host or "").lower(), url.port)
+
+
+def _text(raw: bytes, charset: str | None) -> str:
+    """A body's text in its declared charset (UTF-8 when it declares none, or one Python does not know)."""
+    try:
+        return raw.decode(charset or "utf-8", errors="replace")
+    except LookupError:
+        return raw.decode("utf-8", errors="replace")
+
+
+class Silent(Exception):
+    """The server sent nothing for the call's ``timeout_s``."""
+
+
+async def read_events(response: Any, on_piece: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
+    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. ``on_piece``
+    is called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
+
+    Raises:
+        MalformedResponse: an event that is not JSON, or one that carries an error (vLLM reports a failure met
+            mid-answer that way).
+        ConnectionLost: the stream ended before ``[DONE]`` or a finish reason.
+        Refused: more than the reply limit.
+    """
+    content: list[str] = []
+    finish: str | None = None
+    usage: Any = None
+    model: Any = None
+    buffer = b""
+    size = 0
+    done = False
+    while not done and (chunk := await response.content.readany()):
+        size += len(chunk)
+        if size > RESPONSE_LIMIT_BYTES:
+            raise Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # a comment (": keep-alive"), an event name, a blank line between events
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise MalformedResponse(f"a stream event is not JSON: {data[:80]!r}") from None
+            if not isinstance(event, dict):
+                raise MalformedResponse("a stream event is not a JSON object")
+            if event.get("error"):
+                raise MalformedResponse(f"the stream carries an error: {event['error']}")
+            usage = event.get("usage") or usage
+            model = event.get("model") or model
+            for choice in event.get("choices") or []:
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(piece, str) and piece:
+                    content.append(piece)
+                    if on_piece is not None:
+                        on_piece()
+                finish = choice.get("finish_reason") or finish
+    if not done and finish is None:
+        raise ConnectionLost("the stream ended before the answer was whole")
+    message = {"role": "assistant", "content": "".join(content)}
+    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
+class Transport:
+    """Chat-completion POSTs on one aiohttp session: auth headers, the proxy of each URL, same-origin redirects, the
+    size limit, and aiohttp's errors turned into this module's three."""
+
+    def __init__(self, base_url: str, authorization: str, concurrency: int) -> None:
+        import aiohttp  # imported on the first call, never by `import whileai`
+        import yarl
+
+        self.aiohttp, self.yarl = aiohttp, yarl
+        self.base_url = base_url
+        self.headers = {"Authorization": authorization, "Accept": "application/json", "User-Agent": "whileai"}
+        connector = aiohttp.TCPConnector(
+            limit=max(concurrency, 1),
+            limit_per_host=0,
+            keepalive_timeout=_KEEPALIVE_S,
+            happy_eyeballs_delay=0.25,
+            ttl_dns_cache=60,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),  # the call's own timeout bounds it
+            trust_env=False,  # proxies are proxy_for's, read as httpx reads them
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def post(
+        self,
+        path: str,
+        request: dict[str, Any],
+        silence_s: float | None = None,
+        on_piece: Callable[[], None] | None = None,
+    ) -> str | dict[str, Any]:
+        """POST ``request`` as JSON: the body's text, or for a streamed reply (``text/event-stream``) the chat
+        completion its events add up to (``on_piece`` called for each piece of content).
+
+        ``silence_s`` bounds each wait for the next piece of a reply; None waits as long as the caller does. A reply
+        given up (cancelled, too large, silent, unreadable) closes its connection, so the server sees the request go
+        and stops working on it.
+
+        Raises:
+            StatusError: a status >= 300 that is no same-origin redirect.
+            Dropped, ConnectionLost: no whole reply.
+            Silent: nothing came for ``silence_s`` seconds.
+            Refused: a redirect to another origin, too many redirects, a body over the limit.
+            MalformedResponse: a stream that carries an error or is no chat completion.
+        """
+        aiohttp = self.aiohttp
+        body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        url = self.yarl.URL(self.base_url + path)
+        headers = {**self.headers, "Content-Type": "application/json"}
+        # sock_read: the longest wait for the next bytes from the server, the reply's head included.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=silence_s)
+        for _ in range(_MAX_REDIRECTS + 1):
+            try:
+                async with self.session.post(
+                    url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False, timeout=timeout
+                ) as response:
+                    location = response.headers.get("Location")
+                    if 300 <= response.status < 400 and location:
+                        target = url.join(self.yarl.URL(location))
+                        if _origin(target) != _origin(url):
+                            raise Refused(
+                                f"HTTP {response.status}: the server redirects to {target}, another origin; set "
+                                "base_url to the server's own address",
+                                f"http {response.status}",
+                            )
+                        url = target
+                        continue
+                    try:
+                        if response.status < 300 and response.content_type == "text/event-stream":
+                            return await read_events(response, on_piece)
+                        text = _text(await self._read(response), response.charset)
+                    except BaseException:
+                        response.close()  # not back to the pool: the server must see the request go
+                        raise
+                    if response.status >= 300:
+                        raise StatusError(response.status, text, {k.lower(): v for k, v in response.headers.items()})
+                    return text
+            except aiohttp.ServerTimeoutError:  # sock_read: the server went silent
+                raise Silent(f"the server sent nothing for {silence_s:g}s") from None
+            except aiohttp.ClientConnectorError as exc:  # no connection at all (a proxy's included)
+                raise ConnectionLost(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # closed or reset before a reply
+                raise Dropped(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            except aiohttp.ClientResponseError as exc:  # a reply that is not HTTP, or a proxy that refused
+                raise ConnectionLost(f"{type(exc).__name__}: {exc.status} {exc.message}") from None
+            except aiohttp.ClientError as exc:  # a reply cut short, and the rest of aiohttp's
+                raise ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, str] | None:
+        """GET ``url``: its status and text, or None when it could not be read within ``timeout_s``."""
+
+        async def read() -> tuple[int, str]:
+            async with self.session.get(
+                url, headers={**self.headers, "Accept": "*/*"}, proxy=proxy_for(url), allow_redirects=False
+            ) as response:
+                return response.status, _text(await self._read(response), response.charset)
+
+        try:
+            return await asyncio.wait_for(read(), timeout_s)
+        except (asyncio.TimeoutError, Refused, self.aiohttp.ClientError, OSError, ValueError):
+            return None
+
+    async def _read(self, response: Any) -> bytes:
+        length = response.content_length
+        if length is not None and length > RESPONSE_LIMIT_BYTES:
+            raise Refused(f"the reply is {length} bytes, over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await response.content.readany():
+            size += len(chunk)
+            if size > RESPONSE_LIMIT_BYTES:
+                raise Refused(f"the reply is over the {RESPONSE_LIMIT_BYTES} byte limit", "too large")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def close(self) -> None:
+        await self.session.close()
