@@ -155,11 +155,17 @@ def redistribute(
             }
         )
         return
+    _print_group(group, values, original, hack_zero)
+
+
+def _print_group(group: Any, values: list[float], original: list[float], hack_zero: bool) -> None:
+    """R, A, f and A' of each member, and lambda."""
+    from whileai.methods import positive_passes
+
     table = Table(show_edge=False)
     for name in ("i", "R", "A", "f", "A'", "note"):
         table.add_column(name, justify="left" if name == "note" else "right")
-    from whileai.methods import positive_passes
-
+    effective = group.effective_rewards
     kept = [i for i, ok in enumerate(group.passed) if ok and not (hack_zero and i in group.hacks)]
     moving = set(positive_passes(effective, kept))
     for i, reward in enumerate(values):
@@ -170,14 +176,8 @@ def redistribute(
             note = "pass" if i in moving else "pass, at or below the mean: not moved"
         else:
             note = "fail"
-        table.add_row(
-            str(i),
-            f"{reward:g}",
-            f"{original[i]:+.4f}",
-            "" if factor is None else f"{factor:.3f}",
-            f"{group.advantages[i]:+.4f}",
-            note,
-        )
+        shown = "" if factor is None else f"{factor:.3f}"
+        table.add_row(str(i), f"{reward:g}", f"{original[i]:+.4f}", shown, f"{group.advantages[i]:+.4f}", note)
     out.print(table)
     out.print(f"lambda {group.lam:.4f}" + (" (capped)" if group.capped else ""), markup=False)
     if group.reason:

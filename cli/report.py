@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from whileai.cli.console import guarded, out, print_json, say
+from whileai.defaults import REPORT_WINDOW
 
 # Per-step columns in the order they are dropped when the terminal is too narrow (first dropped first); the step,
 # its pass rate and interval are never dropped.
@@ -49,7 +50,7 @@ def report(
     window: Annotated[
         int,
         typer.Option(min=1, help="Logged steps in the first and the last window (the last is the final pass rate)."),
-    ] = 3,
+    ] = REPORT_WINDOW,
     steps: Annotated[bool, typer.Option("--steps", help="Also print each run's per-step table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the data as one JSON object.")] = False,
 ) -> None:

@@ -22,6 +22,7 @@ from whileai.errors import BadInput
 _ENDPOINT = EndpointSettings.model_fields
 
 
+# Typer declares each option in the signature: the function is long by its options, its body is one screen.
 @guarded
 def simulate(
     overrides: Annotated[

@@ -69,3 +69,7 @@ DEFAULT_GRADER_RULE: Final[str] = "grader/tool_calls.yaml"
 # Scenarios `whileai simulate` runs at once when the agent or the customer is a served model (the seeded agent runs on
 # one): enough to keep a served model's batch busy without a queue that outlasts a call's timeout.
 SIMULATE_REMOTE_WORKERS: Final[int] = 8
+
+# Logged steps in the first and the last window of `whileai report` (the last is a run's final pass rate): enough to
+# smooth one step's noise in a short run without reaching back into its start.
+REPORT_WINDOW: Final[int] = 3

@@ -60,6 +60,22 @@ __all__ = ["EndpointClient"]
 log = logging.getLogger("whileai.endpoint")
 
 
+class _SendAgain(Exception):
+    """The call goes again at once: ``retry`` says whether it counts as a retry."""
+
+    def __init__(self, retry: bool) -> None:
+        super().__init__()
+        self.retry = retry
+
+
+class _Failed(Exception):
+    """What one attempt of a call ended in, whether a retry may mend it, and how long the server asked to wait."""
+
+    def __init__(self, error: CallError, retryable: bool = True, wait_s: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error, self.retryable, self.wait_s = error, retryable, wait_s
+
+
 class _LoopThread:
     """A daemon thread running one event loop, and what lives on it (the transport, the semaphore)."""
 
@@ -271,6 +287,7 @@ class EndpointClient:
             self._runtime.semaphore = None
 
     async def _ask(self, runtime: _LoopThread, call: Call) -> Any:
+        """``call``'s answer, sent until it is answered, retried with backoff while its errors are retryable."""
         settings = self.settings
         loop = asyncio.get_running_loop()
         attempt = 0
@@ -282,7 +299,6 @@ class EndpointClient:
         while True:
             if deadline is not None and deadline - loop.time() <= 0:
                 raise CallError("the batch deadline passed before the call could be made", "deadline")
-            wait_hint: float | None = None
             assert runtime.semaphore is not None
             async with runtime.semaphore:
                 if deadline is None:
@@ -290,70 +306,13 @@ class EndpointClient:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise CallError("the batch deadline passed before the call could be made", "deadline")
-                # The body is built once the call may go, so a call queued behind a refusal sends the new form.
-                request = call.body()
-                self.stats.count_call(retry=retry)
-                started = time.perf_counter()
-                # A streamed call may take as long as the batch allows while pieces keep coming; timeout_s bounds
-                # the silence between them. An unstreamed one has timeout_s for the whole answer.
-                streaming = bool(request.get("stream"))
-                timeout = remaining if streaming else min(settings.timeout_s, remaining)
-                streamed = [0]
-
-                def piece(counter: list[int] = streamed) -> None:
-                    counter[0] += 1
-                    self.stats.count_streamed(1)
-
-                response: dict[str, Any] = {}
                 try:
-                    response = await asyncio.wait_for(
-                        self._post(runtime, request, settings.timeout_s if streaming else None, piece),
-                        timeout=timeout,
-                    )
-                    answer = call.read(response)
-                except asyncio.TimeoutError:
-                    if streaming or timeout < settings.timeout_s:
-                        raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
-                    error = CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")
-                    retryable = True
-                except Silent:
-                    error = CallError(
-                        f"no answer within timeout_s={settings.timeout_s} (the server sent nothing for that long)",
-                        "timeout",
-                    )
-                    retryable = True
-                except Dropped as exc:
-                    if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
-                        resent = retry = True
-                        continue
-                    error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
-                    retryable = True
-                except ConnectionLost as exc:
-                    error = CallError(f"connection error: {self.shown(str(exc))}", "connection")
-                    retryable = True
-                except Refused as exc:
-                    raise CallError(self.shown(str(exc)), exc.kind) from None
-                except StatusError as exc:
-                    status = exc.status
-                    if call.refused is not None and call.refused(status, exc.text):
-                        retry = False
-                        continue  # send again at once in the new form; no retry spent
-                    error = CallError(f"HTTP {status}: {self.shown(exc.text)}", f"http {status}")
-                    retryable = status in RETRY_STATUSES or status >= 500
-                    if status in (429, 503):
-                        wait_hint = retry_after(exc.headers)
-                except MalformedResponse as exc:
-                    error = CallError(f"HTTP 200 but {self.shown(str(exc))}", "bad response")
-                    retryable = True
-                except call.unusable:  # an answer, just not a usable one: counted, and not retried
-                    self._count_answer(started, response, streamed[0])
-                    raise
-                except Exception as exc:  # anything else a reader raises
-                    error = CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error")
-                    retryable = False
-                else:
-                    self._count_answer(started, response, streamed[0])
-                    return answer
+                    return await self._attempt(runtime, call, remaining, retry, resent)
+                except _SendAgain as again:
+                    retry, resent = again.retry, resent or again.retry
+                    continue
+                except _Failed as failed:
+                    error, retryable, wait_hint = failed.error, failed.retryable, failed.wait_s
             if not retryable or attempt >= settings.max_retries:
                 if attempt:
                     error = CallError(f"{error} (after {attempt} retries)", error.kind)
@@ -362,17 +321,74 @@ class EndpointClient:
             if loop.time() + delay >= deadline:
                 raise CallError(f"{error} (no time left before the batch deadline to retry)", error.kind)
             log.debug(
-                "%s call %s failed (%s); retry %d/%d in %.2fs",
-                self.name,
-                call.name,
-                error,
-                attempt + 1,
-                settings.max_retries,
-                delay,
-            )
+                "%s call %s failed (%s); retry %d/%d in %.2fs", self.name, call.name, error, attempt + 1,
+                settings.max_retries, delay,
+            )  # fmt: skip
             await asyncio.sleep(delay)
             attempt += 1
             retry = True
+
+    async def _attempt(self, runtime: _LoopThread, call: Call, remaining: float, retry: bool, resent: bool) -> Any:
+        """One send of ``call`` within ``remaining`` seconds: its answer.
+
+        Raises:
+            _SendAgain: send it again at once (a refused form, not a retry; or the first dead pooled connection).
+            _Failed: the error this attempt ended in, and whether a retry may mend it.
+            CallError: an error no retry can mend (the deadline, a refused redirect or size).
+            call.unusable: an answer that came back but cannot be used (counted, not retried).
+        """
+        settings = self.settings
+        # The body is built once the call may go, so a call queued behind a refusal sends the new form.
+        request = call.body()
+        self.stats.count_call(retry=retry)
+        started = time.perf_counter()
+        # A streamed call may take as long as the batch allows while pieces keep coming; timeout_s bounds the
+        # silence between them. An unstreamed one has timeout_s for the whole answer.
+        streaming = bool(request.get("stream"))
+        timeout = remaining if streaming else min(settings.timeout_s, remaining)
+        streamed = [0]
+
+        def piece(counter: list[int] = streamed) -> None:
+            counter[0] += 1
+            self.stats.count_streamed(1)
+
+        response: dict[str, Any] = {}
+        try:
+            post = self._post(runtime, request, settings.timeout_s if streaming else None, piece)
+            response = await asyncio.wait_for(post, timeout=timeout)
+            answer = call.read(response)
+        except asyncio.TimeoutError:
+            if streaming or timeout < settings.timeout_s:
+                raise CallError(f"the batch deadline passed after {timeout:.1f}s", "deadline") from None
+            raise _Failed(CallError(f"no answer within timeout_s={settings.timeout_s}", "timeout")) from None
+        except Silent:
+            quiet = f"no answer within timeout_s={settings.timeout_s} (the server sent nothing for that long)"
+            raise _Failed(CallError(quiet, "timeout")) from None
+        except Dropped as exc:
+            if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
+                raise _SendAgain(retry=True) from None
+            raise _Failed(CallError(f"connection error: {self.shown(str(exc))}", "connection")) from None
+        except ConnectionLost as exc:
+            raise _Failed(CallError(f"connection error: {self.shown(str(exc))}", "connection")) from None
+        except Refused as exc:
+            raise CallError(self.shown(str(exc)), exc.kind) from None
+        except StatusError as exc:
+            status = exc.status
+            if call.refused is not None and call.refused(status, exc.text):
+                raise _SendAgain(retry=False) from None  # at once in the new form; no retry spent
+            error = CallError(f"HTTP {status}: {self.shown(exc.text)}", f"http {status}")
+            wait = retry_after(exc.headers) if status in (429, 503) else None
+            raise _Failed(error, status in RETRY_STATUSES or status >= 500, wait) from None
+        except MalformedResponse as exc:
+            raise _Failed(CallError(f"HTTP 200 but {self.shown(str(exc))}", "bad response")) from None
+        except call.unusable:  # an answer, just not a usable one: counted, and not retried
+            self._count_answer(started, response, streamed[0])
+            raise
+        except Exception as exc:  # anything else a reader raises
+            error = CallError(f"{type(exc).__name__}: {self.shown(str(exc))}".rstrip(": "), "error")
+            raise _Failed(error, retryable=False) from None
+        self._count_answer(started, response, streamed[0])
+        return answer
 
     async def _ask_safely(self, runtime: _LoopThread, call: Call) -> Outcome:
         try:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whileai.defaults import REPORT_WINDOW
 from whileai.errors import BadInput, MissingExtra
 from whileai.stats import bootstrap_interval, clustered_interval, newcombe_difference, quantile
 
@@ -364,7 +365,7 @@ class ArmComparison:
         ).replace("-", "\u2212")
 
 
-def compare_arms(a: Path, b: Path, window: int = 3) -> ArmComparison | None:
+def compare_arms(a: Path, b: Path, window: int = REPORT_WINDOW) -> ArmComparison | None:
     """Final pass rate of ``b`` minus ``a`` over the last ``window`` logged steps.
 
     Paired by task when the runs share tasks (mean of per-task differences, :func:`~whileai.stats.bootstrap_interval`

@@ -135,33 +135,7 @@ def verl_signal_problems(config: Any) -> list[str]:
         >>> verl_signal_problems({"algorithm": {"adv_estimator": "grpo"}})[0]
         "algorithm.norm_adv_by_std_in_grpo is True (verl's default when unset): verl would divide each group by its std and rescale the moved mass; set algorithm.norm_adv_by_std_in_grpo=False"
     """  # noqa: E501
-    problems: list[str] = []
-    estimator = config_value(config, "algorithm.adv_estimator", None)
-    name = getattr(estimator, "value", estimator)  # verl's AdvantageEstimator is a str enum
-    if name == "grpo_vectorized":
-        problems.append(
-            "algorithm.adv_estimator is 'grpo_vectorized': verl calls it without norm_adv_by_std_in_grpo, so it "
-            "always divides each group by its std; set algorithm.adv_estimator=grpo"
-        )
-    elif name != "grpo":
-        said = "is not set (verl's default is 'gae')" if name is None else f"is {name!r}"
-        problems.append(
-            f"algorithm.adv_estimator {said}: verl would not subtract each group's mean reward, which equation 3 "
-            "needs; set algorithm.adv_estimator=grpo"
-        )
-    norm = config_value(config, "algorithm.norm_adv_by_std_in_grpo", None)
-    if norm is None or _true(norm):
-        said = "is True (verl's default when unset)" if norm is None else f"is {norm!r}"
-        problems.append(
-            f"algorithm.norm_adv_by_std_in_grpo {said}: verl would divide each group by its std and rescale the "
-            "moved mass; set algorithm.norm_adv_by_std_in_grpo=False"
-        )
-    if _true(config_value(config, "algorithm.use_kl_in_reward", False)):
-        problems.append(
-            "algorithm.use_kl_in_reward is True: verl would subtract a KL penalty from each response's reward "
-            "before the advantage; keep the KL in the loss (actor_rollout_ref.actor.use_kl_loss=True) and set "
-            "algorithm.use_kl_in_reward=False"
-        )
+    problems = _advantage_problems(config)
     if _true(config_value(config, "reward.reward_model.enable", False)):
         problems.append(
             "reward.reward_model.enable is True: a reward model is a second reward source beside the grader's "
@@ -198,6 +172,38 @@ def verl_signal_problems(config: Any) -> list[str]:
             f"validation responses would wait for groups of rollout.n={size} that never fill; set "
             f"actor_rollout_ref.rollout.val_kwargs.n={size}, or turn validation off "
             "(trainer.val_before_train=False trainer.test_freq=-1)"
+        )
+    return problems
+
+
+def _advantage_problems(config: Any) -> list[str]:
+    """What in verl's ``algorithm`` section would move its advantages off a group-mean subtraction of the reward."""
+    problems: list[str] = []
+    estimator = config_value(config, "algorithm.adv_estimator", None)
+    name = getattr(estimator, "value", estimator)  # verl's AdvantageEstimator is a str enum
+    if name == "grpo_vectorized":
+        problems.append(
+            "algorithm.adv_estimator is 'grpo_vectorized': verl calls it without norm_adv_by_std_in_grpo, so it "
+            "always divides each group by its std; set algorithm.adv_estimator=grpo"
+        )
+    elif name != "grpo":
+        said = "is not set (verl's default is 'gae')" if name is None else f"is {name!r}"
+        problems.append(
+            f"algorithm.adv_estimator {said}: verl would not subtract each group's mean reward, which equation 3 "
+            "needs; set algorithm.adv_estimator=grpo"
+        )
+    norm = config_value(config, "algorithm.norm_adv_by_std_in_grpo", None)
+    if norm is None or _true(norm):
+        said = "is True (verl's default when unset)" if norm is None else f"is {norm!r}"
+        problems.append(
+            f"algorithm.norm_adv_by_std_in_grpo {said}: verl would divide each group by its std and rescale the "
+            "moved mass; set algorithm.norm_adv_by_std_in_grpo=False"
+        )
+    if _true(config_value(config, "algorithm.use_kl_in_reward", False)):
+        problems.append(
+            "algorithm.use_kl_in_reward is True: verl would subtract a KL penalty from each response's reward "
+            "before the advantage; keep the KL in the loss (actor_rollout_ref.actor.use_kl_loss=True) and set "
+            "algorithm.use_kl_in_reward=False"
         )
     return problems
 

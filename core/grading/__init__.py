@@ -1,15 +1,16 @@
 """Grading: the ``GroupwiseGrading`` object and everything that turns a grader's answers into shaped rewards.
 
-- ``groupwise``: the object (the page's knobs, ``shape``, ``check_spread``, ``trl_reward``);
-- ``group``: one group's record; ``answers``: a grader's answer validated; ``rewards``: a verifier's reward read as
-  TRL stores it; ``calls``: a plain grader called with a time limit; ``stats``: the running counters;
-  ``text``: conversations rendered as the grader reads them;
-- ``gate`` (with ``controls``): the spread gate;
-- ``scripted``: the rule grader; ``reference``: a function named in a recipe; ``build``: a recipe's grading.
+- ``groupwise``: the object (the page's knobs, ``shape``, ``check_spread``, ``trl_reward``); ``knobs``: the knobs
+  and the gate's thresholds, each declared once;
+- ``group``: one group's record; ``answers``: a grader's answer validated; ``calls``: a plain grader called with a
+  time limit; ``tally``: the running counters;
+- ``gate`` (with ``controls``): the spread gate; ``evaluate``: a grader measured against a known reference;
+- ``scripted``: the rule grader; ``reference``: a function named in a recipe.
 
-Above ``whileai.methods`` (pure math) and below the command line. The HTTP judge is ``whileai.judge``, TRL's
-calling convention ``whileai.integrations.trl``. The names below are resolved on first use, so that importing one
-module of the package (``whileai.rows`` reads rewards through ``whileai.rows.rewards``) does not import the rest.
+Above ``whileai.methods`` (pure math) and ``whileai.rows`` (what a rollout is, and its rendering), below the recipe
+schema, the judge and the command line, none of which it imports; a recipe becomes a ``GroupwiseGrading`` in
+``whileai.build``. The names below are resolved on first use, so that importing one module of the package does not
+import the rest.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ _LAZY = {
     "GradingStats": "whileai.grading.tally",
     "GroupwiseGrading": "whileai.grading.groupwise",
     "SpreadReport": "whileai.grading.gate",
-    "SpreadThresholds": "whileai.grading.gate",
+    "SpreadThresholds": "whileai.grading.knobs",
     "spread_report": "whileai.grading.gate",
 }
 
 __all__ = ["GradedGroup", "GradingStats", "GroupwiseGrading", "SpreadReport", "SpreadThresholds", "spread_report"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from whileai.grading.gate import SpreadReport, SpreadThresholds, spread_report
+    from whileai.grading.gate import SpreadReport, spread_report
     from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
+    from whileai.grading.knobs import SpreadThresholds
     from whileai.grading.tally import GradingStats
 
 

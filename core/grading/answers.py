@@ -119,71 +119,85 @@ def read_group_answer(
             unknown, a failure, or given twice, a factor outside (0, 1], a ranking that leaves out a pass.
     """
     body = _check_keys(answer, frozenset({"ranking", "factors", "hacks"}))
-    has_ranking, has_factors = "ranking" in body, "factors" in body
-    if has_ranking == has_factors:
+    if ("ranking" in body) == ("factors" in body):
         raise UnusableAnswer("answer needs exactly one of 'ranking' and 'factors'")
     pass_set = set(passes)
-
-    raw_hacks = body.get("hacks")
-    hack_list = [] if raw_hacks is None else _as_list(raw_hacks)
-    if hack_list is None:
-        raise UnusableAnswer(f"'hacks' is not a list: {raw_hacks!r}")
-    hacks: list[int] = []
-    for item in hack_list:
-        index = _index(item, "hack")
-        if not 0 <= index < size:
-            raise UnusableAnswer(f"hack {index} is not a member of the group of {size}")
-        if index not in pass_set:
-            raise UnusableAnswer(f"hack {index} is a failure, not a pass")
-        if index in hacks:
-            raise UnusableAnswer(f"hack {index} is named twice")
-        hacks.append(index)
+    hacks = _read_hacks(body.get("hacks"), size, pass_set)
     keep = [i for i in passes if not (hack_zero and i in hacks)]
-
-    if has_ranking:
-        ranking = _as_list(body["ranking"])
-        if ranking is None:
-            raise UnusableAnswer(f"'ranking' is not a list: {body['ranking']!r}")
-        tiers: list[list[int]] = []
-        for entry in ranking:
-            items = _as_list(entry)
-            if items is None:
-                items = [entry]
-            tier = [_index(item, "ranked item") for item in items]
-            for index in tier:
-                if not 0 <= index < size:
-                    raise UnusableAnswer(f"ranked index {index} is not a member of the group of {size}")
-                if index not in pass_set:
-                    raise UnusableAnswer(f"ranked index {index} is a failure")
-            if hack_zero:
-                tier = [i for i in tier if i not in hacks]
-            if tier:
-                tiers.append(tier)
-        ranked = [i for tier in tiers for i in tier]
-        if len(ranked) != len(set(ranked)):
-            twice = next(i for i in ranked if ranked.count(i) > 1)
-            raise UnusableAnswer(f"index {twice} is ranked twice")
-        missing = [i for i in keep if i not in ranked]
-        if not hack_zero:
-            unranked_hacks = [i for i in missing if i in hacks]
-            missing = [i for i in missing if i not in hacks]
-            if unranked_hacks:
-                tiers.append(unranked_hacks)
-        if missing:
-            raise UnusableAnswer(f"the ranking leaves out pass {missing[0]}")
+    if "ranking" in body:
+        tiers = _read_ranking(body["ranking"], size, pass_set, hacks, keep, hack_zero)
         try:
             factors = rank_factors(tiers, keep, min_factor=min_factor)
         except ValueError as err:  # pragma: no cover - every case is checked above
             raise UnusableAnswer(str(err)) from err
         return GroupAnswer(factors, hacks)
+    return GroupAnswer(_read_factors(body["factors"], pass_set, hacks, hack_zero), hacks)
 
-    raw = body["factors"]
+
+def _read_hacks(raw: object, size: int, passes: set[int]) -> list[int]:
+    """The confirmed hacks an answer names: passes of the group, each once."""
+    listed = [] if raw is None else _as_list(raw)
+    if listed is None:
+        raise UnusableAnswer(f"'hacks' is not a list: {raw!r}")
+    hacks: list[int] = []
+    for item in listed:
+        index = _index(item, "hack")
+        if not 0 <= index < size:
+            raise UnusableAnswer(f"hack {index} is not a member of the group of {size}")
+        if index not in passes:
+            raise UnusableAnswer(f"hack {index} is a failure, not a pass")
+        if index in hacks:
+            raise UnusableAnswer(f"hack {index} is named twice")
+        hacks.append(index)
+    return hacks
+
+
+def _read_ranking(
+    raw: object, size: int, passes: set[int], hacks: list[int], keep: list[int], hack_zero: bool
+) -> list[list[int]]:
+    """A best-first ranking's tiers: every pass in ``keep`` once; hacks dropped with ``hack_zero``, else ranked last
+    when the ranking leaves them out."""
+    ranking = _as_list(raw)
+    if ranking is None:
+        raise UnusableAnswer(f"'ranking' is not a list: {raw!r}")
+    tiers: list[list[int]] = []
+    for entry in ranking:
+        items = _as_list(entry)
+        if items is None:
+            items = [entry]
+        tier = [_index(item, "ranked item") for item in items]
+        for index in tier:
+            if not 0 <= index < size:
+                raise UnusableAnswer(f"ranked index {index} is not a member of the group of {size}")
+            if index not in passes:
+                raise UnusableAnswer(f"ranked index {index} is a failure")
+        if hack_zero:
+            tier = [i for i in tier if i not in hacks]
+        if tier:
+            tiers.append(tier)
+    ranked = [i for tier in tiers for i in tier]
+    if len(ranked) != len(set(ranked)):
+        twice = next(i for i in ranked if ranked.count(i) > 1)
+        raise UnusableAnswer(f"index {twice} is ranked twice")
+    missing = [i for i in keep if i not in ranked]
+    if not hack_zero:
+        unranked_hacks = [i for i in missing if i in hacks]
+        missing = [i for i in missing if i not in hacks]
+        if unranked_hacks:
+            tiers.append(unranked_hacks)
+    if missing:
+        raise UnusableAnswer(f"the ranking leaves out pass {missing[0]}")
+    return tiers
+
+
+def _read_factors(raw: object, passes: set[int], hacks: list[int], hack_zero: bool) -> dict[int, float]:
+    """Quality factors by pass, each in (0, 1]; a hack's dropped with ``hack_zero``."""
     if type(raw) is not dict and not isinstance(raw, Mapping):
         raise UnusableAnswer(f"'factors' is not a dict: {raw!r}")
     factors: dict[int, float] = {}
     for key, value in raw.items():
         index = _index(key, "factor key")
-        if index not in pass_set:
+        if index not in passes:
             raise UnusableAnswer(f"factor given for {index}, which is not a pass")
         if index in factors:
             raise UnusableAnswer(f"factor for {index} is given twice")
@@ -192,7 +206,7 @@ def read_group_answer(
         if hack_zero and index in hacks:
             continue
         factors[index] = float(value)
-    return GroupAnswer(factors, hacks)
+    return factors
 
 
 def read_pass_answer(answer: object) -> PassAnswer:

@@ -87,32 +87,10 @@ def groupwise_reward_function(
         task_ids = None if column is None else [t if type(t) is str else str(t) for t in column]
         if distributed:
             assert gather is not None
-            # Every process renders its own slice: rank 0 gets texts, not conversations, through the gather.
-            prompt_texts = [prompt_text(p) for p in prompts]
-            batch: tuple[list[Any], list[Any], list[float], list[str] | None] = (
-                prompt_texts,
-                [completion_text(c) for c in completions],
-                rewards,
-                prompt_texts if task_ids is None else task_ids,
+            texts = (prompts, completions, rewards, task_ids)
+            shaped, metrics, offset = _grade_across_processes(
+                gather, grading, texts, size, phase, batch_name, on_graded, kwargs
             )
-            slices = gather.all_gather(batch)
-            offset = sum(len(part[2]) for part in slices[: gather.rank])
-            batch = tuple([x for part in slices for x in part[field]] for field in range(4))  # type: ignore[assignment]
-            if len(batch[2]) % size:
-                raise ValueError(
-                    f"the processes hold {len(batch[2])} completions in all, not a multiple of num_generations={size}"
-                )
-            outcome: Any = None
-            if gather.rank == 0:
-                try:
-                    outcome = _grade_for_trl(grading, batch, size, phase, batch_name, on_graded, kwargs)
-                except Exception as exc:  # tell the other processes instead of leaving them waiting
-                    outcome = exc
-            outcome = gather.broadcast(outcome)
-            if isinstance(outcome, Exception):
-                raise outcome
-            shaped, metrics = outcome
-            shaped = shaped[offset : offset + len(rewards)]
         else:
             # One process: the conversations go to grading as they are, and only the groups sent to the grader are
             # rendered (a task falls back to its prompt's text when no column names it).
@@ -132,6 +110,48 @@ def groupwise_reward_function(
     groupwise_reward.__name__ = f"groupwise_{grading.mode}"
     groupwise_reward.__qualname__ = groupwise_reward.__name__
     return groupwise_reward
+
+
+def _grade_across_processes(
+    gather: BatchGather,
+    grading: GroupwiseGrading,
+    mine: tuple[Sequence[Any], Sequence[Any], list[float], list[str] | None],
+    size: int,
+    phase: str,
+    batch_name: str,
+    on_graded: Callable[[list[GradedGroup], Any], None] | None,
+    kwargs: Mapping[str, Any],
+) -> tuple[list[float], dict[str, float], int]:
+    """Several processes: each renders its own slice and hands it to rank 0 in rank order (texts, not
+    conversations, cross the gather), rank 0 grades whole groups once and every process gets its slice of the shaped
+    rewards back, with the batch's figures and its slice's offset in the batch. An error on rank 0 is raised on
+    every process, so none waits for an answer that will not come."""
+    prompts, completions, rewards, task_ids = mine
+    prompt_texts = [prompt_text(p) for p in prompts]
+    batch: tuple[list[Any], list[Any], list[float], list[str] | None] = (
+        prompt_texts,
+        [completion_text(c) for c in completions],
+        rewards,
+        prompt_texts if task_ids is None else task_ids,
+    )
+    slices = gather.all_gather(batch)
+    offset = sum(len(part[2]) for part in slices[: gather.rank])
+    batch = tuple([x for part in slices for x in part[field]] for field in range(4))  # type: ignore[assignment]
+    if len(batch[2]) % size:
+        raise ValueError(
+            f"the processes hold {len(batch[2])} completions in all, not a multiple of num_generations={size}"
+        )
+    outcome: Any = None
+    if gather.rank == 0:
+        try:
+            outcome = _grade_for_trl(grading, batch, size, phase, batch_name, on_graded, kwargs)
+        except Exception as exc:  # tell the other processes instead of leaving them waiting
+            outcome = exc
+    outcome = gather.broadcast(outcome)
+    if isinstance(outcome, Exception):
+        raise outcome
+    shaped, metrics = outcome
+    return shaped[offset : offset + len(rewards)], metrics, offset
 
 
 def _grade_for_trl(

@@ -8,7 +8,7 @@
 - ``customer``: a model playing the customer (``simulate(..., simulator=True, customer=...)``).
 - ``chat``: the chat client both use, on ``whileai.endpoint`` (retries, timeouts, key never logged); it does not
   import the judge.
-- ``simulate``: rollouts of scenarios by an agent, as the rows the spread gate reads.
+- ``rollouts``: ``simulate``, rollouts of scenarios by an agent, as the rows the spread gate reads.
 - ``passrate``: ``score`` and pass@k with its intervals (the statistics are ``whileai.stats``).
 - ``environment``: the scenarios as a TRL ``environment_factory``.
 

@@ -332,19 +332,38 @@ class _SeededEpisode:
                     record = (looked.result or {}).get("order")
 
         if kind == "lookup":
-            if plan["repeat_call"]:
-                self._flaw("repeated_call")
-                yield ToolCall("lookup_order", {"order_id": order_id})
-            if record is None:
-                self._flaw("gave_up")
-                yield Reply(GIVE_UP_TEXT)
-            elif record.get("tracking"):
-                yield Reply(f"Your {record['item']} ({order_id}) is on its way: tracking number {record['tracking']}.")
-            else:
-                yield Reply(f"Your {record['item']} ({order_id}) is {record['status']}; it has no tracking number yet.")
-            return
+            yield from self._answer_lookup(order_id, record, plan)
+        else:
+            yield from self._act(kind, request, order_id, plan, listed=listed, made_up=made_up, checked=checked)
 
-        # Act (or only claim to), recover once from an error by listing the orders, repeat or verify as planned.
+    def _answer_lookup(
+        self, order_id: str, record: dict[str, Any] | None, plan: dict[str, bool]
+    ) -> Generator[Action, Event, None]:
+        """A question about an order answered from its record (looked up already)."""
+        if plan["repeat_call"]:
+            self._flaw("repeated_call")
+            yield ToolCall("lookup_order", {"order_id": order_id})
+        if record is None:
+            self._flaw("gave_up")
+            yield Reply(GIVE_UP_TEXT)
+        elif record.get("tracking"):
+            yield Reply(f"Your {record['item']} ({order_id}) is on its way: tracking number {record['tracking']}.")
+        else:
+            yield Reply(f"Your {record['item']} ({order_id}) is {record['status']}; it has no tracking number yet.")
+
+    def _act(
+        self,
+        kind: str,
+        request: str,
+        order_id: str | None,
+        plan: dict[str, bool],
+        *,
+        listed: bool,
+        made_up: bool,
+        checked: str | None,
+    ) -> Generator[Action, Event, None]:
+        """The request acted on (or only claimed to be), recovering once from an error by listing the orders, with
+        the call repeated or verified as planned; the flaws of the call that stands are marked."""
         arguments = self._action_arguments(kind, request)
         call = ToolCall(_ACTION_TOOLS[kind], {"order_id": order_id, **arguments})
         if plan["skip_action"]:

@@ -161,6 +161,31 @@ def rollout(
     return row
 
 
+def _checked(
+    scenarios: Sequence[Scenario] | str, n: int, simulator: bool, customer: Customer | None, seed: int
+) -> list[Scenario]:
+    """The scenarios to simulate, once ``simulate``'s arguments agree (a family name loaded with ``seed``)."""
+    if simulator and customer is None:
+        raise SimulatorUnavailableError(
+            "simulator=True needs an LLM endpoint to play the customer, and none is configured: pass "
+            "customer=whileai.simulations.customer.customer_model(base_url=..., model=...), or use simulator=False, "
+            "which scripts the customer."
+        )
+    if customer is not None and not simulator:
+        raise ValueError(
+            "customer= plays the customer only with simulator=True: pass simulator=True, or leave customer out for "
+            "the scripted customer"
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (rollouts per scenario) must be a positive integer, got {n!r}")
+    chosen = list(load_scenarios(scenarios, seed=seed) if isinstance(scenarios, str) else scenarios)
+    ids = [scenario.scenario_id for scenario in chosen]
+    if len(set(ids)) != len(ids):
+        duplicated = sorted({scenario_id for scenario_id in ids if ids.count(scenario_id) > 1})
+        raise ValueError(f"scenario ids must be unique, these repeat: {', '.join(duplicated[:5])}")
+    return chosen
+
+
 def simulate(
     scenarios: Sequence[Scenario] | str,
     agent: Agent,
@@ -207,26 +232,7 @@ def simulate(
         >>> sorted(set(known[0]) - set(rows[0]))
         ['flaws', 'hack', 'quality']
     """
-    if simulator and customer is None:
-        raise SimulatorUnavailableError(
-            "simulator=True needs an LLM endpoint to play the customer, and none is configured: pass "
-            "customer=whileai.simulations.customer.customer_model(base_url=..., model=...), or use simulator=False, "
-            "which scripts the customer."
-        )
-    if customer is not None and not simulator:
-        raise ValueError(
-            "customer= plays the customer only with simulator=True: pass simulator=True, or leave customer out for "
-            "the scripted customer"
-        )
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (rollouts per scenario) must be a positive integer, got {n!r}")
-    if isinstance(scenarios, str):
-        scenarios = load_scenarios(scenarios, seed=seed)
-    scenarios = list(scenarios)
-    ids = [scenario.scenario_id for scenario in scenarios]
-    if len(set(ids)) != len(ids):
-        duplicated = sorted({scenario_id for scenario_id in ids if ids.count(scenario_id) > 1})
-        raise ValueError(f"scenario ids must be unique, these repeat: {', '.join(duplicated[:5])}")
+    scenarios = _checked(scenarios, n, simulator, customer, seed)
 
     def group(scenario: Scenario) -> list[dict]:
         rows = []
