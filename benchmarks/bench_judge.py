@@ -7,8 +7,9 @@ each batch after one unmeasured batch on the same judge (a warm connection pool,
 first has) unless it says cold:
 
 - one call on its own (the unit the targets are stated in), in each condition;
-- the batch with ``JudgeConfig``'s defaults (every call of the batch in flight, the answer cache on, in a fresh
-  folder so every call is a miss), warm and cold;
+- the batch with ``JudgeConfig``'s defaults (concurrency asked of the server, which says it has 256 slots as
+  llama.cpp's ``/props`` does, so every call of the batch is in flight; the answer cache on, in a fresh folder so
+  every call is a miss), warm and cold;
 - the same beside a busy process: a subprocess spinning on one core (pinned there where the OS allows), started
   before and stopped after its rows;
 - concurrency 32 (two waves of 32: the floor is 2x), serial (concurrency 1), and the batch again on the answer cache a
@@ -49,7 +50,12 @@ SPIN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
+    from whileai.judge.settings import JUDGE_CONCURRENCY
+
+    # The server says it runs JUDGE_CONCURRENCY calls at once (llama.cpp's /props), as a GPU server does; the defaults
+    # ask it (a server on this machine that says nothing would get one call at a time).
     command = [sys.executable, str(SERVER), "--delay", str(delay), "--parent", str(os.getpid())]
+    command += ["--slots", str(JUDGE_CONCURRENCY)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     url = process.stdout.readline().strip()

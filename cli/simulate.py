@@ -15,7 +15,11 @@ from typing import Annotated, Any
 import typer
 
 from whileai.cli.console import err, guarded, say
-from whileai.defaults import SIMULATE_REMOTE_WORKERS
+from whileai.defaults import (
+    DEFAULT_CUSTOMER_TEMPERATURE,
+    DEFAULT_POLICY_TEMPERATURE,
+    SIMULATE_REMOTE_WORKERS,
+)
 from whileai.endpoint import EndpointSettings
 from whileai.errors import BadInput
 
@@ -53,7 +57,11 @@ def simulate(
         str | None, typer.Option(help="Name of the environment variable holding the API key (never the key).")
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option(help="--agent model: sampling temperature. [1.0, GRPO's; a customer 0.7]")
+        float | None,
+        typer.Option(
+            help=f"--agent model: sampling temperature. [{DEFAULT_POLICY_TEMPERATURE:g}, GRPO's; a customer "
+            f"{DEFAULT_CUSTOMER_TEMPERATURE:g}]"
+        ),
     ] = None,
     max_tokens: Annotated[
         int | None,

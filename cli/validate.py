@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from whileai.cli.console import guarded, out, say
+from whileai.errors import BadInput
 
 Overrides = Annotated[
     list[str] | None, typer.Argument(help="key=value overrides, e.g. trainer.learning_rate=1e-5 grading.cap=2.")
@@ -32,6 +33,8 @@ def validate(
 
     loaded = load_recipe(recipe, overrides or [])
     check_references(loaded)
+    if loaded.recipe.model is not None and (problems := loaded.recipe.training_problems()):
+        raise BadInput(f"{recipe}: {problems[0]}")  # a training recipe: what whileai train would refuse
     if print_recipe:
         out.print(loaded.dump(), markup=False, end="")
     # Every section the recipe (with its includes and overrides) sets; the others keep their defaults.

@@ -1,11 +1,12 @@
 """Every default of whileai that has a source, as a named constant with that source beside it.
 
-The reference page's defaults table, row by row, and the spread gate's conventions. ``GroupwiseGrading``'s fields
-default to these, the recipe schema reads them, and the tests compare them with the page. Nothing here is computed;
-change a value only with its source.
+The reference page's defaults table, row by row, the spread gate's conventions, and the command line's and the
+offline path's defaults. ``GroupwiseGrading``'s fields default to these, the recipe schema and the commands read
+them, and the tests compare the page's with the page. Nothing here is computed; change a value only with its source.
 
 The ground floor: this module imports nothing of whileai, so the pure math (``whileai.methods``) and everything above
-it can read it. The reference page names it ``whileai/simulations/defaults.py``, which re-exports these names.
+it can read it. The reference page names ``whileai/simulations/defaults.py`` as the home of its table's defaults,
+which that module re-exports.
 """
 
 from __future__ import annotations
@@ -73,3 +74,14 @@ SIMULATE_REMOTE_WORKERS: Final[int] = 8
 # Logged steps in the first and the last window of `whileai report` (the last is a run's final pass rate): enough to
 # smooth one step's noise in a short run without reaching back into its start.
 REPORT_WINDOW: Final[int] = 3
+
+# A served policy samples at the temperature GRPO samples its groups at (TRL's GRPOConfig default, 1.0), so simulated
+# rows show the spread training will see.
+DEFAULT_POLICY_TEMPERATURE: Final[float] = 1.0
+
+# A little randomness keeps a simulated customer from answering every rollout word for word alike, while staying on
+# script; whileai's convention, not a measured optimum.
+DEFAULT_CUSTOMER_TEMPERATURE: Final[float] = 0.7
+
+# A customer's turn is a sentence or two: a short cap keeps a model that rambles from spending a policy's budget.
+CUSTOMER_MAX_TOKENS: Final[int] = 256

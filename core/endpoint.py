@@ -28,6 +28,7 @@ conversations (``whileai.simulations``); it imports neither.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -35,8 +36,8 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
@@ -343,6 +344,8 @@ class EndpointStats:
         '1 calls (0 retries), tokens 100 in / 10 out, latency p50 0.250s p95 0.250s'
     """
 
+    STATE: ClassVar[frozenset[str]] = frozenset()
+
     calls: int = 0
     retries: int = 0
     tokens_in: int = 0
@@ -354,6 +357,20 @@ class EndpointStats:
         with self._lock:
             self.calls += 1
             self.retries += int(retry)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as they are now (copies), for ``restore``: work whose calls are not to count (the spread
+        gate's, in a training run's figures) sits between the two. What describes the client now rather than counts
+        its calls (``STATE``) is left as it is."""
+        with self._lock:
+            kept = (f.name for f in fields(self) if f.name != "_lock" and f.name not in self.STATE)
+            return {name: copy.deepcopy(getattr(self, name)) for name in kept}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Put back the counters a ``snapshot`` took, in place (the clients that count into this object keep it)."""
+        with self._lock:
+            for name, value in snapshot.items():
+                setattr(self, name, copy.deepcopy(value))
 
     def count_streamed(self, pieces: int) -> None:
         """Count pieces of a streamed answer as completion tokens as they come; the answer's usage corrects it."""

@@ -153,13 +153,16 @@ class JudgeServer:
 
     Args:
         delay: seconds every auto answer waits (the benchmark's 200 ms judge).
+        slots: the calls it says it runs at once, as llama.cpp's ``/props`` says ``total_slots`` (None: no ``/props``,
+            as llama-cpp-python's server).
 
     Attributes:
         requests: every chat request received: ``{"body", "headers", "time"}``.
     """
 
-    def __init__(self, delay: float = 0.0, port: int = 0) -> None:
+    def __init__(self, delay: float = 0.0, port: int = 0, slots: int | None = None) -> None:
         self.delay = delay
+        self.slots = slots
         self.requests: list[dict[str, Any]] = []
         self._script: deque[Action] = deque()
         self._lock = threading.Lock()
@@ -239,6 +242,8 @@ class JudgeServer:
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/requests"):  # test equipment: how many chat calls so far
                     self._send(200, {"requests": server.calls})
+                elif self.path.rstrip("/") == "/props" and server.slots is not None:
+                    self._send(200, {"total_slots": server.slots})
                 elif self.path.rstrip("/").endswith("/models"):
                     self._send(200, {"object": "list", "data": [{"id": "test-judge", "object": "model"}]})
                 else:
@@ -310,9 +315,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--delay", type=float, default=0.0, help="seconds each auto answer waits")
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
+    parser.add_argument("--slots", type=int, default=None, help="answer /props with total_slots (llama.cpp's form)")
     parser.add_argument("--parent", type=int, default=None, help="exit when this process is gone (default: ours)")
     args = parser.parse_args()
-    server = JudgeServer(delay=args.delay, port=args.port)
+    server = JudgeServer(delay=args.delay, port=args.port, slots=args.slots)
     parent = args.parent if args.parent is not None else os.getppid()
 
     def exit_with_the_parent() -> None:  # a benchmark killed with SIGKILL must not leave this server serving

@@ -23,7 +23,7 @@ from whileai.defaults import (
     SPREAD_CONTROL_GROUPS,
 )
 from whileai.errors import BadInput
-from whileai.grading.knobs import GradingKnobs, SpreadThresholds
+from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds
 from whileai.grading.scripted import ScriptedRule
 from whileai.judge.settings import JudgeConfig
 from whileai.rows import RowFields
@@ -129,7 +129,7 @@ class SpreadSampleSection(Section):
     seed: int = Field(0, description="Seed of the sampling.")
 
 
-class SpreadSection(SpreadThresholds, Section):
+class SpreadSection(RecipeThresholds, Section):
     """The spread gate: which rows to grade before training, and what counts as spread
     (``whileai.grading.knobs.SpreadThresholds``, declared there once; ``thresholds()`` gives them alone)."""
 
@@ -164,6 +164,10 @@ class SpreadSection(SpreadThresholds, Section):
         "reads content, not position (one extra grader call each; 0: no controls).",
     )
     seed: int = Field(0, description="Seed of the controls' shuffles.")
+
+    def thresholds(self) -> SpreadThresholds:
+        """The gate's thresholds this section sets (the share of controls measured keeps its default)."""
+        return SpreadThresholds(**{name: getattr(self, name) for name in RecipeThresholds.model_fields})
 
     def row_fields(
         self, group_key: str | None = None, reward_key: str | None = None, text_key: str | None = None
@@ -390,19 +394,6 @@ class Recipe(Section):
         return self
 
     @model_validator(mode="after")
-    def _training_gate_simulates_with_the_seeded_agent(self) -> Recipe:
-        # whileai train gates on the simulate section with the seeded agent: a served policy's endpoint is given to
-        # `whileai simulate` on its command line, and a recipe has no field for it.
-        gates_on_simulation = self.simulate is not None and not self.spread.rows and self.spread.sample is None
-        if self.model is not None and gates_on_simulation and self.simulate.agent == "model":
-            raise ValueError(
-                "simulate.agent: model: whileai train simulates its gate's rollouts with the seeded agent only. Write "
-                "a served policy's rollouts with `whileai simulate --agent model --base-url URL --model NAME -o "
-                "rows.jsonl` and set spread.rows: rows.jsonl, or set simulate.agent: seeded"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _warm_start_needs_conversations(self) -> Recipe:
         if self.model is not None and self.model.warm_start is not None:
             if self.data is None or self.data.dataset != "builtin:support":
@@ -413,7 +404,34 @@ class Recipe(Section):
         return self
 
     def require(self, *sections: str, command: str) -> None:
-        """Raise ``BadInput`` naming each section ``command`` needs and the recipe lacks."""
+        """Raise ``BadInput`` naming each section ``command`` needs and the recipe lacks, and for ``train`` what in
+        the recipe a training run cannot do (``training_problems``)."""
         missing = [name for name in sections if getattr(self, name) is None]
         if missing:
             raise BadInput(f"`whileai {command}` needs the recipe section(s) {', '.join(missing)}")
+        if command == "train" and (problems := self.training_problems()):
+            raise BadInput(problems[0])
+
+    def gate_source(self) -> str | None:
+        """Where ``whileai train``'s spread gate reads its rows: spread.rows, then spread.sample, then the simulate
+        section (None: the gate is skipped, as it is for a binary arm, which has no grader)."""
+        if self.grader is None:
+            return None
+        if self.spread.rows:
+            return "rows"
+        if self.spread.sample is not None:
+            return "sample"
+        return "simulate" if self.simulate is not None else None
+
+    def training_problems(self) -> list[str]:
+        """What ``whileai train`` cannot do with this recipe, each naming the field and the fix (``whileai
+        validate`` says them of a recipe with a model section)."""
+        problems = []
+        if self.gate_source() == "simulate" and self.simulate is not None and self.simulate.agent == "model":
+            problems.append(
+                "simulate.agent: model: whileai train simulates its gate's rollouts with the seeded agent only (a "
+                "served policy's endpoint is given to whileai simulate on its command line): write them with "
+                "`whileai simulate --agent model --base-url URL --model NAME -o rows.jsonl` and set spread.rows: "
+                "rows.jsonl, or set simulate.agent: seeded"
+            )
+        return problems

@@ -178,6 +178,19 @@ class GroupwiseGrading:
             figures["judge"] = own.as_dict()
         return figures
 
+    def counters(self) -> tuple[Any, Any]:
+        """``stats`` and the grader's own counters (a judge's calls and tokens) as they are now, for
+        ``restore_counters``: the spread gate of a training run grades with the run's object, and its groups and
+        calls are not the run's."""
+        own = getattr(self.grader, "stats", None)
+        return self.stats.snapshot(), own.snapshot() if callable(getattr(own, "snapshot", None)) else None
+
+    def restore_counters(self, counters: tuple[Any, Any]) -> None:
+        """Put back what ``counters`` took."""
+        self.stats, own = counters[0], counters[1]
+        if own is not None:
+            self.grader.stats.restore(own)
+
     # ------------------------------------------------------------------ one group
 
     def grade_group(

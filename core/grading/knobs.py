@@ -30,7 +30,7 @@ from whileai.defaults import (
 )
 from whileai.grading.calls import GRADER_TIMEOUT_S
 
-__all__ = ["GradingKnobs", "SpreadThresholds", "checked"]
+__all__ = ["GradingKnobs", "RecipeThresholds", "SpreadThresholds", "checked"]
 
 Mode = Literal["advantage", "reward"]
 
@@ -50,10 +50,11 @@ class GradingKnobs(BaseModel):
     cap: float = Field(
         GROUPWISE_CAP,
         ge=1,
-        allow_inf_nan=False,
-        description="Upper bound on lambda in equation 3 (at least 1: lambda is never below 1).",
+        description="Upper bound on lambda in equation 3 (at least 1: lambda is never below 1; inf: none).",
     )
-    min_factor: float = Field(GROUPWISE_MIN_FACTOR, gt=0, le=1, description="Quality factor of the worst-ranked pass.")
+    min_factor: float = Field(
+        GROUPWISE_MIN_FACTOR, gt=0, le=1, allow_inf_nan=False, description="Quality factor of the worst-ranked pass."
+    )
     hack_zero: bool = Field(
         GROUPWISE_HACK_ZERO,
         description="Treat a confirmed hack as a failure: it gets a failure's reward (the lowest in its group, never "
@@ -65,7 +66,9 @@ class GradingKnobs(BaseModel):
         description="The reward a confirmed hack gets instead of a failure's (null: the lowest reward in its group, "
         "never above 0).",
     )
-    floor: float = Field(GROUPWISE_FLOOR, ge=0, le=1, description="Lower bound on each score in equation 2.")
+    floor: float = Field(
+        GROUPWISE_FLOOR, ge=0, le=1, allow_inf_nan=False, description="Lower bound on each score in equation 2."
+    )
     timeout_s: float | None = Field(
         GRADER_TIMEOUT_S,
         gt=0,
@@ -74,18 +77,17 @@ class GradingKnobs(BaseModel):
     )
 
 
-class SpreadThresholds(BaseModel):
-    """What counts as spread, and as a grader that reads content.
-
-    Example:
-        >>> SpreadThresholds(min_std=0.1).tolerance
-        0.05
-    """
+class RecipeThresholds(BaseModel):
+    """The thresholds a recipe's ``spread`` section sets (``whileai.config.schema.SpreadSection`` extends them)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    min_std: float = Field(SPREAD_MIN_STD, ge=0, description="No spread below this std of the grader's scores.")
-    tolerance: float = Field(SPREAD_TOLERANCE, ge=0, description="Half-width of the band around the median.")
+    min_std: float = Field(
+        SPREAD_MIN_STD, ge=0, allow_inf_nan=False, description="No spread below this std of the grader's scores."
+    )
+    tolerance: float = Field(
+        SPREAD_TOLERANCE, ge=0, allow_inf_nan=False, description="Half-width of the band around the median."
+    )
     max_near_median: float = Field(
         SPREAD_MAX_NEAR_MEDIAN, ge=0, le=1, description="No spread when more than this fraction lies in the band."
     )
@@ -107,6 +109,21 @@ class SpreadThresholds(BaseModel):
         le=1,
         description="The grader is broken (exit 4, not 1) when its grading falls back on this fraction of the groups.",
     )
+
+
+class SpreadThresholds(RecipeThresholds):
+    """What counts as spread, and as a grader that reads content: the recipe's thresholds, and the share of control
+    groups that must come back graded.
+
+    Example:
+        >>> SpreadThresholds(min_std=0.1).tolerance
+        0.05
+        >>> SpreadThresholds(min_std=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: spread min_std: Input should be greater than or equal to 0 (got -1); no spread below this std of the grader's scores.
+    """  # noqa: E501
+
     min_measured_controls: float = Field(
         SPREAD_MIN_MEASURED_CONTROLS,
         ge=0,
@@ -115,24 +132,36 @@ class SpreadThresholds(BaseModel):
         "graded (a control that falls back measures nothing).",
     )
 
-    def thresholds(self) -> SpreadThresholds:
-        """These thresholds alone (a recipe's ``spread`` section holds more)."""
-        return SpreadThresholds(**{name: getattr(self, name) for name in SpreadThresholds.model_fields})
+    def __init__(self, *positional: float, **values: Any) -> None:
+        # The fields in order, as the dataclass it was took them; one line naming the field on a bad value.
+        names = list(type(self).model_fields)
+        values.update(zip(names, positional, strict=False))
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise ValueError(_first_error(error, type(self), "spread ")) from None
 
 
-def checked(model: type[BaseModel], prefix: str = "", **values: Any) -> Any:
-    """``model(**values)``, its first error a ``ValueError`` that names the field as the recipe does:
-    ``cap: Input should be greater than or equal to 1 (got 0.5)``.
+def _first_error(error: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
+    """The first error on one line: the field, pydantic's words, the value given, and what the field is."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    field = model.model_fields.get(str(first["loc"][0])) if first["loc"] else None
+    what = f"; {field.description[0].lower()}{field.description[1:]}" if field and field.description else ""
+    return f"{prefix}{where}: {first['msg']} (got {first.get('input')!r}){what}"
+
+
+def checked(model: type[BaseModel], **values: Any) -> Any:
+    """``model(**values)``, its first error a one-line ``ValueError`` that names the field as a recipe's error does,
+    and says what the field is.
 
     Example:
         >>> checked(GradingKnobs, cap=0.5)
         Traceback (most recent call last):
         ...
-        ValueError: cap: Input should be greater than or equal to 1 (got 0.5)
-    """
+        ValueError: cap: Input should be greater than or equal to 1 (got 0.5); upper bound on lambda in equation 3 (at least 1: lambda is never below 1; inf: none).
+    """  # noqa: E501
     try:
         return model(**values)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = prefix + ".".join(str(part) for part in first["loc"])
-        raise ValueError(f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+        raise ValueError(_first_error(error, model)) from None

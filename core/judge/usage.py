@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from whileai.endpoint import EndpointStats
 
@@ -44,6 +44,9 @@ class JudgeStats(EndpointStats):
         >>> stats.as_dict()["cache_hits"], dict(stats.failures)
         (1, {'timeout': 1})
     """
+
+    # The structured-output form and the concurrency say where the client stands, not what it has done.
+    STATE: ClassVar[frozenset[str]] = frozenset({"structured_output", "response_format", "concurrency"})
 
     cache_hits: int = 0
     failures: Counter[str] = field(default_factory=Counter)

@@ -17,7 +17,7 @@ its first failure, and the scenarios still queued on other threads should not ea
 ``close()`` clears that state.
 
 :func:`endpoint_config` turns the keyword settings of ``model_agent`` and ``customer_model`` into checked
-:class:`~whileai.endpoint.EndpointSettings` (the settings the judge's config maps onto too, so an endpoint is
+:class:`~whileai.endpoint.EndpointSettings` (the settings the judge's config extends, so an endpoint is
 described the same way everywhere).
 
 What this module does not do: turn a transcript into messages or an answer into an action (``model_agent``,
@@ -84,6 +84,8 @@ def endpoint_config(base_url: str, model: str, *, what: str, **settings: Any) ->
     """
     from pydantic import ValidationError
 
+    if "stream" in settings:
+        raise BadInput(f"{what}: stream is not a setting here: a tool call is read from the whole answer")
     if "extra_body" in settings:
         settings["extra_body"] = dict(settings["extra_body"] or {})
     if isinstance(settings.get("temperature"), int) and not isinstance(settings["temperature"], bool):
@@ -91,7 +93,7 @@ def endpoint_config(base_url: str, model: str, *, what: str, **settings: Any) ->
     if isinstance(settings.get("timeout_s"), int) and not isinstance(settings["timeout_s"], bool):
         settings["timeout_s"] = float(settings["timeout_s"])
     try:
-        config = EndpointSettings(base_url=base_url, model=model, **{"stream": False, **settings})
+        config = EndpointSettings(base_url=base_url, model=model, stream=False, **settings)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
         raise BadInput(f"{what}: {problems}") from None

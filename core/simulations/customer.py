@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from whileai.defaults import CUSTOMER_MAX_TOKENS, DEFAULT_CUSTOMER_TEMPERATURE
 from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.simulations.agents import Event
@@ -35,12 +36,6 @@ DEFAULT_CUSTOMER_PROMPT = (
     "Answer the agent's last message as this customer, in one or two short sentences of plain text. Give what the "
     "agent asks for when you know it; never make up order details you were not given; never write as the agent."
 )
-
-# A little randomness keeps simulated customers from answering every rollout word for word alike, while staying on
-# script; whileai's convention, not a measured optimum.
-DEFAULT_CUSTOMER_TEMPERATURE = 0.7
-# A customer's turn is a sentence or two: a short cap keeps a model that rambles from spending a policy's budget.
-CUSTOMER_MAX_TOKENS = 256
 
 
 @runtime_checkable

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
 from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
@@ -48,9 +49,6 @@ DEFAULT_AGENT_PROMPT = (
     "only when you need the customer's answer to go on."
 )
 
-# Sampling defaults of a policy: temperature 1.0 is what GRPO samples its groups at (TRL's GRPOConfig default), so
-# the rows show the spread training will see.
-DEFAULT_POLICY_TEMPERATURE = 1.0
 NOT_A_JSON_OBJECT = "arguments_not_a_json_object"
 
 

@@ -4,7 +4,8 @@
 ``grpo_kwargs(loaded, machine)`` is the one place where a recipe and the machine become TRL's ``GRPOConfig``
 keyword arguments, including the settings whileai sets itself (``log_completions``, the generation backend, the
 CPU, the dtype): the dry run prints them and the run passes them. The plan names the spread gate's rows, the grader,
-the verifier, the model and data besides. Nothing here imports torch or TRL, or calls a grader.
+the verifier, the model and data besides. Nothing here imports TRL or calls a grader, and only ``Machine.detect``
+(the run's reading of the machine) imports torch.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from whileai.training.folder import (
     write_json,
 )
 
-__all__ = ["Gate", "TrainingResult", "binary_reward", "gate_source", "run_training"]
+__all__ = ["Gate", "TrainingResult", "binary_reward", "run_training"]
 
 
 @dataclass
@@ -87,18 +87,6 @@ class Gate:
         }
 
 
-def gate_source(loaded: LoadedRecipe) -> str | None:
-    """Where the spread gate's rows come from: spread.rows, then spread.sample, then the simulate section."""
-    recipe = loaded.recipe
-    if recipe.spread.rows:
-        return "rows"
-    if recipe.spread.sample is not None:
-        return "sample"
-    if recipe.simulate is not None:
-        return "simulate"
-    return None
-
-
 def _run_gate(
     loaded: LoadedRecipe,
     grading: GroupwiseGrading | None,
@@ -107,13 +95,13 @@ def _run_gate(
 ) -> dict[str, Any]:
     """Run the spread gate of the recipe (``sampled``: the groups the initial model wrote, for ``spread.sample``),
     say its verdict and keep it in the run folder's ``spread_gate.json``; returns what that file holds. The gate's
-    groups are not the run's: ``grading``'s counters are as they were before it."""
-    before = grading.stats.snapshot() if grading is not None else None
+    groups and calls are not the run's: ``grading``'s counters, and its judge's, are as they were before it."""
+    before = grading.counters() if grading is not None else None
     try:
         gate = _spread_gate(loaded, grading, say, sampled).as_dict()
     finally:
         if grading is not None and before is not None:
-            grading.stats = before
+            grading.restore_counters(before)
     write_json(Path(loaded.recipe.output_dir) / "spread_gate.json", gate)
     return gate
 
@@ -128,7 +116,7 @@ def _spread_gate(
     from whileai.grading.gate import check_spread_file, check_spread_groups
 
     recipe = loaded.recipe
-    source = gate_source(loaded)
+    source = loaded.recipe.gate_source()
     if grading is None or source is None:
         reason = "no grader: a binary arm" if grading is None else "no spread.rows, spread.sample or simulate section"
         say(f"whileai: spread gate skipped: {reason}")
@@ -362,7 +350,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
             say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.yaml").write_text(loaded.dump())
-    sampled = run.grading is not None and gate_source(loaded) == "sample"
+    sampled = run.grading is not None and loaded.recipe.gate_source() == "sample"
     if gate is None and not sampled and int(os.environ.get("WORLD_SIZE") or 1) == 1:
         gate = _run_gate(loaded, run.grading, say)
     return gate
@@ -374,7 +362,7 @@ def _prepare(
     """Step 4, on the first process: the gate where it has not run, and the tiny model, in the order that spends
     least on a refusal (the gate on the initial model's completions needs the model first)."""
     recipe, say = run.loaded.recipe, run.say
-    sampled = run.grading is not None and gate_source(run.loaded) == "sample"
+    sampled = run.grading is not None and run.loaded.recipe.gate_source() == "sample"
     if gate is None and not sampled:
         gate = _run_gate(run.loaded, run.grading, say)
     if gate is not None and _refused(gate, skip):

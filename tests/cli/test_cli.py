@@ -481,3 +481,14 @@ def test_report_shows_fallbacks_by_kind_and_the_judges_figures(tmp_path: Path) -
     for text in ("fell back: http 429", "first http 429", "judge calls (retries)", "9 (4)", "judge cache hits"):
         assert text in result.stdout, text
     assert "0.200 s / 0.900 s" in result.stdout and "judge failed: http 429" in result.stdout
+
+
+def test_a_served_agent_is_refused_only_where_train_would_gate_on_it(tmp_path: Path) -> None:
+    gar, binary = REPO / "recipes" / "refund_agent_gar.yaml", REPO / "recipes" / "tiny_cpu_agent_binary.yaml"
+    refused = invoke("validate", gar, "simulate.agent=model")
+    assert refused.exit_code == 2 and "simulate.agent: model" in refused.stderr, refused.stderr
+    assert invoke("train", gar, "simulate.agent=model", "--dry-run").exit_code == 2
+    assert invoke("validate", binary, "simulate.agent=model").exit_code == 0  # a binary arm has no gate
+    # whileai simulate takes the same recipe and asks for the served agent's endpoint
+    served = invoke("simulate", "--recipe", gar, "simulate.agent=model", "--out", tmp_path / "rows.jsonl")
+    assert served.exit_code == 2 and "--agent model needs --base-url" in served.stderr, served.stderr

@@ -271,3 +271,24 @@ def test_the_readme_main_job_runs_as_shipped(tmp_path: Path, monkeypatch: pytest
     assert result.stderr.index("spread: yes.") < result.stderr.index("step ")
     gate = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "spread_gate.json").read_text())
     assert gate["source"] == "sample" and gate["verdict"] == "yes" and gate["spread"]["groups"] >= 4
+
+
+@pytest.mark.slow
+def test_a_judge_run_counts_its_own_calls_and_not_its_gate_s(tmp_path: Path, judge_server) -> None:
+    """The gate and the run grade with one judge client; the run's figures count the run's calls only."""
+    recipe = yaml.safe_load(RECIPE.read_text())
+    judge = {"base_url": judge_server.url, "model": "test-judge", "answer_form": "ranking", "no_cache": True}
+    recipe["grader"] = {"kind": "judge", "judge": {**judge, "concurrency": 8, "timeout_s": 20.0}}
+    recipe["spread"]["sample"]["prompts"] = 8
+    path = tmp_path / "judge.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "run"
+    args = ["train", str(path), *SMOKE, "trainer.max_steps=1", "--skip-spread-gate", f"output_dir={out}"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads((out / "whileai_run.json").read_text())["grader"]
+    gate = json.loads((out / "spread_gate.json").read_text())
+    assert gate["spread"]["attempted_groups"] > 0, "the gate graded nothing: the test would prove nothing"
+    # One call per group the run sent (one display order, no retry): the gate's calls went to the server too.
+    assert figures["judge"]["calls"] == figures["grader_calls"] > 0
+    assert judge_server.calls > figures["judge"]["calls"]
