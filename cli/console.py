@@ -8,11 +8,13 @@ off, so square brackets survive.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -20,7 +22,7 @@ from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
 
-__all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug"]
+__all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log"]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -52,6 +54,30 @@ def hack_note(reward: float) -> str:
 def say(message: str) -> None:
     """A message for the person at the terminal (stderr), markup off."""
     err.print(message, markup=False)
+
+
+class _SayHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        say(f"whileai: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def show_log(shown: bool = True) -> Iterator[None]:
+    """whileai's log lines on stderr while the block runs, when ``shown`` (``--verbose``): each retry and its wait, a
+    judge's step down to a weaker answer form, the concurrency asked of a server. Their texts came from the server
+    cleaned of secrets."""
+    if not shown:
+        yield
+        return
+    logger, handler = logging.getLogger("whileai"), _SayHandler(logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if level == logging.NOTSET else min(level, logging.INFO))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def guarded(command: F) -> F:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from whileai.cli.console import err, guarded, hack_note, is_debug, out, print_json, say
+from whileai.cli.console import err, guarded, hack_note, is_debug, out, print_json, say, show_log
 from whileai.errors import BadInput, GraderUnavailable
 
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ def spread(
     reward_key: Annotated[str | None, typer.Option(help="Field holding the verifier's reward [reward].")] = None,
     text_key: Annotated[str | None, typer.Option(help="Field holding the rollout text [final_text].")] = None,
     as_json: JsonOption = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="A table per group.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="A table per group, and each retry of a judge call with its wait.")
+    ] = False,
     skip_bad_rows: Annotated[
         bool, typer.Option("--skip-bad-rows", help="Skip malformed rows (counted) instead of failing.")
     ] = False,
@@ -76,9 +78,10 @@ def spread(
     settings = loaded.recipe.spread
     rows = rows_to_grade(loaded, given)
     tables: list[Table] = []
+    fields, skip_bad = settings.row_fields(group_key, reward_key, text_key), skip_bad_rows or settings.skip_bad_rows
     try:
-        run = _check(rows, grading, settings, settings.row_fields(group_key, reward_key, text_key),
-                     skip_bad_rows or settings.skip_bad_rows, tables if verbose else None)  # fmt: skip
+        with show_log(verbose):
+            run = _check(rows, grading, settings, fields, skip_bad, tables if verbose else None)
     except GraderUnavailable as error:
         if not as_json:
             raise  # the one line on stderr and exit 4 (console.guarded)

@@ -18,7 +18,8 @@ not retried). Nothing raises into a caller for one bad call: each call gets an :
 the exception that stands in for it (a :class:`CallError` with its ``kind``).
 
 The API key is read from the environment variable the settings name (:func:`read_api_key`), handed to the HTTP client
-and nowhere else; any text that leaves the client (errors, logs) has it masked. A ``user:password@`` in the base URL
+and nowhere else; every text a server sends back is cleaned of it where it comes in (``whileai.masking``, run by
+``whileai.transport``). A ``user:password@`` in the base URL
 is masked in every repr and dump of the settings (:func:`masked_url`). :class:`EndpointStats` counts calls, retries,
 tokens and latency.
 
@@ -83,14 +84,18 @@ def check_base_url(value: str) -> str:
     """``value`` without a trailing slash, checked to be an http(s) URL.
 
     Raises:
-        ValueError: it does not start with ``http://`` or ``https://``.
+        ValueError: it does not start with ``http://`` or ``https://``, or it holds whitespace or a control
+            character (a CR or LF would be dropped from the request line or smuggle a header).
 
     Example:
         >>> check_base_url("http://127.0.0.1:8000/v1/")
         'http://127.0.0.1:8000/v1'
     """
     if not value.startswith(("http://", "https://")):
-        raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        raise ValueError(f"base_url must start with http:// or https://, got {masked_url(value)!r}")
+    control = next((i for i, c in enumerate(value) if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:  # a CR or LF would be dropped from the request line, or put a header in it
+        raise ValueError(f"base_url holds a space, line break or control character at position {control}: remove it")
     return value.rstrip("/")
 
 
@@ -208,7 +213,8 @@ class EndpointSettings(BaseModel):
         gt=0.0,
         description=(
             "Seconds a call may wait for the server's next piece of the answer (with stream: false, for the whole "
-            "answer). The wait for the first piece includes the server reading the prompt."
+            "answer). The wait for the first piece includes the server reading the prompt. A new connection (TCP and "
+            "TLS) and the question of how many calls the server runs at once have as long."
         ),
     )
     max_retries: int = Field(
@@ -222,7 +228,11 @@ class EndpointSettings(BaseModel):
     backoff_base_s: float = Field(
         default=0.5, gt=0.0, description="First retry waits about this long; each later retry doubles it (jittered)."
     )
-    backoff_max_s: float = Field(default=20.0, gt=0.0, description="Longest wait between two retries of a call.")
+    backoff_max_s: float = Field(
+        default=20.0,
+        gt=0.0,
+        description="Longest wait between two retries of a call, a server's Retry-After included (it is capped here).",
+    )
     batch_deadline_s: float = Field(
         default=600.0,
         gt=0.0,
@@ -333,6 +343,8 @@ class EndpointStats:
         retries: requests that repeated an earlier one after a connection error, timeout, 408, 409, 429, 5xx or a
             200 that was no chat completion. A call sent again at once after its form was refused is a call, not a
             retry.
+        resent: requests sent again at once on a new connection, after a kept one died before any reply or brought
+            a 408 (calls, not retries).
         tokens_in, tokens_out: prompt and completion tokens the server reported.
         latencies: seconds of each answered request.
 
@@ -348,15 +360,17 @@ class EndpointStats:
 
     calls: int = 0
     retries: int = 0
+    resent: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     latencies: list[float] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def count_call(self, *, retry: bool) -> None:
+    def count_call(self, *, retry: bool, resent: bool = False) -> None:
         with self._lock:
             self.calls += 1
             self.retries += int(retry)
+            self.resent += int(resent)
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as they are now (copies), for ``restore``: work whose calls are not to count (the spread
@@ -390,6 +404,7 @@ class EndpointStats:
             return {
                 "calls": self.calls,
                 "retries": self.retries,
+                "resent": self.resent,
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,
                 "latency_p50_s": quantile(latencies, 0.50) if latencies else None,

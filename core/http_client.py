@@ -10,13 +10,19 @@ running (TRL's), and from several threads at once. Every URL goes through that o
   ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules);
 - compressed replies are decoded; a host name's addresses are tried in turn, the next one 250 ms after the last
   (happy eyeballs), so one address that drops connection attempts does not fail every call;
-- idle connections are kept for a minute; one the server closed (uvicorn after 5 s, a ``408`` before closing) leaves
-  the pool with anything it sent, and a request whose connection died before any reply came is sent again once, on
-  a fresh connection, counted as a retry;
+- a new connection has ``timeout_s`` to open (TCP and TLS), streamed call or not;
+- idle connections are kept for a minute; a request whose kept connection died before any reply came, or brought a
+  ``408`` (the server timed it out as the request went out), is sent again once at once on a new connection, counted
+  as ``resent``, not as a retry;
+- a reply whose HTTP framing is broken fails once (``bad framing``): a resend would cost the server a whole generation
+  for the same reply;
+- a server's ``Retry-After`` is honoured up to ``backoff_max_s``; each retry and its wait is logged at INFO
+  (``whileai spread --verbose`` shows them);
 - redirects are followed within the same origin (a load balancer's ``307``); one to another host or scheme is an
   error that names the URL to set; a reply over ``whileai.transport.RESPONSE_LIMIT_BYTES`` is an error too;
-- ``user:password@`` in the base URL becomes an ``Authorization: Basic`` header; the password, like the API key, is
-  masked in every text that leaves the client, before anything is cut.
+- ``user:password@`` in the base URL becomes an ``Authorization: Basic`` header, and every request goes to the URL
+  without it; the password, its token, the API key and a proxy's password make the client's ``SecretFilter``, which
+  the transport runs every text from the server through.
 
 A module of its own so that the settings in ``whileai.endpoint``, which the recipe schema reads, do not bring asyncio
 and ssl into every command (the spread gate with a scripted rule never makes a call). Importing it does not import
@@ -28,14 +34,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import json
 import logging
 import os
 import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from whileai.endpoint import (
@@ -53,6 +58,8 @@ from whileai.endpoint import (
     split_credentials,
 )
 from whileai.errors import BadInput
+from whileai.masking import SecretFilter
+from whileai.proxies import proxy_for
 from whileai.transport import ConnectionLost, Dropped, Refused, Silent, StatusError, Transport
 
 __all__ = ["EndpointClient"]
@@ -61,11 +68,11 @@ log = logging.getLogger("whileai.endpoint")
 
 
 class _SendAgain(Exception):
-    """The call goes again at once: ``retry`` says whether it counts as a retry."""
+    """The call goes again at once, no retry spent; ``fresh``: on a new connection."""
 
-    def __init__(self, retry: bool) -> None:
+    def __init__(self, fresh: bool = False) -> None:
         super().__init__()
-        self.retry = retry
+        self.fresh = fresh
 
 
 class _Failed(Exception):
@@ -149,8 +156,8 @@ class EndpointClient:
         self.stats = stats if stats is not None else EndpointStats()
         self.name = name
         self._api_key = read_api_key(settings.api_key_env, field=f"{name}.api_key_env")
-        self._url, credentials = split_credentials(settings.base_url)
-        self._secrets = [self._api_key] if self._api_key != PLACEHOLDER_KEY else []
+        self.url, credentials = split_credentials(settings.base_url)
+        secrets = [self._api_key] if self._api_key != PLACEHOLDER_KEY else []
         if credentials is not None:
             if settings.api_key_env is not None:
                 raise BadInput(
@@ -159,30 +166,31 @@ class EndpointClient:
                 )
             token = base64.b64encode(credentials.encode()).decode()
             self._authorization = f"Basic {token}"
-            self._secrets += [token, credentials, credentials.partition(":")[2]]
+            secrets += [token, credentials, credentials.partition(":")[2]]
         else:
             self._authorization = f"Bearer {self._api_key}"
-        self._secrets = sorted({s for s in self._secrets if len(s) >= 4}, key=len, reverse=True)
+        # The proxy the environment gives this server (a SOCKS one is refused here, naming its variable); a server
+        # or the proxy may echo its password too.
+        proxy = proxy_for(self.url)
+        if proxy is not None and (proxy_credentials := split_credentials(proxy)[1]) is not None:
+            secrets += [proxy_credentials, proxy_credentials.partition(":")[2]]
+            secrets.append(base64.b64encode(proxy_credentials.encode()).decode())
+        self.secrets = SecretFilter(secrets)
         self._runtime: _LoopThread | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"EndpointClient(name={self.name!r}, base_url={self._url!r}, model={self.settings.model!r})"
+        return f"EndpointClient(name={self.name!r}, base_url={self.url!r}, model={self.settings.model!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("an EndpointClient holds a connection pool and cannot be pickled; build one in each process")
 
-    def redact(self, text: str) -> str:
-        """``text`` with the API key and the URL's password masked (a server may echo a request back in its error or
-        its reply). Mask first, cut after: a text cut first could keep part of a secret."""
-        for secret in self._secrets:
-            text = text.replace(secret, "[api key hidden]")
-        return text
-
     def shown(self, text: str, limit: int = 300) -> str:
-        """``text`` masked, on one line, then cut to ``limit`` characters: what a message may quote of a reply."""
-        return " ".join(self.redact(text).split())[:limit]
+        """``text`` on one line, cut to ``limit`` characters: what a message may quote of a reply. What came from the
+        server was cleaned of every secret where it came in (the transport); a text of another source (an
+        exception a reader raised) is cleaned here, before the cut."""
+        return " ".join(self.secrets.clean(text).split())[:limit]
 
     # ------------------------------------------------------------------ the background loop
 
@@ -208,7 +216,9 @@ class EndpointClient:
 
     async def _ensure_http(self, runtime: _LoopThread) -> None:
         if runtime.http is None:
-            runtime.http = Transport(self._url, self._authorization, self.concurrency)
+            runtime.http = Transport(
+                self.url, self._authorization, self.concurrency, self.secrets, self.settings.timeout_s
+            )
         if runtime.semaphore is None:
             runtime.semaphore = asyncio.Semaphore(self.concurrency)
 
@@ -217,39 +227,6 @@ class EndpointClient:
     def _backoff(self, attempt: int) -> float:
         base = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2**attempt)
         return base * random.uniform(0.5, 1.0)
-
-    async def _post(
-        self,
-        runtime: _LoopThread,
-        request: dict[str, Any],
-        silence_s: float | None = None,
-        on_piece: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:
-        """POST one chat completion and return the response's JSON object (a streamed one assembled).
-
-        An unstreamed body is read as text and decoded here, so that an empty or cut one is told apart from any
-        other error.
-
-        Raises:
-            MalformedResponse: a 200 whose body is empty, not JSON (cut short, or a proxy's HTML page) or not an
-                object, or a stream that carries an error.
-            StatusError, ConnectionLost, Silent, Refused: the call got no usable reply.
-        """
-        assert runtime.http is not None
-        reply = await runtime.http.post("/chat/completions", request, silence_s, on_piece)
-        if isinstance(reply, dict):
-            return reply
-        if not reply.strip():
-            raise MalformedResponse("the body is empty")
-        try:
-            response = json.loads(reply)
-        except ValueError:
-            raise MalformedResponse(
-                f"the body is not JSON (cut short?) after {len(reply)} characters: {self.shown(reply, 80)!r}"
-            ) from None
-        if not isinstance(response, dict):
-            raise MalformedResponse("the body is not a JSON object")
-        return response
 
     def _count_answer(self, started: float, response: dict[str, Any], streamed: int = 0) -> None:
         """Count an answered request; ``streamed`` pieces were counted as completion tokens as they came, and the
@@ -292,7 +269,8 @@ class EndpointClient:
         loop = asyncio.get_running_loop()
         attempt = 0
         retry = False  # a repeat after a failure; a call sent again after a refused form is not one
-        resent = False  # the one free resend of a request whose connection died before any reply
+        fresh = False  # this send goes on a new connection: the one free resend after a kept connection failed it
+        resent = False
         # The deadline counts from the call's first slot: time spent queued behind the concurrency limit is this
         # client's doing, not the server's, so a batch larger than the server's slots is not cut short by it.
         deadline: float | None = None
@@ -307,32 +285,39 @@ class EndpointClient:
                 if remaining <= 0:
                     raise CallError("the batch deadline passed before the call could be made", "deadline")
                 try:
-                    return await self._attempt(runtime, call, remaining, retry, resent)
+                    return await self._attempt(runtime, call, remaining, retry, fresh, may_resend=not resent)
                 except _SendAgain as again:
-                    retry, resent = again.retry, resent or again.retry
+                    retry, fresh, resent = False, again.fresh, resent or again.fresh
                     continue
                 except _Failed as failed:
                     error, retryable, wait_hint = failed.error, failed.retryable, failed.wait_s
+                fresh = False
             if not retryable or attempt >= settings.max_retries:
                 if attempt:
                     error = CallError(f"{error} (after {attempt} retries)", error.kind)
                 raise error
-            delay = wait_hint if wait_hint is not None else self._backoff(attempt)
+            # A server's Retry-After is honoured up to backoff_max_s, as any other wait between retries is.
+            delay = self._backoff(attempt) if wait_hint is None else min(wait_hint, settings.backoff_max_s)
             if loop.time() + delay >= deadline:
                 raise CallError(f"{error} (no time left before the batch deadline to retry)", error.kind)
-            log.debug(
-                "%s call %s failed (%s); retry %d/%d in %.2fs", self.name, call.name, error, attempt + 1,
-                settings.max_retries, delay,
+            asked = "" if wait_hint is None else f", the server asked for {wait_hint:g}s (backoff_max_s caps it)"
+            log.info(
+                "%s call %s failed (%s); retry %d/%d in %.2fs%s", self.name, call.name, error, attempt + 1,
+                settings.max_retries, delay, asked,
             )  # fmt: skip
             await asyncio.sleep(delay)
             attempt += 1
             retry = True
 
-    async def _attempt(self, runtime: _LoopThread, call: Call, remaining: float, retry: bool, resent: bool) -> Any:
-        """One send of ``call`` within ``remaining`` seconds: its answer.
+    async def _attempt(
+        self, runtime: _LoopThread, call: Call, remaining: float, retry: bool, fresh: bool, *, may_resend: bool
+    ) -> Any:
+        """One send of ``call`` within ``remaining`` seconds (on a new connection when ``fresh``): its answer.
 
         Raises:
-            _SendAgain: send it again at once (a refused form, not a retry; or the first dead pooled connection).
+            _SendAgain: send it again at once, no retry spent: in the form a refusal asked for, or once on a new
+                connection after a kept one died before any reply or brought a 408 (a server times out an idle
+                connection with a 408 that can meet the next request on the way).
             _Failed: the error this attempt ended in, and whether a retry may mend it.
             CallError: an error no retry can mend (the deadline, a refused redirect or size).
             call.unusable: an answer that came back but cannot be used (counted, not retried).
@@ -340,7 +325,7 @@ class EndpointClient:
         settings = self.settings
         # The body is built once the call may go, so a call queued behind a refusal sends the new form.
         request = call.body()
-        self.stats.count_call(retry=retry)
+        self.stats.count_call(retry=retry, resent=fresh)
         started = time.perf_counter()
         # A streamed call may take as long as the batch allows while pieces keep coming; timeout_s bounds the
         # silence between them. An unstreamed one has timeout_s for the whole answer.
@@ -354,7 +339,9 @@ class EndpointClient:
 
         response: dict[str, Any] = {}
         try:
-            post = self._post(runtime, request, settings.timeout_s if streaming else None, piece)
+            assert runtime.http is not None
+            silence = settings.timeout_s if streaming else None
+            post = runtime.http.post("/chat/completions", request, silence, piece, fresh=fresh)
             response = await asyncio.wait_for(post, timeout=timeout)
             answer = call.read(response)
         except asyncio.TimeoutError:
@@ -365,8 +352,8 @@ class EndpointClient:
             quiet = f"no answer within timeout_s={settings.timeout_s} (the server sent nothing for that long)"
             raise _Failed(CallError(quiet, "timeout")) from None
         except Dropped as exc:
-            if not resent:  # a pooled connection that died: once more on a fresh one, no backoff
-                raise _SendAgain(retry=True) from None
+            if may_resend:  # a kept connection that died: once more on a new one, no backoff
+                raise _SendAgain(fresh=True) from None
             raise _Failed(CallError(f"connection error: {self.shown(str(exc))}", "connection")) from None
         except ConnectionLost as exc:
             raise _Failed(CallError(f"connection error: {self.shown(str(exc))}", "connection")) from None
@@ -375,7 +362,9 @@ class EndpointClient:
         except StatusError as exc:
             status = exc.status
             if call.refused is not None and call.refused(status, exc.text):
-                raise _SendAgain(retry=False) from None  # at once in the new form; no retry spent
+                raise _SendAgain() from None  # at once in the new form
+            if status == 408 and may_resend:
+                raise _SendAgain(fresh=True) from None
             error = CallError(f"HTTP {status}: {self.shown(exc.text)}", f"http {status}")
             wait = retry_after(exc.headers) if status in (429, 503) else None
             raise _Failed(error, status in RETRY_STATUSES or status >= 500, wait) from None

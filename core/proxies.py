@@ -11,6 +11,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 
+from whileai.endpoint import masked_url
+from whileai.errors import BadInput
+
 __all__ = ["proxy_for"]
 
 
@@ -74,6 +77,11 @@ def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
     ``HTTPS_PROXY`` or ``HTTP_PROXY`` for the URL's scheme, else ``ALL_PROXY`` (lower-case names win, a proxy without
     a scheme is ``http://``), unless a ``NO_PROXY`` entry matches (``*`` matches everything).
 
+    Raises:
+        BadInput: the proxy is not ``http://`` or ``https://`` (a ``socks5://`` one, say): aiohttp speaks neither
+            SOCKS nor anything else to a proxy, and the request, its key included, must not go to a port that
+            expects another protocol. The message names the variable, its password masked.
+
     Example:
         >>> env = {"http_proxy": "proxy:3128", "no_proxy": ".internal,10.0.0.0/8"}
         >>> proxy_for("http://judge.internal/v1", env), proxy_for("http://internal/v1", env)
@@ -94,7 +102,14 @@ def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
             return None
         if entry and _bypassed(entry, scheme, host, port):
             return None
-    proxy = proxies.get(scheme) or proxies.get("all")
+    variable = scheme if proxies.get(scheme) else "all"
+    proxy = proxies.get(variable)
     if not proxy:
         return None
-    return proxy if "://" in proxy else f"http://{proxy}"
+    proxy = proxy if "://" in proxy else f"http://{proxy}"
+    if urllib.parse.urlsplit(proxy).scheme.lower() not in ("http", "https"):
+        raise BadInput(
+            f"{variable.upper()}_PROXY={masked_url(proxy)}: whileai reaches a server through an HTTP or HTTPS proxy "
+            f"only (it speaks no SOCKS): unset it, point it at an HTTP proxy, or add the host to NO_PROXY"
+        )
+    return proxy

@@ -1,7 +1,11 @@
 """Chat-completion POSTs on one aiohttp session (``Transport``): the auth headers, each URL's proxy, same-origin
 redirects, the reply size limit, a streamed reply's events assembled into one chat completion, and aiohttp's errors
-turned into the few this module raises, which ``whileai.http_client.EndpointClient`` retries or reports. Importing
-it does not import ``aiohttp``: a ``Transport`` imports it when built, on an endpoint's first call.
+turned into the few this module raises, which ``whileai.http_client.EndpointClient`` retries or reports.
+
+The boundary: every text that comes from the server (a body, a streamed event, a header, an error aiohttp raises
+quoting it) goes through the client's ``whileai.masking.SecretFilter`` here, before it is parsed, cut, cached or
+logged. Importing it does not import ``aiohttp``: a ``Transport`` imports it when built, on an endpoint's first
+call.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from whileai.endpoint import MalformedResponse
+from whileai.masking import SecretFilter
 from whileai.proxies import proxy_for
 
 __all__ = ["RESPONSE_LIMIT_BYTES", "ConnectionLost", "Dropped", "Refused", "Silent", "StatusError", "Transport"]
@@ -70,10 +75,32 @@ class Silent(Exception):
     """The server sent nothing for the call's ``timeout_s``."""
 
 
-async def read_events(response: Any, on_piece: Callable[[], None] | None = None) -> dict[str, Any]:
+def _checked_json(text: str) -> dict[str, Any]:
+    """A 200's body read as a chat completion's JSON object (the text already cleaned of secrets).
+
+    Raises:
+        MalformedResponse: an empty body, one that is not JSON (cut short, or a proxy's HTML page), or not an object.
+    """
+    if not text.strip():
+        raise MalformedResponse("the body is empty")
+    try:
+        response = json.loads(text)
+    except ValueError:
+        shown = " ".join(text.split())[:80]
+        raise MalformedResponse(f"the body is not JSON (cut short?) after {len(text)} characters: {shown!r}") from None
+    if not isinstance(response, dict):
+        raise MalformedResponse("the body is not a JSON object")
+    return response
+
+
+async def read_events(
+    response: Any, clean: Callable[[str], str], on_piece: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
-    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. ``on_piece``
-    is called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
+    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. Each event's
+    text goes through ``clean`` before it is parsed, and the whole content again once it is assembled (a secret may
+    come a few characters an event). ``on_piece`` is called for each piece of content as it comes (about one token
+    each on vLLM and llama.cpp).
 
     Raises:
         MalformedResponse: an event that is not JSON, or one that carries an error (vLLM reports a failure met
@@ -98,8 +125,8 @@ async def read_events(response: Any, on_piece: Callable[[], None] | None = None)
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue  # a comment (": keep-alive"), an event name, a blank line between events
-            data = line[5:].strip()
-            if data == b"[DONE]":
+            data = clean(line[5:].strip().decode("utf-8", errors="replace"))
+            if data == "[DONE]":
                 done = True
                 break
             try:
@@ -124,31 +151,51 @@ async def read_events(response: Any, on_piece: Callable[[], None] | None = None)
                 finish = choice.get("finish_reason") or finish
     if not done and finish is None:
         raise ConnectionLost("the stream ended before the answer was whole")
-    message = {"role": "assistant", "content": "".join(content)}
+    message = {"role": "assistant", "content": clean("".join(content))}
     return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
 
 
 class Transport:
     """Chat-completion POSTs on one aiohttp session: auth headers, the proxy of each URL, same-origin redirects, the
-    size limit, and aiohttp's errors turned into this module's three."""
+    size limit, every text from the server through ``secrets``, and aiohttp's errors turned into this module's.
 
-    def __init__(self, base_url: str, authorization: str, concurrency: int) -> None:
+    Args:
+        base_url: the server, up to ``/v1``, without credentials.
+        authorization: the ``Authorization`` header.
+        concurrency: connections in the pool.
+        secrets: what every text from the server (bodies, events, headers, error messages) is cleaned with.
+        connect_s: the longest a new connection may take, TCP and TLS (the call's ``timeout_s``).
+    """
+
+    def __init__(
+        self, base_url: str, authorization: str, concurrency: int, secrets: SecretFilter, connect_s: float
+    ) -> None:
         import aiohttp  # imported on the first call, never by `import whileai`
         import yarl
 
         self.aiohttp, self.yarl = aiohttp, yarl
-        self.base_url = base_url
+        self.base_url, self.concurrency, self.connect_s = base_url, concurrency, connect_s
+        self.clean = secrets.clean
         self.headers = {"Authorization": authorization, "Accept": "application/json", "User-Agent": "whileai"}
+        self.session = self._session(fresh=False)
+        self._fresh: Any = None  # built on the first resend
+
+    def _session(self, fresh: bool) -> Any:
+        """The pool (connections kept a minute, for the next batch), or with ``fresh`` one that opens a new
+        connection for every request and closes it after: where a request goes again after its kept connection
+        died or was timed out by the server (a 408 on an idle connection)."""
+        aiohttp = self.aiohttp
         connector = aiohttp.TCPConnector(
-            limit=max(concurrency, 1),
+            limit=max(self.concurrency, 1),
             limit_per_host=0,
-            keepalive_timeout=_KEEPALIVE_S,
+            keepalive_timeout=None if fresh else _KEEPALIVE_S,
+            force_close=fresh,
             happy_eyeballs_delay=0.25,
             ttl_dns_cache=60,
         )
-        self.session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),  # the call's own timeout bounds it
+            timeout=aiohttp.ClientTimeout(total=None),  # each request sets its own
             trust_env=False,  # proxies are proxy_for's, read as httpx reads them
             auto_decompress=True,
             skip_auto_headers=("User-Agent",),
@@ -160,30 +207,40 @@ class Transport:
         request: dict[str, Any],
         silence_s: float | None = None,
         on_piece: Callable[[], None] | None = None,
-    ) -> str | dict[str, Any]:
-        """POST ``request`` as JSON: the body's text, or for a streamed reply (``text/event-stream``) the chat
-        completion its events add up to (``on_piece`` called for each piece of content).
+        *,
+        fresh: bool = False,
+    ) -> dict[str, Any]:
+        """POST ``request`` as JSON and return the chat completion: the body's JSON object, or for a streamed reply
+        (``text/event-stream``) the one its events add up to (``on_piece`` called for each piece of content); with
+        ``fresh``, on a new connection.
 
-        ``silence_s`` bounds each wait for the next piece of a reply; None waits as long as the caller does. A reply
-        given up (cancelled, too large, silent, unreadable) closes its connection, so the server sees the request go
-        and stops working on it.
+        ``silence_s`` bounds each wait for the next piece of a reply; None waits as long as the caller does. A new
+        connection has ``connect_s``. A reply given up (cancelled, too large, silent, unreadable) closes its
+        connection, so the server sees the request go and stops working on it.
 
         Raises:
             StatusError: a status >= 300 that is no same-origin redirect.
-            Dropped, ConnectionLost: no whole reply.
+            Dropped, ConnectionLost: no whole reply (no connection within ``connect_s`` included).
             Silent: nothing came for ``silence_s`` seconds.
-            Refused: a redirect to another origin, too many redirects, a body over the limit.
-            MalformedResponse: a stream that carries an error or is no chat completion.
+            Refused: a redirect to another origin, too many redirects, a body over the limit, a reply whose HTTP
+                framing is broken (kind ``"bad framing"``).
+            MalformedResponse: a 200 that is no chat completion, or a stream that carries an error.
         """
         aiohttp = self.aiohttp
+        if fresh and self._fresh is None:
+            self._fresh = self._session(fresh=True)
+        session = self._fresh if fresh else self.session
         body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         url = self.yarl.URL(self.base_url + path)
         headers = {**self.headers, "Content-Type": "application/json"}
-        # sock_read: the longest wait for the next bytes from the server, the reply's head included.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=silence_s)
+        # sock_read: the longest wait for the next bytes from the server, the reply's head included; connect: a new
+        # connection's TCP and TLS handshakes.
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.connect_s, sock_connect=self.connect_s, sock_read=silence_s
+        )
         for _ in range(_MAX_REDIRECTS + 1):
             try:
-                async with self.session.post(
+                async with session.post(
                     url, data=body, headers=headers, proxy=proxy_for(str(url)), allow_redirects=False, timeout=timeout
                 ) as response:
                     location = response.headers.get("Location")
@@ -191,42 +248,62 @@ class Transport:
                         target = url.join(self.yarl.URL(location))
                         if _origin(target) != _origin(url):
                             raise Refused(
-                                f"HTTP {response.status}: the server redirects to {target}, another origin; set "
-                                "base_url to the server's own address",
+                                self.clean(
+                                    f"HTTP {response.status}: the server redirects to {target}, another origin; set "
+                                    "base_url to the server's own address"
+                                ),
                                 f"http {response.status}",
                             )
                         url = target
                         continue
-                    try:
-                        if response.status < 300 and response.content_type == "text/event-stream":
-                            return await read_events(response, on_piece)
-                        text = _text(await self._read(response), response.charset)
-                    except BaseException:
-                        response.close()  # not back to the pool: the server must see the request go
-                        raise
-                    if response.status >= 300:
-                        raise StatusError(response.status, text, {k.lower(): v for k, v in response.headers.items()})
-                    return text
+                    return await self._reply(response, on_piece)
+            except aiohttp.ConnectionTimeoutError:
+                raise ConnectionLost(
+                    f"no connection within timeout_s={self.connect_s:g} (an address that does not answer, or a TLS "
+                    "handshake that never ends: is the URL's scheme the server's?)"
+                ) from None
             except aiohttp.ServerTimeoutError:  # sock_read: the server went silent
                 raise Silent(f"the server sent nothing for {silence_s:g}s") from None
             except aiohttp.ClientConnectorError as exc:  # no connection at all (a proxy's included)
-                raise ConnectionLost(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}") from None
+                raise ConnectionLost(self.clean(f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}")) from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # closed or reset before a reply
-                raise Dropped(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-            except aiohttp.ClientResponseError as exc:  # a reply that is not HTTP, or a proxy that refused
-                raise ConnectionLost(f"{type(exc).__name__}: {exc.status} {exc.message}") from None
+                raise Dropped(self.clean(f"{type(exc).__name__}: {exc}".rstrip(": "))) from None
+            except aiohttp.ClientHttpProxyError as exc:  # the proxy refused the tunnel
+                raise ConnectionLost(self.clean(f"the proxy answered {exc.status} {exc.message}")) from None
+            except aiohttp.ClientResponseError as exc:  # aiohttp's parser: the reply is not valid HTTP
+                raise Refused(
+                    self.clean(
+                        f"the server's reply is not valid HTTP: its framing is broken ({exc.message}); not sent "
+                        "again, since the server would answer the same (fix the server or the proxy before it)"
+                    ),
+                    "bad framing",
+                ) from None
             except aiohttp.ClientError as exc:  # a reply cut short, and the rest of aiohttp's
-                raise ConnectionLost(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+                raise ConnectionLost(self.clean(f"{type(exc).__name__}: {exc}".rstrip(": "))) from None
         raise Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
 
+    async def _reply(self, response: Any, on_piece: Callable[[], None] | None) -> dict[str, Any]:
+        """A response read whole, every text of it cleaned: the chat completion, or the error status."""
+        try:
+            if response.status < 300 and response.content_type == "text/event-stream":
+                return await read_events(response, self.clean, on_piece)
+            text = self.clean(_text(await self._read(response), response.charset))
+        except BaseException:
+            response.close()  # not back to the pool: the server must see the request go
+            raise
+        if response.status >= 300:
+            headers = {k.lower(): self.clean(v) for k, v in response.headers.items()}
+            raise StatusError(response.status, text, headers)
+        return _checked_json(text)
+
     async def get(self, url: str, timeout_s: float) -> tuple[int, str] | None:
-        """GET ``url``: its status and text, or None when it could not be read within ``timeout_s``."""
+        """GET ``url``: its status and text (cleaned), or None when nothing readable came within ``timeout_s``."""
 
         async def read() -> tuple[int, str]:
             async with self.session.get(
                 url, headers={**self.headers, "Accept": "*/*"}, proxy=proxy_for(url), allow_redirects=False
             ) as response:
-                return response.status, _text(await self._read(response), response.charset)
+                return response.status, self.clean(_text(await self._read(response), response.charset))
 
         try:
             return await asyncio.wait_for(read(), timeout_s)
@@ -248,3 +325,5 @@ class Transport:
 
     async def close(self) -> None:
         await self.session.close()
+        if self._fresh is not None:
+            await self._fresh.close()

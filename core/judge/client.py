@@ -25,6 +25,7 @@ and answer checks live in ``prompts`` and ``answers``; what a call is in ``while
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -107,13 +108,18 @@ def _server_root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
+class _NoAnswer(Exception):
+    """A question about the server got no reply at all."""
+
+
 def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: str) -> tuple[int, str]:
     """How many calls the server at ``base_url`` runs at once, and where that figure comes from.
 
     Asked in turn: llama.cpp's ``/props`` (``total_slots``), its ``/slots`` (one entry per slot), vLLM's
     ``/metrics`` (vLLM schedules up to ``max_num_seqs`` at once, 256 by default, and its metrics do not carry the
     setting). A server that answers none of them gets ``LOCAL_CONCURRENCY`` on this machine (llama-cpp-python's
-    server answers one request at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API).
+    server answers one request at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API); so does one that gives
+    no reply at all to the first question, which is then the only one asked.
 
     Args:
         get: reads a URL, returning its status and text, or None when it cannot.
@@ -128,26 +134,31 @@ def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: s
 
     def read(path: str) -> Any:
         reply = get(root + path)
-        if reply is None or reply[0] != 200:
+        if reply is None:  # no answer at all (a server that never sends headers): not asked again
+            raise _NoAnswer
+        if reply[0] != 200:
             return None
         try:
             return json.loads(reply[1])
         except ValueError:
             return reply[1]
 
-    props = read("/props")
-    slots = props.get("total_slots") if isinstance(props, dict) else None
-    if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
-        return slots, f"the server has {slots} slot(s): llama.cpp /props total_slots"
-    listed = read("/slots")
-    if isinstance(listed, list) and listed:
-        return len(listed), f"the server has {len(listed)} slot(s): llama.cpp /slots"
-    metrics = read("/metrics")
-    if isinstance(metrics, str) and "vllm:" in metrics:
-        return (
-            JUDGE_CONCURRENCY,
-            f"vLLM (its /metrics): it runs up to max_num_seqs at once, {JUDGE_CONCURRENCY} by default",
-        )
+    try:
+        props = read("/props")
+        slots = props.get("total_slots") if isinstance(props, dict) else None
+        if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
+            return slots, f"the server has {slots} slot(s): llama.cpp /props total_slots"
+        listed = read("/slots")
+        if isinstance(listed, list) and listed:
+            return len(listed), f"the server has {len(listed)} slot(s): llama.cpp /slots"
+        metrics = read("/metrics")
+        if isinstance(metrics, str) and "vllm:" in metrics:
+            return (
+                JUDGE_CONCURRENCY,
+                f"vLLM (its /metrics): it runs up to max_num_seqs at once, {JUDGE_CONCURRENCY} by default",
+            )
+    except _NoAnswer:
+        pass
     if is_local(base_url):
         return LOCAL_CONCURRENCY, "a server on this machine that does not say how many it runs at once"
     return JUDGE_CONCURRENCY, "a remote server that does not say how many it runs at once"
@@ -209,20 +220,6 @@ class JudgeClient:
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a JudgeClient holds a connection pool and cannot be pickled; build one in each process")
 
-    def redact(self, text: str) -> str:
-        """``text`` with the API key masked (a server may echo a request back in its error)."""
-        return self.endpoint.redact(text)
-
-    def _masked(self, value: Any) -> Any:
-        """A JSON-ready answer with the key masked in every string of it."""
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, list):
-            return [self._masked(v) for v in value]
-        if isinstance(value, dict):
-            return {self._masked(k): self._masked(v) for k, v in value.items()}
-        return value
-
     def close(self) -> None:
         """Stop the loop, close the connection pool and the cache; a later call starts them again."""
         self.endpoint.close()
@@ -235,7 +232,9 @@ class JudgeClient:
         """The calls this client puts in flight at once and where the figure comes from; when the config leaves it
         to the server, the server is asked once (``server_concurrency``)."""
         if self.concurrency is None:
-            self.concurrency, self.concurrency_source = server_concurrency(self.endpoint.get, self.config.base_url)
+            # Asked as every call is: the URL without its credentials, the client's auth, the call's timeout_s.
+            ask = functools.partial(self.endpoint.get, timeout_s=self.config.timeout_s)
+            self.concurrency, self.concurrency_source = server_concurrency(ask, self.endpoint.url)
             self.endpoint.set_concurrency(self.concurrency)
             log.info("judge: %d call(s) at once (%s)", self.concurrency, self.concurrency_source)
         self.stats.concurrency = self.concurrency
@@ -359,11 +358,10 @@ class JudgeClient:
         if todo:
             asked = self.endpoint.run([self._call(specs[i]) for i in todo])
             for i, outcome in zip(todo, asked, strict=True):
-                # An answer that quotes the key (a server echoing it into reasons) is used and stored masked.
-                masked = Outcome(answer=self._masked(outcome.answer), error=outcome.error)
-                outcomes[i] = _judge_outcome(masked)
+                # An answer that quoted a secret came in cleaned of it (the transport), so it is stored as it is.
+                outcomes[i] = _judge_outcome(outcome)
                 if outcome.error is None and self.cache is not None and not fresh:
-                    self.cache.put(specs[i].key, specs[i].kind, masked.answer)
+                    self.cache.put(specs[i].key, specs[i].kind, outcome.answer)
         done = [o for o in outcomes if o is not None]
         if all(isinstance(o.error, JudgeCallError) for o in done):
             first = done[0].error

@@ -129,10 +129,6 @@ class ChatClient:
         """Calls, retries, tokens in and out, latencies."""
         return self.endpoint.stats
 
-    def redact(self, text: str) -> str:
-        """``text`` with the API key masked (a server may echo it in a reply or an error)."""
-        return self.endpoint.redact(text)
-
     def close(self) -> None:
         """Stop the loop and the connection pool, and forget an earlier failure; a later call starts afresh."""
         self.endpoint.close()

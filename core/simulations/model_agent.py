@@ -20,8 +20,8 @@ as ``{"arguments_not_a_json_object": "<what the model wrote>"}``, so the desk's 
 One agent holds one :class:`~whileai.simulations.chat.ChatClient` (one connection pool) shared by all its episodes:
 ``simulate(..., max_workers=k)`` runs k rollouts at once on it. Every request carries a seed derived from the
 rollout's seed and the step, so a server that samples deterministically per seed (vLLM) gives the same rows again.
-The API key is read from the environment variable ``api_key_env`` names; text the model writes is masked before it
-enters a transcript, so even a server that echoes the key cannot put it in a row.
+The API key is read from the environment variable ``api_key_env`` names; every text of a reply is cleaned of it where
+the reply comes in (``whileai.transport``), so even a server that echoes the key cannot put it in a row.
 
 What this module does not do: run the conversation or verify it (``simulate``), play the customer (``customer``), or
 serve or load a model (it only talks HTTP; ``import`` of this module imports no HTTP client).
@@ -146,8 +146,7 @@ class ModelEpisode:
         seed = request_seed(self._seed, self._requests) if self._agent.send_seed else None
         self._requests += 1
         answer = self._agent.client.chat(self._messages, tools=self._tools, seed=seed)
-        message = answer.message
-        redact = self._agent.client.redact
+        message = answer.message  # cleaned of every secret where it came in (the transport)
         calls = message.get("tool_calls") or []
         if isinstance(calls, list) and calls:
             history_calls = []
@@ -161,12 +160,12 @@ class ModelEpisode:
                 history_calls.append(
                     {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_text}}
                 )
-                self._pending.append((call_id, ToolCall(redact(name), _parse_arguments(redact(raw_text)))))
+                self._pending.append((call_id, ToolCall(name, _parse_arguments(raw_text))))
             self._messages.append({"role": "assistant", "content": message.get("content"), "tool_calls": history_calls})
             return self._play(*self._pending.popleft())
 
         text = message.get("content")
-        text = redact(text) if isinstance(text, str) else ""
+        text = text if isinstance(text, str) else ""
         self._messages.append({"role": "assistant", "content": text})
         waits = self._questions < self._agent.max_questions and self._agent.asks_customer(text)
         self._questions += int(waits)

@@ -8,6 +8,7 @@ deadline, and a port nothing listens on. A server without structured output: tes
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -116,14 +117,21 @@ def test_scores_out_of_range_fall_back(make_judge, judge_server, judge_tools) ->
         scorer({"index": 0, "prompt": "p", "completion": "other", "reward": 1.0, "passed": True}, ["a"])
 
 
-def test_429_honours_retry_after(make_judge, judge_server, judge_tools) -> None:
+def test_429_honours_retry_after_up_to_the_longest_backoff(make_judge, judge_server, judge_tools, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="whileai")
     judge_server.push(judge_tools.Status(429, headers={"Retry-After": "1"}))
-    judge = make_judge("grader")
-    answer = judge(group())
-    assert answer["ranking"]
+    judge = make_judge("grader", backoff_max_s=2.0)
+    assert judge(group())["ranking"]
     first, second = (r["time"] for r in judge_server.requests)
     assert second - first >= 0.9  # backoff alone would have waited at most 0.05 s
     assert judge.stats.as_dict()["retries"] == 1
+    # a Retry-After above backoff_max_s waits backoff_max_s, and the log line says both
+    judge_server.push(judge_tools.Status(429, headers={"Retry-After": "30"}))
+    capped = make_judge("grader", backoff_max_s=0.2)
+    started = time.monotonic()
+    assert capped(group(tag="capped"))["ranking"]
+    assert time.monotonic() - started < 10
+    assert any("the server asked for 30s (backoff_max_s caps it)" in r.getMessage() for r in caplog.records)
 
 
 def test_500_is_retried_then_answered(make_judge, judge_server, judge_tools) -> None:

@@ -87,7 +87,7 @@ def test_a_planted_key_leaks_into_no_output_file_or_log(judge_server, judge_tool
     texts += [debug.stdout, debug.stderr, repr(debug.exception)]
     assert judge_server.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"  # the key went, stripped
     assert any("whitespace around the key" in r.getMessage() for r in caplog.records)
-    assert "[api key hidden]" in " ".join(texts)  # the echoes were masked, not dropped
+    assert "[secret hidden]" in " ".join(texts)  # the echoes were masked, not dropped
 
     out = tmp_path / "run"
     hostile(judge_tools, judge_server, 6)

@@ -58,7 +58,7 @@ def test_the_api_key_leaks_nowhere(make_judge, judge_server, judge_tools, tmp_pa
     seen.append(caplog.text)
     seen += [r.getMessage() for r in caplog.records]
     assert any("judge call" in text or "retry" in text for text in seen)  # the failures did get logged
-    assert "[api key hidden]" in " ".join(seen)  # the echoes were masked, not dropped
+    assert "[secret hidden]" in " ".join(seen)  # the echoes were masked, not dropped
 
     blobs = [p.read_bytes() for p in Path(judge.config.cache_dir).glob("*")] + [rubrics.read_bytes()]
     assert len(blobs) >= 2 and sum(len(b) for b in blobs) > 0

@@ -167,7 +167,7 @@ def test_the_api_key_appears_in_no_row_or_error(server, make_agent, monkeypatch)
     agent = make_agent("echo-key", api_key_env=KEY_ENV)
     rows = simulate(REFUNDS[:2], agent, n=1)
     assert server.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"  # the key is used...
-    assert "[api key hidden]" in rows[0]["final_text"]  # ...and the server echoed it
+    assert "[secret hidden]" in rows[0]["final_text"]  # ...and the server echoed it
     closed = make_agent(base_url=policy_server.closed_port_url(), api_key_env=KEY_ENV, max_retries=0)
     with pytest.raises(EndpointUnavailable) as caught:
         simulate(REFUNDS[:1], closed, n=1)
