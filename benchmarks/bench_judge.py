@@ -254,7 +254,7 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
 
     runs = [
         ("aiohttp alone", asyncio.run(loop_of(BareAiohttp))),
-        ("whileai: aiohttp", asyncio.run(loop_of(lambda: Transport(url, f"Bearer {key}", in_flight, secrets, 60.0)))),
+        ("whileai: aiohttp", asyncio.run(loop_of(lambda: Transport(url, f"Bearer {key}", secrets, 60.0)))),
         ("whileai: EndpointClient.run", whole_client()),
         ("before: own HTTP/1.1", asyncio.run(loop_of(lambda: OwnHttp11(url, "EMPTY", keep=in_flight)))),
     ]

@@ -216,9 +216,7 @@ class EndpointClient:
 
     async def _ensure_http(self, runtime: _LoopThread) -> None:
         if runtime.http is None:
-            runtime.http = Transport(
-                self.url, self._authorization, self.concurrency, self.secrets, self.settings.timeout_s
-            )
+            runtime.http = Transport(self.url, self._authorization, self.secrets, self.settings.timeout_s)
         if runtime.semaphore is None:
             runtime.semaphore = asyncio.Semaphore(self.concurrency)
 

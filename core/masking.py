@@ -33,14 +33,16 @@ SHORTEST = 4
 
 def _forms(secret: str) -> set[str]:
     """The ways a secret appears in a server's text: as it is, JSON-escaped (with and without ``\\/``, ASCII or
-    not) and URL-encoded."""
+    not) and URL-encoded (upper- and lower-case hex)."""
     escaped = json.dumps(secret)[1:-1]
+    quoted = urllib.parse.quote(secret, safe="")
     return {
         secret,
         escaped,
         escaped.replace("/", "\\/"),
         json.dumps(secret, ensure_ascii=False)[1:-1],
-        urllib.parse.quote(secret, safe=""),
+        quoted,
+        re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), quoted),
     }
 
 

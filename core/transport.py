@@ -75,8 +75,12 @@ class Silent(Exception):
     """The server sent nothing for the call's ``timeout_s``."""
 
 
-def _checked_json(text: str) -> dict[str, Any]:
-    """A 200's body read as a chat completion's JSON object (the text already cleaned of secrets).
+def _checked_json(text: str, secrets: SecretFilter) -> dict[str, Any]:
+    """A 200's body read as a chat completion's JSON object, every string in it cleaned of secrets.
+
+    The body is parsed first and its strings cleaned after: a secret written with JSON escapes is whole again once
+    parsed, and a short one removed from the raw text could have hit a number or broken the JSON. ``json.loads``
+    quotes nothing of the text it refuses; what the message quotes is cleaned first.
 
     Raises:
         MalformedResponse: an empty body, one that is not JSON (cut short, or a proxy's HTML page), or not an object.
@@ -86,21 +90,21 @@ def _checked_json(text: str) -> dict[str, Any]:
     try:
         response = json.loads(text)
     except ValueError:
-        shown = " ".join(text.split())[:80]
+        shown = " ".join(secrets.clean(text).split())[:80]
         raise MalformedResponse(f"the body is not JSON (cut short?) after {len(text)} characters: {shown!r}") from None
     if not isinstance(response, dict):
         raise MalformedResponse("the body is not a JSON object")
-    return response
+    return secrets.clean_value(response)
 
 
 async def read_events(
-    response: Any, clean: Callable[[str], str], on_piece: Callable[[], None] | None = None
+    response: Any, secrets: SecretFilter, on_piece: Callable[[], None] | None = None
 ) -> dict[str, Any]:
     """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
-    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. Each event's
-    text goes through ``clean`` before it is parsed, and the whole content again once it is assembled (a secret may
-    come a few characters an event). ``on_piece`` is called for each piece of content as it comes (about one token
-    each on vLLM and llama.cpp).
+    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. Each event is
+    parsed and its strings cleaned of secrets (an event that is not JSON is cleaned as text before a message quotes
+    it), and the whole content again once assembled (a secret may come a few characters an event). ``on_piece`` is
+    called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
 
     Raises:
         MalformedResponse: an event that is not JSON, or one that carries an error (vLLM reports a failure met
@@ -125,14 +129,14 @@ async def read_events(
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue  # a comment (": keep-alive"), an event name, a blank line between events
-            data = clean(line[5:].strip().decode("utf-8", errors="replace"))
+            data = line[5:].strip().decode("utf-8", errors="replace")
             if data == "[DONE]":
                 done = True
                 break
             try:
-                event = json.loads(data)
+                event = secrets.clean_value(json.loads(data))
             except ValueError:
-                raise MalformedResponse(f"a stream event is not JSON: {data[:80]!r}") from None
+                raise MalformedResponse(f"a stream event is not JSON: {secrets.clean(data)[:80]!r}") from None
             if not isinstance(event, dict):
                 raise MalformedResponse("a stream event is not a JSON object")
             if event.get("error"):
@@ -151,7 +155,7 @@ async def read_events(
                 finish = choice.get("finish_reason") or finish
     if not done and finish is None:
         raise ConnectionLost("the stream ended before the answer was whole")
-    message = {"role": "assistant", "content": clean("".join(content))}
+    message = {"role": "assistant", "content": secrets.clean("".join(content))}
     return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
 
 
@@ -162,20 +166,17 @@ class Transport:
     Args:
         base_url: the server, up to ``/v1``, without credentials.
         authorization: the ``Authorization`` header.
-        concurrency: connections in the pool.
         secrets: what every text from the server (bodies, events, headers, error messages) is cleaned with.
         connect_s: the longest a new connection may take, TCP and TLS (the call's ``timeout_s``).
     """
 
-    def __init__(
-        self, base_url: str, authorization: str, concurrency: int, secrets: SecretFilter, connect_s: float
-    ) -> None:
+    def __init__(self, base_url: str, authorization: str, secrets: SecretFilter, connect_s: float) -> None:
         import aiohttp  # imported on the first call, never by `import whileai`
         import yarl
 
         self.aiohttp, self.yarl = aiohttp, yarl
-        self.base_url, self.concurrency, self.connect_s = base_url, concurrency, connect_s
-        self.clean = secrets.clean
+        self.base_url, self.connect_s = base_url, connect_s
+        self.secrets, self.clean = secrets, secrets.clean
         self.headers = {"Authorization": authorization, "Accept": "application/json", "User-Agent": "whileai"}
         self.session = self._session(fresh=False)
         self._fresh: Any = None  # built on the first resend
@@ -185,8 +186,10 @@ class Transport:
         connection for every request and closes it after: where a request goes again after its kept connection
         died or was timed out by the server (a 408 on an idle connection)."""
         aiohttp = self.aiohttp
+        # No limit of the pool's own: the client's semaphore bounds the calls in flight (and may be raised once the
+        # server says its slots), and a call waiting for a pooled connection would spend its connect timeout on it.
         connector = aiohttp.TCPConnector(
-            limit=max(self.concurrency, 1),
+            limit=0,
             limit_per_host=0,
             keepalive_timeout=None if fresh else _KEEPALIVE_S,
             force_close=fresh,
@@ -286,15 +289,15 @@ class Transport:
         """A response read whole, every text of it cleaned: the chat completion, or the error status."""
         try:
             if response.status < 300 and response.content_type == "text/event-stream":
-                return await read_events(response, self.clean, on_piece)
-            text = self.clean(_text(await self._read(response), response.charset))
+                return await read_events(response, self.secrets, on_piece)
+            text = _text(await self._read(response), response.charset)
         except BaseException:
             response.close()  # not back to the pool: the server must see the request go
             raise
-        if response.status >= 300:
+        if response.status >= 300:  # the body is only quoted: cleaned as text
             headers = {k.lower(): self.clean(v) for k, v in response.headers.items()}
-            raise StatusError(response.status, text, headers)
-        return _checked_json(text)
+            raise StatusError(response.status, self.clean(text), headers)
+        return _checked_json(text, self.secrets)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, str] | None:
         """GET ``url``: its status and text (cleaned), or None when nothing readable came within ``timeout_s``."""

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from whileai.config.schema import Recipe
+from whileai.endpoint import masked_url
 from whileai.errors import BadInput
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
@@ -122,7 +123,7 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"override {item!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
+            raise BadInput(f"override {_masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
@@ -134,7 +135,10 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise BadInput(f"override {item!r} sets a key under {part!r}, which another override set to a value")
+                raise BadInput(
+                    f"override {_masked_override(item)!r} sets a key under {part!r}, which another override set to a "
+                    "value"
+                )
             node = child
         node[parts[-1]] = value
     return result
@@ -197,8 +201,16 @@ def _format_error(error: Mapping[str, Any]) -> str:
         and not isinstance(shown_input, (dict, list))
         and kind not in ("model_type", "union_tag_invalid")
     ):
+        if isinstance(shown_input, str) and "://" in shown_input:  # a URL's password is never echoed
+            shown_input = masked_url(shown_input)
         return f"{path}: {message} (got {shown_input!r})"
     return f"{path}: {message}"
+
+
+def _masked_override(item: str) -> str:
+    """A ``key=value`` override as a message may quote it: a URL's password masked."""
+    key, sep, value = item.partition("=")
+    return f"{key}{sep}{masked_url(value)}" if "://" in value else item
 
 
 def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[str] = ()) -> Recipe:
@@ -210,7 +222,7 @@ def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[st
         lines = []
         for error in err.errors():
             item = _override_behind(error, overrides)
-            lines.append((f"override {item!r}" if item is not None else source, _format_error(error)))
+            lines.append((f"override {_masked_override(item)!r}" if item is not None else source, _format_error(error)))
         text = "; ".join(f"{where}: {line}" for where, line in lines)
         raise BadInput(text) from None
 

@@ -1,9 +1,9 @@
 """No piece of the key leaves the client, whatever the server sends: a hostile judge on a raw socket echoes a random
 58-character key in every way a server can (whole, in halves, in 20-character pieces, inside a stream event that is
 not JSON, in a stream's error event, split over stream events a few characters at a time, in an error body and its
-headers, in an answer that is cached), and every output of ``whileai spread`` (``--json``, ``--verbose``,
-``--debug``, a cached rerun), ``whileai train`` and ``whileai report``, every log record, the answer cache and every
-file of the run folder are searched for any 8 characters of it.
+headers, written in JSON escapes, in an answer that is cached), and every output of ``whileai spread`` (``--json``,
+``--verbose``, ``--debug``, a cached rerun), ``whileai train`` and ``whileai report``, every log record, the answer
+cache and every file of the run folder are searched for any 8 characters of it.
 """
 
 from __future__ import annotations
@@ -70,8 +70,11 @@ def hostile(number: int, body: dict) -> bytes:
         pieces20 = " ".join(KEY[i : i + 20] for i in range(0, len(KEY), 20))
         head = (f'WWW-Authenticate: Bearer error="{KEY}"', "Content-Type: application/json")
         return reply(json.dumps({"error": {"message": f"upstream: {pieces20}"}}).encode(), *head, status="500 Oops")
+    body = json.dumps(_completion(content))
+    if shape == 4:  # a valid answer, not streamed, the key written in JSON escapes: whole again once parsed
+        body = body.replace(KEY[:29], "".join(f"\\u{ord(c):04x}" for c in KEY[:29]))
     # a valid answer, not streamed, its reasons quoting the key in halves: what the cache would keep
-    return reply(json.dumps(_completion(content)).encode(), "Content-Type: application/json")
+    return reply(body.encode(), "Content-Type: application/json")
 
 
 def serve_hostile():

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
+from pathlib import Path
 
 import pytest
-from fault_server import BODY, chunk, reply, serving
+from fault_server import BODY, COMPLETION, chunk, delta, reply, serving, sse_event, sse_head
 
 from whileai.endpoint import Call, EndpointSettings, first_choice
 from whileai.errors import BadInput
@@ -154,3 +156,46 @@ def test_a_server_that_never_answers_the_question_is_asked_once_within_timeout_s
         client.close()
     assert concurrency == 1 and "this machine" in source
     assert len(server.requests) == 1 and time.monotonic() - started < 10  # one question of a second, not 3 x 5 s
+
+
+def test_a_short_password_leaves_the_reply_s_numbers_alone(fault_server) -> None:
+    """A secret shorter than a piece is masked whole in the reply's strings, never in the JSON around them."""
+    body = json.dumps({**COMPLETION, "usage": {"prompt_tokens": 4242, "completion_tokens": 1}}).encode()
+    server = fault_server(serving(reply(body)))
+    url = server.url().replace("http://", "http://u:4242@")
+    (answer,), client = ask(url)
+    assert answer == "hello" and client.stats.tokens_in == 4242
+
+
+def test_more_calls_than_the_pool_was_built_for_wait_for_the_semaphore_not_for_a_connection(fault_server) -> None:
+    async def handle(reader, writer, server) -> None:  # a streamed answer that takes 1.5 s, a piece every 0.3 s
+        while await server.next_request(reader) is not None:
+            writer.write(sse_head())
+            for piece in ("a", "n", "s", "w", "e"):
+                writer.write(chunk(sse_event(delta(piece))))
+                await writer.drain()
+                await asyncio.sleep(0.3)
+            writer.write(chunk(sse_event(delta(finish="stop"))) + chunk(sse_event("[DONE]")) + chunk(b""))
+            await writer.drain()
+
+    server = fault_server(handle)
+    settings = EndpointSettings(base_url=server.url(), model="m", timeout_s=1.0, max_retries=0, concurrency=2)
+    client = EndpointClient(settings)
+    call = Call(body=lambda: settings.chat_request([{"role": "user", "content": "hi"}]), read=lambda r: "ok")
+    try:
+        assert all(o.error is None for o in client.run([call] * 2))  # the pool built, for two
+        client.set_concurrency(4)  # the server said it has more slots
+        outcomes = client.run([call] * 4)
+    finally:
+        client.close()
+    assert [o.error for o in outcomes] == [None] * 4
+
+
+def test_a_bad_base_url_is_refused_without_its_password() -> None:
+    from whileai.config import load_recipe
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "refund_judge.yaml"
+    for url in ("http://u:Passw0rdSecret9@127.0.0.1:1/v1\r\nX-Evil: 1", "ftp://u:Passw0rdSecret9@h/v1"):
+        with pytest.raises(BadInput) as refused:
+            load_recipe(recipe, [f"grader.judge.base_url={url}"])
+        assert "Passw0rdSecret9" not in str(refused.value) and "u:[hidden]@" in str(refused.value)
