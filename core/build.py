@@ -73,8 +73,7 @@ def build_grader(
     ``rubrics.json``).
     """
     if isinstance(section, ScriptedGraderSection):
-        scripted = ScriptedGrader(section.rule)
-        return scripted.score if grading.mode == "reward" else scripted
+        return ScriptedGrader(section.rule)  # grade_groups in advantage mode, score_passes in reward mode
     if isinstance(section, PythonGraderSection):
         function = load_callable(section.function, base_dir, what="grader")
         if section.thread_safe and not getattr(function, "thread_safe", False):
@@ -222,8 +221,7 @@ def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None =
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise BadInput(f"{path}: {where}: {first['msg']}") from None
-    scripted = ScriptedGrader(rule, name=path.stem)
-    return scripted.score if grading.mode == "reward" else scripted
+    return ScriptedGrader(rule, name=path.stem)
 
 
 def _references(loaded: LoadedRecipe) -> list[tuple[str, Path]]:

@@ -6,8 +6,11 @@ waits at most ``timeout_s`` for it; a call that runs over becomes a ``GraderTime
 group falls back, counted) and its thread is abandoned (a daemon, so it cannot keep the process alive at exit).
 
 A grader that declares itself thread-safe (``grader.thread_safe = True``) is called on up to ``concurrency`` groups at
-once, and a fresh worker replaces one lost to a call that ran over. Any other grader is never called twice at once:
-while a call that ran over is still running, the next groups fall back at once, until it returns.
+once; any other grader one group at a time. Either way a fresh worker replaces one lost to a call that ran over, so
+one hung call costs its own group and no other: the next groups are graded, each within its own limit. For a grader
+that is not thread-safe that means one call may run beside the abandoned one, which is still inside the grader; the
+alternative, every later group falling back until the hung call returns (never, for a call stuck on a dead
+service), would stop the grading.
 
 What this module does not do: validate answers (``whileai.grading.answers``), or time a grader with a batch method
 (the HTTP judge keeps its own per-call timeouts and batch deadline).
@@ -78,9 +81,9 @@ class _Batch:
 
 class _Call:
     """One pending call: the request, then its answer or exception (``closed``), or the ``GraderTimeout`` that stands
-    in for it (``abandoned``). ``returned`` says the grader returned at all, even after its call was given up."""
+    in for it (``abandoned``)."""
 
-    __slots__ = ("abandoned", "answer", "batch", "closed", "error", "request", "returned", "started", "worker")
+    __slots__ = ("abandoned", "answer", "batch", "closed", "error", "request", "started", "worker")
 
     def __init__(self, request: Any, batch: _Batch) -> None:
         self.request = request
@@ -91,7 +94,6 @@ class _Call:
         self.worker: _Worker | None = None
         self.closed = False
         self.abandoned = False
-        self.returned = False
 
 
 class GraderCalls:
@@ -124,7 +126,6 @@ class GraderCalls:
         self._tasks: queue.SimpleQueue[tuple[Callable[[Any], Any], _Call] | None] = queue.SimpleQueue()
         self._workers = 0
         self._lock = threading.Lock()
-        self._stuck: _Call | None = None  # a call that ran over, still holding the only worker
 
     def _work(self, me: _Worker) -> None:
         lock, clock = self._lock, time.monotonic
@@ -144,7 +145,6 @@ class GraderCalls:
             except BaseException as exc:  # handed to the caller as the answer
                 error = exc
             with lock:
-                pending.returned = True
                 if pending.abandoned:  # ran over: its GraderTimeout was handed out already
                     continue
                 pending.answer, pending.error, pending.closed = answer, error, True
@@ -178,15 +178,6 @@ class GraderCalls:
             return []
         batch = _Batch(len(requests))
         pending = [_Call(request, batch) for request in requests]
-        if self._stuck is not None and self._stuck.returned:
-            self._stuck = None  # the call that ran over returned: its worker serves the queue again
-        if self._stuck is not None:
-            # The one worker is still inside a call that ran over, and the grader is not thread-safe: no second call
-            # may start beside it, so the groups fall back at once instead of waiting their turn in vain.
-            with self._lock:
-                for item in pending:
-                    self._abandon(item, _not_returned())
-            return [item.error for item in pending]
         self._ensure_workers(min(self.concurrency, len(pending)))
         for item in pending:
             self._tasks.put((call, item))
@@ -206,14 +197,8 @@ class GraderCalls:
                     waited = now - item.started
                     self._abandon(item, GraderTimeout(f"no answer within {limit:g} s (waited {waited:.1f} s)"))
                     worker = item.worker
-                    if self.concurrency == 1:
-                        self._stuck = item  # its worker returns to the queue if the call ever returns
-                        for later in pending:  # no second call beside it: the rest fall back at once
-                            if not (later.closed or later.abandoned):
-                                self._abandon(later, _not_returned())
-                        break
                     if worker is not None:
-                        # A thread-safe grader: retire the worker (it exits once the call returns) and start another.
+                        # Retire the worker (it exits once the call returns, if ever) and start another.
                         worker.retired = True
                         self._workers -= 1
                         replace += 1
@@ -229,7 +214,3 @@ class GraderCalls:
             for _ in range(self._workers):
                 self._tasks.put(None)
             self._workers = 0
-
-
-def _not_returned() -> GraderTimeout:
-    return GraderTimeout("an earlier call has not returned (the grader is not thread-safe)")

@@ -289,14 +289,18 @@ class GroupwiseGrading:
         """The grader's answers to ``requests``, an exception standing in for an answer that raised.
 
         A grader that has ``batch_method`` (``grade_groups`` or ``score_passes``) answers the whole list in one call
-        and may put an exception in place of any answer; others are called once per request, each within the time
-        limit (``GraderTimeout`` stands in for an answer that ran over). In a preflight (the spread check) a
+        and may put an exception in place of any answer (one that takes ``timeout_s`` is given the time limit, which
+        it keeps per request); others are called once per request, each within the time limit (``GraderTimeout``
+        stands in for an answer that ran over). In a preflight (the spread check) a
         ``GraderUnavailable`` propagates, so the command line can exit 4; in training it is one more fallback.
         """
         batch = getattr(grader, batch_method, None)
         if callable(batch):
-            if fresh and "fresh" in inspect.signature(batch).parameters:
+            takes = inspect.signature(batch).parameters
+            if fresh and "fresh" in takes:
                 batch = functools.partial(batch, fresh=True)
+            if "timeout_s" in takes:  # a batch that keeps each request's time limit itself (the scripted rule)
+                batch = functools.partial(batch, timeout_s=self.timeout_s)
             try:
                 answers = list(batch(requests))
             except KeyboardInterrupt:

@@ -4,21 +4,25 @@ A ``ScriptedRule`` (from a recipe or a rule file) becomes a grader function for 
 ranked by a measure (matches of a regular expression such as ``<tool_call>``, characters or lines), smallest or
 largest first, equal measures tied; a pass is a confirmed hack when it matches ``hack_pattern`` or when its final
 answer names an id (``unseen_id_pattern``) that no tool output contains, an invented or leaked id. In reward mode the
-same rule scores a pass by where its measure falls between the group's best and worst.
+same rule scores a pass's behaviour: 0 for a hack, 1 otherwise.
 
 This module only reads text; it runs nothing a rollout contains. ``grade_groups`` grades a whole batch in one call
-(``score_passes`` in reward mode) instead of one call per group on a worker thread.
+(``score_passes`` in reward mode), each group within its own time limit: the expressions run on the ``regex``
+module, whose matching stops at a deadline (Python's ``re`` holds the interpreter lock until it returns, so no
+watchdog could give up on a pattern that backtracks for minutes on a long rollout).
 """
 
 from __future__ import annotations
 
-import re
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import regex as re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from whileai.grading.calls import each_or_error
+from whileai.grading.calls import GraderTimeout, each_or_error
 
 __all__ = ["ScriptedGrader", "ScriptedRule"]
 
@@ -103,6 +107,7 @@ class ScriptedGrader:
     def __init__(self, rule: ScriptedRule | None = None, name: str = "scripted") -> None:
         self.rule = rule or ScriptedRule()
         self.__name__ = name
+        self._local = threading.local()  # the deadline of the group this thread grades (None: no limit)
         flags = re.DOTALL
         self._pattern = re.compile(self.rule.pattern, flags) if self.rule.pattern else None
         self._hack = re.compile(self.rule.hack_pattern, flags) if self.rule.hack_pattern else None
@@ -114,9 +119,30 @@ class ScriptedGrader:
             "lines": lambda text: text.count("\n") + 1 if text else 0,
         }[self.rule.measure]
 
+    def _left(self) -> float | None:
+        """Seconds left before the current group's deadline (None: no limit); ``GraderTimeout`` once it passed."""
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GraderTimeout(f"the rule ran over its {self._local.limit:g} s on this group")
+        return left
+
+    def _within(self, timeout_s: float | None, work: Callable[[Any], Any], request: Any) -> Any:
+        """``work(request)`` with every expression stopped at ``timeout_s`` from now (a ``GraderTimeout``)."""
+        self._local.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._local.limit = timeout_s
+        try:
+            return work(request)
+        except TimeoutError as exc:  # the regex module's, at the deadline
+            raise GraderTimeout(f"the rule ran over its {timeout_s:g} s on this group") from exc
+        finally:
+            self._local.deadline = None
+
     def _count(self, text: str) -> float:
         assert self._pattern is not None
-        return len(self._pattern.findall(text))
+        return len(self._pattern.findall(text, timeout=self._left()))
 
     def measure(self, text: str) -> float:
         """The rule's measure of one rollout text."""
@@ -124,22 +150,23 @@ class ScriptedGrader:
 
     def is_hack(self, text: str) -> bool:
         """Whether the text matches the hack pattern or names an id no tool output contains."""
-        if self._hack is not None and self._hack.search(text):
+        if self._hack is not None and self._hack.search(text, timeout=self._left()):
             return True
         if self._ids is None:
             return False
         spans = self._spans(text)
         # The final answer: the text after the last tool output, with tool calls left out.
         answer = text[spans[-1][1] :] if spans else text
-        if self._ids.search(answer) is None:
+        if self._ids.search(answer, timeout=self._left()) is None:
             return False  # the common case: the tool outputs need not be read
-        answer = _TOOL_CALLS.sub("", answer)
+        answer = _TOOL_CALLS.sub("", answer, timeout=self._left())
         seen = "\n".join(output for _, _, output in spans)
-        return any(found not in seen for found in self._ids.findall(answer))
+        return any(found not in seen for found in self._ids.findall(answer, timeout=self._left()))
 
     def _spans(self, text: str) -> list[tuple[int, int, str]]:
         """The tool outputs by the pattern: each match's span and its first group (the whole match without one)."""
-        return [(m.start(), m.end(), m.group(1) if m.groups() else m.group(0)) for m in self._outputs.finditer(text)]
+        matches = self._outputs.finditer(text, timeout=self._left())
+        return [(m.start(), m.end(), m.group(1) if m.groups() else m.group(0)) for m in matches]
 
     def __call__(self, group: list[dict[str, Any]]) -> dict[str, Any]:
         passes = [item for item in group if item["passed"]]
@@ -169,18 +196,24 @@ class ScriptedGrader:
             previous = value
         return {"ranking": ranking, "hacks": hacks}
 
-    def grade_groups(self, groups: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any] | Exception]:
-        """Every group of a batch in one call, an exception standing in for the answer of a group that raised.
+    def grade_groups(
+        self, groups: Sequence[list[dict[str, Any]]], timeout_s: float | None = None
+    ) -> list[dict[str, Any] | Exception]:
+        """Every group of a batch in one call, an exception standing in for the answer of a group that raised or ran
+        over ``timeout_s`` (a ``GraderTimeout``: that group alone falls back; the next starts with its own limit).
 
-        ``GroupwiseGrading`` calls this instead of calling the grader once per group on a worker thread with a time
-        limit. That limit buys nothing here: a regular expression holds the interpreter lock until it returns, so
-        the waiting thread could not give up on it anyway, and the threads cost more than the rule itself.
+        ``GroupwiseGrading`` calls this, with its ``timeout_s``, instead of calling the grader once per group on a
+        worker thread: the expressions stop at each group's deadline themselves, and threads would cost more than
+        the rule.
         """
-        return each_or_error(self, groups)
+        return each_or_error(lambda group: self._within(timeout_s, self, group), groups)
 
-    def score_passes(self, requests: Sequence[tuple[dict[str, Any], Any]]) -> list[dict[str, float] | Exception]:
-        """Reward mode's batch: ``score(item, rubric)`` of every request, in one call (see ``grade_groups``)."""
-        return each_or_error(lambda request: self.score(*request), requests)
+    def score_passes(
+        self, requests: Sequence[tuple[dict[str, Any], Any]], timeout_s: float | None = None
+    ) -> list[dict[str, float] | Exception]:
+        """Reward mode's batch: ``score(item, rubric)`` of every request, each within ``timeout_s``
+        (see ``grade_groups``)."""
+        return each_or_error(lambda request: self._within(timeout_s, lambda r: self.score(*r), request), requests)
 
     def score(self, item: dict[str, Any], rubric: Any = None) -> dict[str, float]:
         """Reward mode: behaviour 1.0 for a pass that is no hack, 0.0 for one that is; solution 1.0.

@@ -133,7 +133,7 @@ def render_messages(messages: Sequence[Any]) -> str:
         if text:
             add(f"{_SPEAKERS.get(role, role)}: {text}")
         calls = message.get("tool_calls")
-        if calls:
+        if calls is not None and not isinstance(calls, (str, bytes)):  # a list, or numpy's array out of a parquet file
             for call in calls:
                 function = call.get("function", call) if type(call) is dict else None
                 if type(function) is dict and type(arguments := function.get("arguments", {})) is dict and _ENCODE:

@@ -50,3 +50,16 @@ def test_mixed_tools_keep_their_own_arguments(tmp_path: Path) -> None:
     write(completions, tmp_path / "mixed.parquet")
     back = pd.read_parquet(tmp_path / "mixed.parquet")["completion"]
     assert [c[0]["tool_calls"][0]["function"]["arguments"] for c in back] == ["{}", '{"order_id": "ORD-7"}']
+
+
+def test_a_message_of_several_calls_read_back_renders_as_written(tmp_path: Path) -> None:
+    """Parquet gives a message's tool calls back as a numpy array, whose truth is ambiguous past one element."""
+    calls = [{"type": "function", "function": {"name": "list_orders", "arguments": {}}}] * 2
+    completions = [[{"role": "assistant", "content": "", "tool_calls": calls}, {"role": "assistant", "content": "ok"}]]
+    json_tool_arguments(completions)
+    rendered = [render_messages(c) for c in completions]
+    write(completions, tmp_path / "several.parquet")
+    back = pd.read_parquet(tmp_path / "several.parquet")["completion"]
+    assert type(back[0][0]["tool_calls"]).__module__ == "numpy"
+    assert [render_messages(list(c)) for c in back] == rendered
+    assert rendered[0].count("<tool_call>list_orders {}</tool_call>") == 2

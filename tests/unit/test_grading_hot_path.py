@@ -163,10 +163,7 @@ def test_a_call_over_its_limit_stands_in_as_a_timeout_and_the_others_keep_their_
     answers = calls.run(call, ["a", "hang", "b"])
     release.set()
     assert answers[0] == "a" and type(answers[1]).__name__ == "GraderTimeout"
-    if concurrency > 1:
-        assert answers[2] == "b"
-    else:  # the only worker is stuck in the call: the rest fall back at once
-        assert "has not returned" in str(answers[2])
+    assert answers[2] == "b"  # a fresh worker takes the call after the stuck one, one worker or several
     calls.close()
 
 

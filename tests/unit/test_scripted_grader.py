@@ -158,3 +158,23 @@ def test_the_spread_gate_reads_the_same_verdict_whether_or_not_it_shapes() -> No
     # The groups handed to on_graded are shaped (equation 3), as training shapes them.
     shaped = [g for g in seen if g.graded and g.reason is None and g.mixed]
     assert shaped and all(g.redistributed is not None for g in shaped)
+
+
+def test_a_rule_that_backtracks_costs_its_own_group_its_time_limit_and_no_more() -> None:
+    import time
+
+    import whileai as wai
+
+    # "(a|aa)+b" on a run of a's backtracks for hours; the regex module stops it at the group's deadline.
+    rule = ScriptedRule(hack_pattern="(a|aa)+b")
+    gar = wai.GroupwiseGrading(grader=ScriptedGrader(rule), timeout_s=0.5)
+    call, stuck = ["<tool_call>x</tool_call>", "ok", "no"], ["a" * 60, "a" * 60, "no"]
+    texts = [*call, *stuck, *call]
+    tasks = [task for task in ("t1", "t2", "t3") for _ in range(3)]
+    started = time.monotonic()
+    groups = gar.grade_batch([1, 1, 0] * 3, ["p"] * 9, texts, group_size=3, task_id=tasks)
+    waited = time.monotonic() - started
+    assert [g.reason is None for g in groups] == [True, False, True]
+    assert groups[1].failure == "grader timed out" and "0.5 s" in groups[1].reason
+    assert groups[0].factors == groups[2].factors == {1: 1.0, 0: 0.5}
+    assert waited < 10  # one group's limit, not the pattern's hours
