@@ -7,7 +7,15 @@ counted (``whileai.grading``).
 
 from __future__ import annotations
 
-__all__ = ["BadInput", "EndpointUnavailable", "GraderUnavailable", "MissingExtra", "NoSpread", "WhileaiError"]
+__all__ = [
+    "BadInput",
+    "EndpointUnavailable",
+    "GraderUnavailable",
+    "MissingExtra",
+    "NoSpread",
+    "WhileaiError",
+    "describe",
+]
 
 
 class WhileaiError(Exception):
@@ -53,3 +61,9 @@ class EndpointUnavailable(WhileaiError, RuntimeError):
     The command line exits with 4, as for an unreachable judge."""
 
     exit_code = 4
+
+
+def describe(exc: BaseException) -> str:
+    """An exception on one line, for a log or a record: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

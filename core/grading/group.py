@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from whileai.errors import describe
 from whileai.grading.calls import GraderTimeout
 from whileai.rows.rewards import scorable_members
 from whileai.rows.text import completion_text, prompt_text
@@ -150,11 +151,6 @@ class GradedGroup:
         group.grader_calls = int(record.get("grader_calls", 0))
         group.label = record.get("group")
         return group
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def failure_kind(exc: BaseException) -> str:

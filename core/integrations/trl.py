@@ -22,19 +22,22 @@ torch.distributed), and ``grpo_trainer`` imports trl, transformers and datasets 
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.config.guard import signal_problems
-from whileai.errors import BadInput
-from whileai.rows.rewards import verifier_reward
+from whileai.errors import BadInput, describe
 from whileai.rows.text import completion_text, prompt_text
+from whileai.rows.verdicts import VerifierFailures, read_verdict
 
 if TYPE_CHECKING:  # annotations only: the grading object opens its trl_reward door onto this module
     from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
+
+_log = logging.getLogger("whileai.verifier")
 
 __all__ = [
     "BatchGather",
@@ -63,6 +66,7 @@ def groupwise_reward_function(
         raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
     default_size = int(num_generations)
     names = BatchNames()
+    failures = VerifierFailures(_log.warning)
 
     def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         distributed = gather is not None and gather.world_size > 1
@@ -80,9 +84,8 @@ def groupwise_reward_function(
             raise ValueError(
                 f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
             )
-        rewards = _verifier_rewards(verifier(prompts=prompts, completions=completions, **kwargs))
-        if len(rewards) != len(completions):
-            raise ValueError(f"the verifier returned {len(rewards)} rewards for {len(completions)} completions")
+        before = failures.count
+        rewards = _verifier_rewards(verifier, prompts, completions, kwargs, failures)
         column = kwargs.get("task_id", kwargs.get("scenario_id"))
         task_ids = None if column is None else [t if type(t) is str else str(t) for t in column]
         if distributed:
@@ -97,6 +100,7 @@ def groupwise_reward_function(
             shaped, metrics = _grade_for_trl(
                 grading, (prompts, completions, rewards, task_ids), size, phase, batch_name, on_graded, kwargs
             )
+        metrics["whileai/verifier_failures"] = float(failures.count - before)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             for name, value in metrics.items():
@@ -301,14 +305,17 @@ def binary_reward(
     """
 
     names = BatchNames()
+    failures = VerifierFailures(_log.warning)
 
     def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         phase, size = trl_phase(kwargs, num_generations)
         batch_name = names.next(phase, kwargs.get("trainer_state"))
-        rewards = _verifier_rewards(verifier(prompts=prompts, completions=completions, **kwargs))
+        before = failures.count
+        rewards = _verifier_rewards(verifier, prompts, completions, kwargs, failures)
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
             kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))
+            kwargs["log_metric"]("whileai/verifier_failures", float(failures.count - before))
         if callable(kwargs.get("log_extra")):
             kwargs["log_extra"]("whileai_reward", rewards)
             offset = 0
@@ -320,14 +327,33 @@ def binary_reward(
     return binary
 
 
-def _verifier_rewards(rewards: Any) -> list[float]:
-    """A verifier's output read as TRL reads it (``verifier_reward``), with the verifier named in the error."""
+def _verifier_rewards(
+    verifier: Callable[..., Any],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    failures: VerifierFailures,
+) -> list[float]:
+    """The verifier's reward of each completion, each answer read by ``read_verdict`` (a dict's ``score``, NaN for
+    None). A verifier that raises, or answers no list of one reward a completion, makes its whole batch unscorable;
+    an answer that is no reward makes its completion unscorable; both said and counted in ``failures``. Nothing a
+    verifier does stops the step."""
+    expected = len(completions)
     try:
-        return [verifier_reward(r) for r in rewards]
-    except ValueError as error:
-        raise ValueError(f"the verifier's output: {error}") from None
-    except TypeError:
-        raise ValueError(f"the verifier returned {type(rewards).__name__}, not a list of rewards") from None
+        answers = list(verifier(prompts=prompts, completions=completions, **kwargs))
+    except Exception as error:
+        failures(f"it raised {describe(error)} on a batch of {expected}", expected)
+        return [math.nan] * expected
+    if len(answers) != expected:
+        failures(f"it answered {len(answers)} rewards for {expected} completions", expected)
+        return [math.nan] * expected
+    rewards = []
+    for answer in answers:
+        verdict = read_verdict(answer)
+        if verdict.error:
+            failures(verdict.error)
+        rewards.append(verdict.reward)
+    return rewards
 
 
 def grpo_trainer(

@@ -1,0 +1,91 @@
+"""A verifier's answer for one response, whatever it was, read the same way in TRL and in verl.
+
+A verifier may answer a number (Python, numpy or a one-element torch tensor, a bool), ``None`` (unscorable), a dict
+with a ``score`` and any other keys (verl's convention), something that is no reward at all, or raise. None of these
+stops a training step: :func:`read_verdict` turns an answer into a :class:`Verdict`, its reward NaN ("unscorable":
+advantage 0, out of its group's mean) whenever it is not a reward, with the reason; :class:`VerifierFailures` counts
+the reasons and says the first and every hundredth, so a verifier that is broken is said at once and one that fails
+now and then does not flood the log.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from whileai.errors import describe
+from whileai.rows.rewards import verifier_reward
+
+__all__ = ["Verdict", "VerifierFailures", "raised", "read_verdict", "verdict_of"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One response's verifier answer: ``reward`` (NaN when unscorable), ``fields`` (a dict answer's own keys,
+    ``score`` included; empty for any other answer) and ``error`` (why the answer was no reward; empty when it was
+    one, or a plain ``None``)."""
+
+    reward: float
+    fields: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+def read_verdict(value: object) -> Verdict:
+    """``value`` as a :class:`Verdict`; never raises.
+
+    Example:
+        >>> read_verdict(True), read_verdict(None).reward
+        (Verdict(reward=1.0, fields={}, error=''), nan)
+        >>> read_verdict({"score": 0.5, "pred": "B"}).fields
+        {'score': 0.5, 'pred': 'B'}
+        >>> read_verdict("yes").error
+        "a reward is not a number: 'yes'"
+    """
+    if isinstance(value, Mapping):
+        fields = {str(key): item for key, item in value.items()}
+        if "score" not in fields:
+            return Verdict(math.nan, fields, f"a dict without 'score' (keys: {', '.join(fields) or 'none'})")
+        if isinstance(fields["score"], Mapping):
+            return Verdict(math.nan, fields, "a dict whose 'score' is a dict")
+        score = read_verdict(fields["score"])
+        return Verdict(score.reward, fields, score.error)
+    try:
+        return Verdict(verifier_reward(value))
+    except ValueError as error:
+        return Verdict(math.nan, {}, str(error))
+
+
+def raised(error: BaseException) -> Verdict:
+    """The verdict of a verifier that raised ``error``: unscorable, with the exception said."""
+    return Verdict(math.nan, {}, f"it raised {describe(error)}")
+
+
+def verdict_of(call: Callable[[], object]) -> Verdict:
+    """The verdict of what ``call`` returns, or of its exception."""
+    try:
+        value = call()
+    except Exception as error:
+        return raised(error)
+    return read_verdict(value)
+
+
+class VerifierFailures:
+    """How many responses a verifier gave no reward for (it raised, or answered something that is not one).
+
+    Args:
+        say: where the first failure and every hundredth are said (a log line).
+    """
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.count = 0
+
+    def __call__(self, error: str, responses: int = 1) -> None:
+        before, self.count = self.count, self.count + responses
+        if before == 0 or before // 100 != self.count // 100:
+            self.say(
+                f"whileai: the verifier gave no reward ({self.count} response(s) so far): {error}; "
+                "such a response counts as unscorable (advantage 0)"
+            )
