@@ -36,6 +36,13 @@ _DROPPED_FIRST = (
     "tools/call_frequency",
     "completions/mean_length",
 )
+# A verl run's own counts (whileai_verl.json): responses that kept their verifier rewards, and why.
+_VERL_ROWS = (
+    ("late_responses", "late responses"),
+    ("repeated_uid_responses", "repeated uids"),
+    ("verifier_failures", "verifier failures"),
+    ("groups_actor_lost", "groups actor lost"),
+)
 _COUNTS = ("groupwise/mixed", "groupwise/fallbacks", "groupwise/hacks_zeroed")
 _FACTORS = ("groupwise/score_mean", "groupwise/score_std")
 
@@ -93,8 +100,9 @@ def report(
         if isinstance(item, GradingFolder):
             _heading(f"grading {item.path}", f"the grader's figures of a {item.figures.get('trainer', 'verl')} run")
             rows = _grader_rows(entry["grader"], item.figures)
-            if "late_responses" in item.figures:
-                rows.append(("late responses", str(item.figures["late_responses"])))
+            for key, label in _VERL_ROWS:
+                if key in item.figures:
+                    rows.append((label, str(item.figures[key])))
             out.print(_figures(rows))
         elif isinstance(item, RunHistory):
             _print_summary(item, entry)

@@ -35,6 +35,7 @@ KNOWN = {
         "hypothesis",
     )
 }
+KNOWN["hydra"] = "hydra-core"
 
 
 def normalized(name: str) -> str:

@@ -14,8 +14,9 @@ What keeps a training step moving:
   blocked by a grader.
 - A group still short of ``group_size`` responses ``wait_s`` after its first one falls back: its responses get
   their verifier rewards as they are (plain GRPO on the responses that came), counted as ``group incomplete``.
-- A response whose group was already answered (a late or an extra one) gets its verifier reward, counted in
-  ``late``.
+- A response whose group was already answered gets its verifier reward: counted in ``late`` when its group had
+  fallen back incomplete, in ``repeated`` when the group was answered whole (an extra response: a copy verl pads a
+  batch with, or a uid used again in a later step), with the uid said.
 - A grader that raises, times out or answers nonsense makes its group fall back (``GroupwiseGrading``); if the
   grading call itself fails, every group in it falls back, counted by the exception's type.
 - A member the verifier could not score (None, NaN) gets the mean of its group's other values: the trainer has no
@@ -54,6 +55,7 @@ class Response:
     prompt: Any
     completion: Any
     task_id: str | None = None
+    answered: bool = False  # answered already, elsewhere (a groups actor lost with it): its group cannot be graded
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,9 @@ class GroupCollector:
         self.on_graded = on_graded
         self.say = say or (lambda message: None)
         self.late = 0
+        self.repeated = 0
         self._open: dict[str, _Open] = {}
-        self._closed: OrderedDict[str, None] = OrderedDict()
+        self._closed: OrderedDict[str, bool] = OrderedDict()  # answered groups: was each whole?
         self._queue: list[tuple[str, _Open]] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -150,13 +153,7 @@ class GroupCollector:
         if self._stopped:
             return Shaped(trainer_values([response.reward])[0], key, fallback="closed")
         if key in self._closed:
-            self.late += 1
-            if self.late == 1 or self.late % 100 == 0:
-                self.say(
-                    f"whileai: a response of group {key!r} came after its group was answered ({self.late} so far): "
-                    "it gets its verifier reward as it is"
-                )
-            return Shaped(trainer_values([response.reward])[0], key, fallback="late response")
+            return self._answered_already(key, response)
         group = self._open.get(key)
         if group is None:
             group = self._open[key] = _Open(key)
@@ -165,11 +162,34 @@ class GroupCollector:
         group.responses.append(response)
         group.waiters.append(waiter)
         if len(group.responses) == self.group_size:
-            self._close(key)
-            self._queue.append((key, group))
-            assert self._wake is not None
-            self._wake.set()
+            if any(r.answered for r in group.responses):
+                self._fall_back(key, "groups actor lost", "a response of the group was answered by a lost actor")
+            else:
+                self._close(key)
+                self._queue.append((key, group))
+                assert self._wake is not None
+                self._wake.set()
         return await waiter
+
+    def _answered_already(self, key: str, response: Response) -> Shaped:
+        value = trainer_values([response.reward])[0]
+        if not self._closed[key]:
+            self.late += 1
+            if self.late == 1 or self.late % 100 == 0:
+                self.say(
+                    f"whileai: a response of group {key!r} came after its group fell back incomplete ({self.late} so "
+                    "far): it gets its verifier reward as it is"
+                )
+            return Shaped(value, key, fallback="late response")
+        self.repeated += 1
+        if self.repeated == 1 or self.repeated % 100 == 0:
+            self.say(
+                f"whileai: group {key!r} was answered whole and a response of that uid came again ({self.repeated} "
+                "so far): it gets its verifier reward as it is. verl pads a validation batch with copies of its first "
+                "rows (a few a validation); more means a uid used again in a later step (verl v0's validation keeps "
+                "a dataset's own 'uid' column): drop that column, so that each step's groups are new"
+            )
+        return Shaped(value, key, fallback="repeated uid")
 
     @property
     def open_groups(self) -> int:
@@ -177,8 +197,13 @@ class GroupCollector:
         return len(self._open)
 
     def figures(self) -> dict[str, Any]:
-        """The grading object's figures, with the collector's own: late responses and groups still open."""
-        return {**self.grading.figures(), "late_responses": self.late, "open_groups": self.open_groups}
+        """The grading object's figures, with the collector's own: late and repeated responses, groups still open."""
+        return {
+            **self.grading.figures(),
+            "late_responses": self.late,
+            "repeated_uid_responses": self.repeated,
+            "open_groups": self.open_groups,
+        }
 
     def close(self) -> None:
         """Stop the grading thread. Call it on the collector's event loop: every response still waiting gets its
@@ -210,7 +235,7 @@ class GroupCollector:
         group = self._open.pop(key)
         if group.timer is not None:
             group.timer.cancel()
-        self._closed[key] = None
+        self._closed[key] = len(group.responses) == self.group_size
         if len(self._closed) > _CLOSED_MEMORY:
             self._closed.popitem(last=False)
 
@@ -219,6 +244,15 @@ class GroupCollector:
         group = self._open.get(key)
         if group is None:
             return
+        self._fall_back(
+            key,
+            "group incomplete",
+            f"group incomplete: {len(group.responses)} of {self.group_size} responses within {self.wait_s:g} s",
+        )
+
+    def _fall_back(self, key: str, kind: str, reason: str) -> None:
+        """Group ``key``, open, closed ungraded: its responses get their verifier rewards, counted as ``kind``."""
+        group = self._open[key]
         self._close(key)
         try:
             values = [r.reward for r in group.responses]
@@ -228,15 +262,12 @@ class GroupCollector:
             if members is not None:
                 widen(record, members, values)
             record.label = key
-            record.fail(
-                "group incomplete",
-                f"group incomplete: {len(values)} of {self.group_size} responses within {self.wait_s:g} s",
-            )
+            record.fail(kind, reason)
             self.grading.stats.record_groups([record], self.grading.hack_zero)
             if self.on_graded is not None and self._loop is not None and not self._stopped:
                 self._loop.run_in_executor(self._executor, self._log, [record])
         finally:
-            self._release(group, "group incomplete")
+            self._release(group, kind)
 
     def _task(self, group: _Open) -> str:
         first = group.responses[0]

@@ -25,6 +25,16 @@ Options (``+reward.reward_kwargs.NAME=VALUE`` on verl's own config; without the 
 - ``out``: the folder for ``grading.jsonl`` and ``whileai_verl.json`` (default: ``whileai/`` in
   ``trainer.default_local_dir``), read by ``whileai report``.
 - ``group_wait_s``: how long a group may wait for its last response (default 900).
+- ``verifier_keys``: the keys of a dict verifier's answer, besides ``score`` and ``acc``, to keep in verl's extra
+  info (``[pred]``). verl makes one column of each key of a batch's first response, reads it from every response
+  and concatenates the agent workers' batches only if their keys agree, so every response carries the same keys:
+  ``score``, ``acc``, these (None where an answer lacks one) and whileai's own; a key not declared is left out,
+  said once.
+
+The shipped config (``configs/verl/whileai_grpo.yaml``) runs :class:`Preflight` as a Hydra callback: a refused
+setting, a bad option or a recipe that does not load stops ``main_ppo`` before Ray starts. verl 0.9.1 offers no
+earlier hook than the reward worker's start for a run on its own config: there the manager refuses on the first
+reward call, after the model has loaded.
 """
 
 from __future__ import annotations
@@ -33,31 +43,37 @@ import asyncio
 import inspect
 import json
 import math
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hydra.experimental.callback import Callback
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from whileai.config.guard import config_value, verl_signal_problems
-from whileai.errors import BadInput
-from whileai.grading.group import GradedGroup, describe
+from whileai.errors import BadInput, describe
+from whileai.grading.group import GradedGroup
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.integrations.collector import GroupCollector, Response, Shaped
-from whileai.rows.rewards import verifier_reward
+from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
 
-__all__ = ["GROUPS_ACTOR", "Groups", "WhileaiRewardManager"]
+__all__ = ["GROUPS_ACTOR", "Groups", "Preflight", "WhileaiRewardManager"]
 
 DEFAULT_GROUP_WAIT_S = 900.0
 # The named Ray actor the reward workers of a run share (named actors are per Ray namespace: one per job).
 GROUPS_ACTOR = "whileai_groups"
 # Calls it holds at once: every response of a step may wait there for its group.
 GROUPS_ACTOR_CONCURRENCY = 1_000_000
-_OPTIONS = ("recipe", "out", "group_wait_s")
+_OPTIONS = ("recipe", "out", "group_wait_s", "verifier_keys")
+# The keys of every response's extra info, in this order, around the declared verifier_keys.
+_VERIFIER_FIELDS = ("score", "acc")
+_WHILEAI_FIELDS = ("whileai_reward", "whileai_group", "whileai_member", "whileai_fallback")
 GROUPS_ACTOR_START_S = 300.0
 # A full group waits for the grading thread, which works through the groups queued before it: a response gives up on
 # the actor after this many times group_wait_s, and keeps its verifier reward.
@@ -70,15 +86,30 @@ class _GradingLog:
     def __init__(self, out: Path, figures: Callable[[], dict[str, Any]]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.path, self.summary, self.figures = out / "grading.jsonl", out / "whileai_verl.json", figures
+        # A groups actor made after one was lost (or a run again in this folder) counts from zero: the figures
+        # already written are kept, under "earlier".
+        self.earlier: dict[str, Any] | None = None
+        if self.summary.is_file():
+            try:
+                self.earlier = json.loads(self.summary.read_text())
+            except (OSError, ValueError):
+                self.earlier = None
+
+        self._lock = threading.Lock()  # the grading thread and the actor's event loop both write the figures
 
     def __call__(self, groups: list[GradedGroup]) -> None:
         now = time.time()
         with self.path.open("a") as handle:
             for group in groups:
                 handle.write(json.dumps({"time": now, **group.as_dict()}) + "\n")
-        temporary = self.summary.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"trainer": "verl", **self.figures()}, indent=2) + "\n")
-        temporary.replace(self.summary)
+        self.write_figures()
+
+    def write_figures(self) -> None:
+        earlier = {} if self.earlier is None else {"earlier": self.earlier}
+        with self._lock:
+            temporary = self.summary.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"trainer": "verl", **self.figures(), **earlier}, indent=2) + "\n")
+            temporary.replace(self.summary)
 
 
 def _settings(config: Any) -> dict[str, Any]:
@@ -102,7 +133,23 @@ def _settings(config: Any) -> dict[str, Any]:
         "out": str(Path(str(out)).resolve()),
         "group_wait_s": float(wait),
         "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
+        "verifier_keys": _verifier_keys(options.get("verifier_keys")),
     }
+
+
+def _verifier_keys(value: Any) -> list[str]:
+    """The declared ``verifier_keys``: names, none of them one whileai writes itself."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise BadInput(f"reward.reward_kwargs.verifier_keys must be a list of names ([pred]), got {value!r}")
+    keys = [str(key) for key in value]
+    taken = sorted(set(keys) & {*_VERIFIER_FIELDS, *_WHILEAI_FIELDS})
+    if taken:
+        raise BadInput(f"reward.reward_kwargs.verifier_keys: {', '.join(taken)} always written; list only the others")
+    if len(set(keys)) != len(keys):
+        raise BadInput(f"reward.reward_kwargs.verifier_keys lists a key twice: {keys}")
+    return keys
 
 
 def _check_recipe(recipe: str | None) -> None:
@@ -119,6 +166,38 @@ def _check_recipe(recipe: str | None) -> None:
     from whileai.config import load_recipe
 
     load_recipe(Path(recipe), [])  # a bad recipe is said here, on the reward worker, not later on the actor
+
+
+def check_config(config: Any, *, recipe: bool = True) -> dict[str, Any]:
+    """Everything whileai can check of verl's config before anything starts, one place for the manager and
+    :class:`Preflight`: the settings that keep verl on equation 3 (``verl_signal_problems``), whileai's options
+    and (``recipe``) the recipe. Returns the options read.
+
+    Raises:
+        BadInput: the first thing found, named with its override.
+    """
+    problems = verl_signal_problems(config)
+    if problems:
+        raise BadInput(f"whileai's reward manager: verl would not train on equation 3: {'; '.join(problems)}")
+    settings = _settings(config)
+    if recipe:
+        _check_recipe(settings["recipe"])
+    return settings
+
+
+class Preflight(Callback):
+    """A Hydra callback that runs :func:`check_config` on verl's composed config before ``main_ppo`` starts Ray,
+    loads a model or builds a worker: what the manager would refuse on a reward worker is refused at the command
+    line. The shipped config names it (``hydra.callbacks.whileai``); on verl's own config, add
+    ``+hydra.callbacks.whileai._target_=whileai.integrations.verl.Preflight``."""
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        try:
+            settings = check_config(config)
+        except BadInput as error:  # Hydra turns a callback's exception into a warning and runs the job anyway
+            print(f"whileai: {error}", file=sys.stderr)
+            raise SystemExit(error.exit_code) from None
+        print(f"whileai: verl's config keeps equation 3; recipe {settings['recipe']}")
 
 
 class Groups:
@@ -140,22 +219,52 @@ class Groups:
             loaded = load_recipe(Path(settings["recipe"]), [])
             grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
         self.grading = grading
+        self.log = _GradingLog(out, self.figures)
         self.collector = GroupCollector(
             grading,
             int(settings["group_size"]),
             wait_s=float(settings["group_wait_s"]),
-            on_graded=_GradingLog(out, self.figures),
+            on_graded=self.log,
             say=print,
         )
+        self.verifier_failures = 0
+        self.actor_lost = 0
         wait = settings["group_wait_s"]
         size = settings["group_size"]
         print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
 
-    async def reward(self, key: str, reward: float, prompt: Any, completion: str, task: str | None) -> Shaped:
-        return await self.collector.reward(key, Response(reward, prompt, completion, task))
+    async def reward(
+        self,
+        key: str,
+        reward: float,
+        prompt: Any,
+        completion: str,
+        task: str | None,
+        failed: bool = False,
+        answered: bool = False,
+    ) -> Shaped:
+        """A response's share of its group's reward. ``failed``: its verifier gave no reward; ``answered``: a
+        reward worker answered it with its verifier reward when the actor before this one was lost, and sends it
+        so that its group fills (and falls back) instead of waiting ``group_wait_s``. Both counted here, where the
+        run's figures are."""
+        self.verifier_failures += failed
+        self.actor_lost += answered
+        response = Response(reward, prompt, completion, task, answered=answered)
+        shaped = await self.collector.reward(key, response)
+        if shaped.member < 0 or answered:  # no group's log line counts it
+            self._write_figures()
+        return shaped
+
+    def _write_figures(self) -> None:
+        try:
+            self.log.write_figures()
+        except OSError as error:  # a full disk must not stop training
+            print(f"whileai: could not write {self.log.summary}: {describe(error)}")
 
     def figures(self) -> dict[str, Any]:
-        return self.collector.figures()
+        figures = self.collector.figures()
+        figures.update(verifier_failures=self.verifier_failures, groups_actor_lost=self.actor_lost)
+        return figures
 
 
 def _inside_ray() -> bool:
@@ -214,9 +323,7 @@ class WhileaiRewardManager(RewardManagerBase):
         grading: GroupwiseGrading | None = None,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
-        problems = verl_signal_problems(config)
-        if problems:
-            raise BadInput(f"whileai's reward manager: verl would not train on equation 3: {'; '.join(problems)}")
+        self.settings = check_config(config, recipe=grading is None)
         if compute_score is None:
             from verl.utils.reward_score import default_compute_score
 
@@ -224,12 +331,10 @@ class WhileaiRewardManager(RewardManagerBase):
         self.compute_score = compute_score
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        self.settings = _settings(config)
-        self.verifier_errors = 0
+        self.failures = VerifierFailures(print)
         self.groups_errors = 0
-        self._verifier_keys: set[str] = set()
-        if grading is None:
-            _check_recipe(self.settings["recipe"])
+        self._left_out: set[str] = set()
+        self._reconnect = asyncio.Lock()
         if grading is None and _inside_ray():
             self.groups: Any = _groups_actor(self.settings)
             self._remote = True
@@ -239,15 +344,15 @@ class WhileaiRewardManager(RewardManagerBase):
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """One session's reward: ``{"reward_score": A'_i + mean(R), "reward_extra_info": {...}}``, once its group is
-        graded. The extra info holds the verifier's fields (``score`` and ``acc``, each the number a plain number
-        verifier returns, as verl's naive manager writes ``acc``; a dict's own keys, with ``acc`` None if it has none),
-        ``whileai_reward`` (R; None when the verifier could not score it), ``whileai_group`` (the uid),
-        ``whileai_member`` (the response's place in its group's line of ``grading.jsonl``, as text) and
-        ``whileai_fallback`` (empty, or why the group kept its verifier rewards).
+        graded. The extra info has the same keys for every response, in this order: ``score`` (R, None when the
+        verifier gave no reward), ``acc`` (a dict answer's own, else R), the declared ``verifier_keys`` (None where
+        an answer lacks one), ``whileai_reward`` (R), ``whileai_group`` (the uid), ``whileai_member`` (the
+        response's place in its group's line of ``grading.jsonl``, as text) and ``whileai_fallback`` (empty, or
+        why the group kept its verifier rewards).
 
-        A verifier that raises, or returns something that is not a reward, makes this response unscorable (its
-        advantage 0), said on the reward worker's log: the rest of its group does not wait out ``group_wait_s``
-        for it.
+        A verifier that raises, or answers something that is not a reward, makes this response unscorable (its
+        advantage 0), counted and said on the reward worker's log: the rest of its group does not wait out
+        ``group_wait_s`` for it.
         """
         item = data[-1:][0]  # a session of several outputs is scored on its last, as verl's own managers do
         extras = item.non_tensor_batch
@@ -264,33 +369,72 @@ class WhileaiRewardManager(RewardManagerBase):
             extra_info.update(tool_fields.items())
         extra_info["num_turns"] = extras.get("__num_turns__")
         extra_info["rollout_reward_scores"] = extras.get("reward_scores", {})
-        reward, info = await self._verify(extras, completion, extra_info)
+        verdict = await self._verify(extras, completion, extra_info)
+        if verdict.error:
+            self.failures(verdict.error)
         task = extra_info.get("task_id", extra_info.get("scenario_id"))
-        arguments = (str(uid), reward, prompt, completion, None if task is None else str(task))
+        arguments = (str(uid), verdict.reward, prompt, completion, None if task is None else str(task))
         if self._remote:
-            limit = GROUPS_ANSWER_FACTOR * self.settings["group_wait_s"]
-            try:
-                shaped = await asyncio.wait_for(self.groups.reward.remote(*arguments), timeout=limit)
-            except Exception as error:  # the actor died (a node lost, out of memory) or hangs: R, said, counted
-                self.groups_errors += 1
-                if self.groups_errors == 1 or self.groups_errors % 100 == 0:
-                    print(f"whileai: the groups actor failed ({self.groups_errors} so far): {describe(error)}")
-                value = reward if math.isfinite(reward) else 0.0
-                shaped = Shaped(value, str(uid), fallback="groups actor failed")
+            shaped = await self._remote_reward(arguments, bool(verdict.error))
         else:
-            shaped = await self.groups.reward(*arguments)
-        info.update(
-            whileai_reward=reward if math.isfinite(reward) else None,
-            whileai_group=str(uid),
+            shaped = await self.groups.reward(*arguments, bool(verdict.error))
+        return {"reward_score": shaped.value, "reward_extra_info": self._fields(verdict, shaped)}
+
+    async def _remote_reward(self, arguments: tuple[Any, ...], failed: bool) -> Shaped:
+        """The groups actor's answer; if it is lost (killed, its node gone) a new one is made for the responses
+        after this one, and this one keeps its verifier reward, counted on the new actor."""
+        import ray
+
+        limit = GROUPS_ANSWER_FACTOR * self.settings["group_wait_s"]
+        groups = self.groups
+        try:
+            return await asyncio.wait_for(groups.reward.remote(*arguments, failed), timeout=limit)
+        except Exception as error:  # the actor died (a node lost, out of memory) or hangs: R, said, counted
+            self.groups_errors += 1
+            if self.groups_errors == 1 or self.groups_errors % 100 == 0:
+                print(f"whileai: the groups actor failed ({self.groups_errors} so far): {describe(error)}")
+            if isinstance(error, ray.exceptions.RayActorError):
+                await self._replace_groups(groups)
+                if self.groups is not groups:  # its group's other responses go to the new actor: it fills there
+                    self.groups.reward.remote(*arguments, failed, True)
+            value = arguments[1] if math.isfinite(arguments[1]) else 0.0
+            return Shaped(value, arguments[0], fallback="groups actor failed")
+
+    async def _replace_groups(self, lost: Any) -> None:
+        """A new groups actor in place of ``lost`` (the first reward worker to ask makes it, the others find it)."""
+        async with self._reconnect:
+            if self.groups is not lost:  # another call of this worker has replaced it already
+                return
+            try:
+                self.groups = await asyncio.get_running_loop().run_in_executor(None, _groups_actor, self.settings)
+                print("whileai: the groups actor was lost; a new one grades the groups from here on")
+            except Exception as error:
+                print(f"whileai: no new groups actor ({describe(error)}); the next response tries again")
+
+    def _fields(self, verdict: Verdict, shaped: Shaped) -> dict[str, Any]:
+        """The response's extra info: the same keys, in the same order, whatever the verifier answered."""
+        reward = verdict.reward if math.isfinite(verdict.reward) else None
+        answer = verdict.fields
+        left_out = set(answer) - {*_VERIFIER_FIELDS, *self.settings["verifier_keys"]} - self._left_out
+        if left_out:
+            self._left_out |= left_out
+            names = ",".join(sorted(left_out))
+            print(
+                f"whileai: the verifier's answer has key(s) {names} that verl will not see: verl needs every "
+                f"response to carry the same keys; declare them with +reward.reward_kwargs.verifier_keys=[{names}]"
+            )
+        fields: dict[str, Any] = {"score": reward, "acc": answer.get("acc") if answer else reward}
+        fields.update((key, answer.get(key)) for key in self.settings["verifier_keys"])
+        fields.update(
+            whileai_reward=reward,
+            whileai_group=shaped.group,
             whileai_member=str(shaped.member),
             whileai_fallback=shaped.fallback,
         )
-        return {"reward_score": shaped.value, "reward_extra_info": info}
+        return fields
 
-    async def _verify(
-        self, extras: Mapping[str, Any], completion: str, extra_info: dict[str, Any]
-    ) -> tuple[float, dict[str, Any]]:
-        """The verifier's reward R (NaN when it raised or gave no reward) and the fields it returned."""
+    async def _verify(self, extras: Mapping[str, Any], completion: str, extra_info: dict[str, Any]) -> Verdict:
+        """The verifier's verdict on the response (``whileai.rows.verdicts``: never raises)."""
         reward_model = extras.get("reward_model") or {}
         keywords: dict[str, Any] = {
             "data_source": extras.get("data_source"),
@@ -301,27 +445,13 @@ class WhileaiRewardManager(RewardManagerBase):
         if self.reward_router_address is not None:
             keywords["reward_router_address"] = self.reward_router_address
             keywords["reward_model_tokenizer"] = self.reward_model_tokenizer
-        try:
-            if inspect.iscoroutinefunction(self.compute_score):
-                result = await self.compute_score(**keywords)
-            else:
-                result = await asyncio.get_running_loop().run_in_executor(None, lambda: self.compute_score(**keywords))
-            if isinstance(result, Mapping):
-                if "score" not in result:
-                    raise ValueError(f"a dict without 'score' (keys: {', '.join(map(str, result))})")
-                reward, info = verifier_reward(result["score"]), {"acc": None, **result}
-                self._verifier_keys.update(info)
-                return reward, info
-            return verifier_reward(result), {"score": result, "acc": result}
-        except Exception as error:
-            self.verifier_errors += 1
-            if self.verifier_errors == 1 or self.verifier_errors % 100 == 0:
-                print(
-                    f"whileai: the verifier failed on a response ({self.verifier_errors} so far): {describe(error)}; "
-                    "it counts as unscorable (advantage 0)"
-                )
-            # verl makes one column of each key of a batch's first response and reads it from every response
-            return math.nan, {key: None for key in ("score", "acc", *self._verifier_keys)}
+        if inspect.iscoroutinefunction(self.compute_score):
+            try:
+                return read_verdict(await self.compute_score(**keywords))
+            except Exception as error:
+                return raised(error)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, verdict_of, lambda: self.compute_score(**keywords))
 
     def _texts(self, item: Any) -> tuple[Any, str]:
         """The prompt (verl's ``raw_prompt`` messages when the batch has them, else its decoded ids) and the decoded

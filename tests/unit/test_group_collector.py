@@ -132,6 +132,40 @@ def test_a_group_that_never_fills_gets_its_verifier_rewards_after_the_wait() -> 
     assert logged[0].reason == "group incomplete: 3 of 4 responses within 0.2 s"
 
 
+def test_a_uid_used_again_after_its_group_was_answered_whole_is_counted_and_named() -> None:
+    """verl v0's validation keeps a dataset's own uid column, so a later validation sends the same uids again:
+    those responses keep their verifier rewards, counted apart from late ones, and the uid is said."""
+    said: list[str] = []
+    collector = GroupCollector(GroupwiseGrading(Counting()), 4, say=said.append)
+
+    async def go() -> tuple[list[Shaped], list[Shaped]]:
+        return await send(collector, "row-7", GROUP), await send(collector, "row-7", GROUP)
+
+    first, again = run(go())
+    collector.close()
+    assert {a.fallback for a in first} == {""}
+    assert [a.value for a in again] == [r for r, _ in GROUP] and {a.fallback for a in again} == {"repeated uid"}
+    assert collector.repeated == 4 and collector.late == 0
+    assert collector.figures()["repeated_uid_responses"] == 4
+    assert len(said) == 1 and "'row-7'" in said[0] and "'uid' column" in said[0]
+
+
+def test_a_group_with_a_response_answered_elsewhere_fills_and_falls_back_at_once() -> None:
+    """A response a reward worker answered itself when the groups actor was lost is sent to the new actor marked
+    answered: its group fills there and keeps its verifier rewards, instead of waiting out wait_s."""
+    grading = GroupwiseGrading(Counting())
+    collector = GroupCollector(grading, 4, wait_s=600)
+
+    async def go() -> list[Shaped]:
+        answered = collector.reward("g", Response(1.0, "p", "ab", answered=True))
+        return await asyncio.gather(answered, *(collector.reward("g", Response(r, "p", t)) for r, t in GROUP[1:]))
+
+    shaped = run(go())
+    collector.close()
+    assert [a.value for a in shaped] == [r for r, _ in GROUP] and {a.fallback for a in shaped} == {"groups actor lost"}
+    assert grading.stats.fallbacks == {"groups actor lost": 1}
+
+
 def test_a_grader_that_raises_makes_its_group_fall_back() -> None:
     def broken(group: list[dict[str, Any]]) -> Any:
         raise ZeroDivisionError("no")

@@ -75,6 +75,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
         return None
     if "FLAKY" in solution_str.split():
         raise ConnectionError("the sandbox went away")
+    if "{form}" == "pred":  # verl's convention: a dict with a score and keys of its own
+        return {{"score": float(passed), "acc": passed, "pred": "done" if passed else "none"}}
     if "{form}" == "dict":
         return {{"score": 1.0 if passed else -1.0, "acc": float(passed)}}
     return 1.0 if passed else 0.0
@@ -362,6 +364,15 @@ def refund_groups(n: int = 4) -> list[tuple[str, list[str]]]:
     return [(p, r[:n]) for p, r in groups]
 
 
+def misbehaving_groups() -> list[tuple[str, list[str]]]:
+    """``refund_groups`` with a response the verifier cannot score (None) and two it raises on."""
+    groups = refund_groups()
+    groups[0] = (groups[0][0], [SHORT, LONG, "unscorable done", FAIL])
+    groups[1] = (groups[1][0], [LONGER, FAIL, SHORT, "FLAKY done"])
+    groups[5] = (groups[5][0], ["FLAKY done", SHORT, FAIL, LONG])
+    return groups
+
+
 def _out(tmp_path: Path) -> Path:
     return tmp_path / "checkpoints" / "whileai"
 
@@ -561,6 +572,36 @@ def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path
     assert_equation_3(data, _out(tmp_path))
 
 
+def test_the_shipped_config_refuses_before_ray_starts(tmp_path, tokenizer_dir) -> None:
+    """verl's own ``main_ppo`` on the shipped config with a setting the guard refuses: the Hydra callback stops it
+    before verl's task runs (no Ray, no model), naming the setting; a good config passes the same check."""
+    import child_processes
+    from hydra import compose, initialize_config_dir
+
+    import whileai.configs
+    from whileai.integrations.verl import Preflight
+
+    _recipe(tmp_path)
+    folder = Path(whileai.configs.__path__[0]) / "verl"
+    overrides = [
+        f"reward.reward_kwargs.recipe={tmp_path / 'recipe.yaml'}",
+        f"reward.custom_reward_function.path={_verifier(tmp_path)}",
+        f"actor_rollout_ref.model.path={tokenizer_dir}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    ]
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(folder)]
+    command += ["--config-name", "whileai_grpo", *overrides, "algorithm.norm_adv_by_std_in_grpo=true"]
+    done = child_processes.run(command, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "norm_adv_by_std_in_grpo" in done.stderr and "verl would not train on equation 3" in done.stderr
+    assert "Started a local Ray instance" not in done.stdout + done.stderr  # stopped before verl's task ran
+    assert "TaskRunner" not in done.stdout + done.stderr
+    with initialize_config_dir(config_dir=str(folder), version_base=None):
+        config = compose("whileai_grpo", overrides=overrides[:3], return_hydra_config=True)
+    assert config.hydra.callbacks.whileai._target_ == "whileai.integrations.verl.Preflight"
+    Preflight().on_job_start(config)  # the good config passes
+
+
 def test_the_readme_s_verl_command_passes_the_guard() -> None:
     """Every override of the README's ``main_ppo`` command, on verl's own defaults: nothing for the guard to refuse."""
     import re
@@ -586,6 +627,8 @@ def test_the_readme_s_verl_command_passes_the_guard() -> None:
         ("reward.reward_kwargs.group_wait_s=soon", "group_wait_s must be a number of seconds > 0"),
         ("reward.reward_kwargs.recipe=not/here.yaml", "give an absolute path"),
         ("reward.reward_kwargs.wait=3", "unknown option"),
+        ("reward.reward_kwargs.verifier_keys=pred", "must be a list of names"),
+        ("reward.reward_kwargs.verifier_keys=[acc,pred]", "acc always written"),
     ],
 )
 def test_bad_options_are_named(tmp_path, tokenizer_dir, option, message) -> None:
@@ -665,3 +708,30 @@ def test_the_agent_loop_s_padding_is_read_by_its_lengths(tmp_path, tokenizer_dir
     assert completion == expected.replace(" [EOS]", "").replace("[EOS]", "") and "!" not in completion
     assert prompt == [{"role": "user", "content": "see the prompt ids"}]
     manager.groups.collector.close()
+
+
+def test_through_verl_s_agent_loop_with_a_judge_over_http(tmp_path, tokenizer_dir, judge_server) -> None:
+    """A dict verifier that returns a key of its own, None and raises; the judge over HTTP grading in the groups
+    actor; the same uids sent again; the groups actor killed. Every step's batch is whole, with the declared key
+    (None where an answer had none), equation 3 holds on every group, and each loss is counted in the figures.
+    verl's agent loop (verl.experimental.agent_loop, in a process of its own: tests/verl/ray_agent_loop.py) calls
+    ``_compute_score`` and ``_postprocess`` of its AgentLoopWorker, and DataProto.concat joins the workers' batches
+    only when every response carries the same keys."""
+    import child_processes
+
+    pytest.importorskip("verl.experimental.agent_loop.agent_loop", reason="verl's agent loop needs .ci/verl's env")
+    command = [sys.executable, str(HERE / "ray_agent_loop.py"), str(tmp_path), str(tokenizer_dir), judge_server.url]
+    done = child_processes.run(command, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    whileai = ["whileai_reward", "whileai_group", "whileai_member", "whileai_fallback"]
+    assert seen["keys"] == ["score", "acc", "pred", *whileai]
+    assert seen["pred"] == ["None", "done", "none"]  # None: the answers that were None, or raised
+    assert seen["unscorable"] == 3 and seen["graded"] == 4
+    assert seen["again"] == ["repeated uid"]
+    assert seen["lost"] == ["groups actor failed"]
+    assert seen["after"] == [""]  # a new actor graded the rest
+    # two steps of two responses the verifier raised on; the second step's 24 responses all repeated uids
+    assert seen["earlier"] == {"verifier_failures": 4, "repeated_uid_responses": 24, "groups_actor_lost": 0}
+    assert seen["figures"] == {"verifier_failures": 0, "repeated_uid_responses": 0, "groups_actor_lost": 2}
+    assert seen["judge_calls"][0] >= 4 and seen["judge_calls"][1] >= 1  # the judge graded on both actors
