@@ -126,7 +126,7 @@ class ScriptedGrader:
             return None
         left = deadline - time.monotonic()
         if left <= 0:
-            raise GraderTimeout(f"the rule ran over its {self._local.limit:g} s on this group")
+            raise _ran_over(self._local.limit)
         return left
 
     def _within(self, timeout_s: float | None, work: Callable[[Any], Any], request: Any) -> Any:
@@ -136,7 +136,7 @@ class ScriptedGrader:
         try:
             return work(request)
         except TimeoutError as exc:  # the regex module's, at the deadline
-            raise GraderTimeout(f"the rule ran over its {timeout_s:g} s on this group") from exc
+            raise _ran_over(timeout_s) from exc
         finally:
             self._local.deadline = None
 
@@ -222,3 +222,7 @@ class ScriptedGrader:
         show, so use advantage mode to rank by the measure.
         """
         return {"solution": 1.0, "behavior": 0.0 if self.is_hack(str(item["completion"])) else 1.0}
+
+
+def _ran_over(limit: float | None) -> GraderTimeout:
+    return GraderTimeout(f"the rule ran over its {limit:g} s on this group")

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.config.guard import signal_problems
-from whileai.errors import BadInput, describe
+from whileai.errors import BadInput
 from whileai.rows.text import completion_text, prompt_text
-from whileai.rows.verdicts import VerifierFailures, read_verdict
+from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
 
 if TYPE_CHECKING:  # annotations only: the grading object opens its trl_reward door onto this module
     from whileai.grading.group import GradedGroup
@@ -340,9 +340,17 @@ def _verifier_rewards(
     verifier does stops the step."""
     expected = len(completions)
     try:
-        answers = list(verifier(prompts=prompts, completions=completions, **kwargs))
+        output = verifier(prompts=prompts, completions=completions, **kwargs)
     except Exception as error:
-        failures(f"it raised {describe(error)} on a batch of {expected}", expected)
+        failures(f"{raised(error).error} on a batch of {expected}", expected)
+        return [math.nan] * expected
+    if not hasattr(output, "__iter__") or isinstance(output, (str, bytes, Mapping)):
+        failures(f"it answered {type(output).__name__}, not a list of rewards", expected)
+        return [math.nan] * expected
+    try:
+        answers = list(output)
+    except Exception as error:  # a generator that raises on its way
+        failures(f"{raised(error).error} on a batch of {expected}", expected)
         return [math.nan] * expected
     if len(answers) != expected:
         failures(f"it answered {len(answers)} rewards for {expected} completions", expected)

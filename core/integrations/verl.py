@@ -160,12 +160,12 @@ def _check_recipe(recipe: str | None) -> None:
         )
     if not Path(recipe).is_file():
         raise BadInput(
-            f"reward.reward_kwargs.recipe={recipe}: no such file on this reward worker (its working folder "
-            f"{Path.cwd()} need not be yours: give an absolute path)"
+            f"reward.reward_kwargs.recipe={recipe}: no such file here (working folder {Path.cwd()}; Hydra's and a "
+            "reward worker's need not be yours: give an absolute path)"
         )
     from whileai.config import load_recipe
 
-    load_recipe(Path(recipe), [])  # a bad recipe is said here, on the reward worker, not later on the actor
+    load_recipe(Path(recipe), [])  # a bad recipe is said here, at the command line or the reward worker's start
 
 
 def check_config(config: Any, *, recipe: bool = True) -> dict[str, Any]:

@@ -39,6 +39,17 @@ def test_the_grader_s_figures_of_a_verl_run(tmp_path: Path) -> None:
     assert entry["figures"]["late_responses"] == 1
 
 
+def test_the_responses_that_kept_their_verifier_rewards_are_shown_by_kind(tmp_path: Path) -> None:
+    folder = grading_folder(tmp_path / "whileai")
+    figures = json.loads((folder / "whileai_verl.json").read_text())
+    figures.update(repeated_uid_responses=24, verifier_failures=3, groups_actor_lost=2)
+    (folder / "whileai_verl.json").write_text(json.dumps(figures))
+    result = runner.invoke(app, ["report", str(folder)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    for line in ("repeated uids        24", "verifier failures    3", "groups actor lost    2"):
+        assert line in result.output
+
+
 def test_a_folder_without_grading_is_still_refused(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "grading.jsonl" in result.output

@@ -70,13 +70,17 @@ def flaky(kind: str):
             return [1.0] * (len(completions) - 1)
         if kind == "not a list":
             return 1.0
+        if kind == "generator raises":
+            return (1.0 / (len(completions) - k) for k in range(len(completions) + 1))
         return [1.0, "passed", {"score": 1.0, "pred": "B"}, {"acc": 1}, None, 0.0, 1.0, 0.0][: len(completions)]
 
     return verifier
 
 
 @pytest.mark.parametrize("arm", ["gar", "binary"])
-@pytest.mark.parametrize(("kind", "unscorable"), [("raises", 8), ("short", 8), ("not a list", 8), ("answers", 3)])
+@pytest.mark.parametrize(
+    ("kind", "unscorable"), [("raises", 8), ("short", 8), ("not a list", 8), ("generator raises", 8), ("answers", 3)]
+)
 def test_a_misbehaving_verifier_leaves_its_completions_unscorable_and_the_step_going(
     arm, kind, unscorable, caplog
 ) -> None:

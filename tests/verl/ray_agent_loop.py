@@ -29,6 +29,26 @@ def load_helpers() -> Any:
     return helpers
 
 
+def kill_groups_actor() -> None:
+    """Kill the run's groups actor and wait until Ray has let its name go (``ray.kill`` returns before the actor is
+    dead: a call sent at once could still reach it)."""
+    import time
+
+    import ray
+
+    from whileai.integrations.verl import GROUPS_ACTOR
+
+    ray.kill(ray.get_actor(GROUPS_ACTOR), no_restart=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(GROUPS_ACTOR)
+        except ValueError:  # no actor of that name: it is dead
+            return
+        time.sleep(0.05)
+    raise TimeoutError("the groups actor outlived ray.kill by 120 s")
+
+
 def agent_worker(handles: list[Any]) -> Any:
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
@@ -61,7 +81,7 @@ async def through_agent_loop(worker: Any, data: Any, chunks: int) -> Any:
             prompt_ids=prompt, response_ids=response, response_mask=[1] * len(response), metrics=AgentLoopMetrics()
         )
         kwargs = {key: values[row] for key, values in data.non_tensor_batch.items()}
-        kwargs["raw_prompt"] = [{"role": "user", "content": "see the prompt ids"}]
+        kwargs["raw_prompt"] = [{"role": "user", "content": f"task-{kwargs['extra_info']['index']}: refund ORD-17"}]
         outputs.append(output)
         sessions.append(AgentLoopWorker._compute_score(worker, [output], kwargs))
     await asyncio.gather(*sessions)
@@ -97,8 +117,6 @@ def main(tmp: Path, tokenizer_dir: Path, judge_url: str) -> dict:
     import ray
     from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 
-    from whileai.integrations.verl import GROUPS_ACTOR
-
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False)
     try:
         helpers._judge_recipe(tmp, judge_url, concurrency=8, timeout_s=10)
@@ -127,7 +145,7 @@ def main(tmp: Path, tokenizer_dir: Path, judge_url: str) -> dict:
 
         # The groups actor killed: a response that finds it gone keeps its verifier reward (each reward worker
         # finds out on its own), a new actor grades the groups after it, and the loss is counted in the figures.
-        ray.kill(ray.get_actor(GROUPS_ACTOR), no_restart=True)
+        kill_groups_actor()
         probe = helpers.make_batch(tokenizer_dir, [("task-0 refund order ORD-17", [helpers.SHORT])], uid="probe")
         session = helpers.agent_loop_session(probe, 0)
         lost = ray.get([w.compute_score.remote(session) for w in manager.reward_loop_workers], timeout=300)
@@ -139,7 +157,9 @@ def main(tmp: Path, tokenizer_dir: Path, judge_url: str) -> dict:
         counts = ("verifier_failures", "repeated_uid_responses", "groups_actor_lost")
         seen["figures"] = {key: figures[key] for key in counts}
         seen["earlier"] = {key: figures["earlier"][key] for key in counts}  # the lost actor's, kept
-        seen["judge_calls"] = [figures["earlier"]["judge"]["calls"], figures["judge"]["calls"]]
+        # what each actor's judge answered, asked or from its cache, against the groups each sent it
+        asked = [f["judge"]["calls"] + f["judge"]["cache_hits"] for f in (figures["earlier"], figures)]
+        seen["judge_answers"] = [asked, [figures["earlier"]["grader_calls"], figures["grader_calls"]]]
         return seen
     finally:
         ray.shutdown()

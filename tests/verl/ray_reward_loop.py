@@ -3,7 +3,6 @@ own (``python ray_reward_loop.py TMP TOKENIZER``). Prints one JSON line of what 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sys
@@ -18,11 +17,9 @@ def main(tmp: Path, tokenizer_dir: Path) -> dict:
 
     registered = get_reward_manager_cls("whileai").__module__  # nothing of whileai imported by hand yet
 
-    spec = importlib.util.spec_from_file_location("verl_test_helpers", HERE / "test_reward_manager.py")
-    assert spec is not None and spec.loader is not None
-    helpers = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = helpers
-    spec.loader.exec_module(helpers)
+    from ray_agent_loop import kill_groups_actor, load_helpers  # beside this script, first on sys.path
+
+    helpers = load_helpers()
 
     import numpy as np
     import ray
@@ -58,7 +55,7 @@ def main(tmp: Path, tokenizer_dir: Path) -> dict:
         records = helpers.assert_equation_3(data, out)
         graded = sum(1 for line in (out / "grading.jsonl").read_text().splitlines() if json.loads(line)["graded"])
         # The groups actor lost (a node gone): each response gets its verifier reward, and training goes on.
-        ray.kill(ray.get_actor(GROUPS_ACTOR), no_restart=True)
+        kill_groups_actor()
         after = ray.get(workers[0].compute_score.remote(sessions[0]), timeout=120)
         return {
             "after_the_actor_is_lost": [

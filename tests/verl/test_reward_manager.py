@@ -734,4 +734,5 @@ def test_through_verl_s_agent_loop_with_a_judge_over_http(tmp_path, tokenizer_di
     # two steps of two responses the verifier raised on; the second step's 24 responses all repeated uids
     assert seen["earlier"] == {"verifier_failures": 4, "repeated_uid_responses": 24, "groups_actor_lost": 0}
     assert seen["figures"] == {"verifier_failures": 0, "repeated_uid_responses": 0, "groups_actor_lost": 2}
-    assert seen["judge_calls"][0] >= 4 and seen["judge_calls"][1] >= 1  # the judge graded on both actors
+    answers, groups = seen["judge_answers"]
+    assert answers == groups and groups[0] == 4 and groups[1] >= 1  # the judge graded on both actors
