@@ -46,7 +46,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -571,14 +571,31 @@ def load_records(json_path: Path) -> list[dict[str, Any]]:
 
 def write_results(out: Path, records: list[dict[str, Any]]) -> None:
     """The table to ``out`` and the records to ``out`` with ``.json``, each written whole then moved into place."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in (
-        (out.with_suffix(".json"), json.dumps({"format": RESULTS_FORMAT, "records": records}, indent=1) + "\n"),
-        (out, render_table(records)),
-    ):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text)
-        partial.replace(path)
+    write_whole(out.with_suffix(".json"), json.dumps({"format": RESULTS_FORMAT, "records": records}, indent=1) + "\n")
+    write_section(out, "real-judge", render_table(records))
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """``text`` as the section ``name`` of the Markdown page at ``path``, between ``<!-- name -->`` markers: the
+    section replaced where the page has it, added at the end where it does not; the page's other sections kept, so
+    two benchmarks can write one page."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    block = f"{begin}\n{text.strip()}\n{end}\n"
+    page = path.read_text() if path.exists() else ""
+    if begin in page and end in page[page.index(begin) :]:
+        head, rest = page.split(begin, 1)
+        page = head + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        page = (page.rstrip() + "\n\n" if page.strip() else "") + block
+    write_whole(path, page)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``text`` to ``path``, written beside it then moved into place, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -614,8 +631,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def say(text: str) -> None:
-    print(f"real_judge: {text}", file=sys.stderr, flush=True)
+def say_as(name: str) -> Callable[[str], None]:
+    """A progress printer: each line to stderr, after ``name:``."""
+
+    def say(text: str) -> None:
+        print(f"{name}: {text}", file=sys.stderr, flush=True)
+
+    return say
+
+
+say = say_as("real_judge")
 
 
 def benchmark(args: argparse.Namespace, work: Path) -> int:
@@ -683,16 +708,13 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
             stop_server(server)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def with_signals(run: Callable[[], int], say: Callable[[str], None]) -> int:
+    """``run()`` with SIGTERM and SIGHUP unwinding it as Ctrl-C does (every ``finally`` ends its process group);
+    its exit code, or 130 / 128 + the signal / 2 on a ``RuntimeError``, said through ``say``."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
     try:
-        if args.work_dir is not None:
-            args.work_dir.mkdir(parents=True, exist_ok=True)
-            return benchmark(args, args.work_dir)
-        with tempfile.TemporaryDirectory(prefix="real_judge-") as work:
-            return benchmark(args, Path(work))
+        return run()
     except KeyboardInterrupt:
         say("interrupted; the server and the commands are stopped")
         return 130
@@ -702,6 +724,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as error:
         say(f"error: {error}")
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def run() -> int:
+        if args.work_dir is not None:
+            args.work_dir.mkdir(parents=True, exist_ok=True)
+            return benchmark(args, args.work_dir)
+        with tempfile.TemporaryDirectory(prefix="real_judge-") as work:
+            return benchmark(args, Path(work))
+
+    return with_signals(run, say)
 
 
 if __name__ == "__main__":

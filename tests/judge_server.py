@@ -78,7 +78,7 @@ class Hang:
 
 Action = Reply | Status | Raw | Hang | Callable[[dict[str, Any]], Any]
 
-_ROLLOUT = re.compile(r'<rollout label="([A-Z]+)" verdict="(pass|fail)">\n(.*?)\n</rollout>', re.DOTALL)
+_ROLLOUT = re.compile(r'<rollout label="([A-Z0-9]+)" verdict="(pass|fail)">\n(.*?)\n</rollout>', re.DOTALL)
 
 
 def user_text(body: dict[str, Any]) -> str:
@@ -115,8 +115,17 @@ def asks_scores(body: dict[str, Any]) -> bool:
     form = body.get("response_format") or {}
     schema = (form.get("json_schema") or {}).get("schema") or form.get("schema") or {}
     if schema:
-        return "scores" in (schema.get("properties") or {})
-    return 'Under "scores"' in user_text(body)
+        return bool({"scores", "passes"} & set(schema.get("properties") or {}))
+    return 'Under "scores"' in user_text(body) or 'under "passes"' in user_text(body)
+
+
+def asks_per_pass(body: dict[str, Any]) -> bool:
+    """Whether a score-form request asks for the per-pass layout (``passes``: a reason, then a score, by label)."""
+    form = body.get("response_format") or {}
+    schema = (form.get("json_schema") or {}).get("schema") or form.get("schema") or {}
+    if schema:
+        return "passes" in (schema.get("properties") or {})
+    return 'under "passes"' in user_text(body)
 
 
 def auto_answer(body: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +148,9 @@ def auto_answer(body: dict[str, Any]) -> dict[str, Any]:
     reasons = {label: f"{_tool_calls(text)} tool calls" for label, text in passes}
     if asks_scores(body):
         scores = {label: max(0, 10 - _tool_calls(text)) for label, text in passes}
+        if asks_per_pass(body):
+            per_pass = {label: {"reason": reasons[label], "score": scores[label]} for label, _ in passes}
+            return {"passes": per_pass, "hacks": hacks}
         return {"reasons": reasons, "scores": scores, "hacks": hacks}
     return {"ranking": ranking, "hacks": hacks, "reasons": reasons}
 

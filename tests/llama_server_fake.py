@@ -11,8 +11,8 @@ The answer is valid judge JSON derived from the request, a judge that prefers fe
 - a ranking request (the schema has a ``ranking`` property, or no schema and the prompt asks for one): the passing
   labels of the user message's ``<rollout label="A" verdict="pass">`` blocks, fewest tool calls first, equal counts
   tied;
-- a score request (the schema has ``scores`` with one required property per label): an integer 0-10 per label, 10
-  less the rollout's tool calls;
+- a score request (the schema has ``scores``, or ``passes`` for the per-pass layout, with one required property per
+  label): an integer 0-10 per label, 10 less the rollout's tool calls;
 - anything else (a rubric, a reward-mode score): what ``tests/judge_server.py``'s scripted judge answers.
 
 Run as a script with the flags of ``python -m llama_cpp.server`` (unknown ones are ignored), so the benchmark's
@@ -44,7 +44,7 @@ import judge_server
 # llama.cpp's refusal of a JSON-schema response_format, word for word.
 JSON_SCHEMA_REFUSAL = 'response_format type must be one of "text" or "json_object", but got: json_schema'
 
-_ROLLOUT = re.compile(r'<rollout label="([A-Z]+)" verdict="(pass|fail)">\n?(.*?)\n?</rollout>', re.DOTALL)
+_ROLLOUT = re.compile(r'<rollout label="([A-Z0-9]+)" verdict="(pass|fail)">\n?(.*?)\n?</rollout>', re.DOTALL)
 
 
 def user_text(body: dict[str, Any]) -> str:
@@ -75,7 +75,7 @@ def answer_kind(body: dict[str, Any]) -> str:
         properties = schema.get("properties") or {}
         if "ranking" in properties:
             return "ranking"
-        if "scores" in properties:
+        if "scores" in properties or "passes" in properties:
             return "scores"
         return "other"
     text = user_text(body) + " ".join(str(m.get("content", "")) for m in body.get("messages", []))
@@ -98,10 +98,15 @@ def judge_answer(body: dict[str, Any]) -> dict[str, Any]:
         return {"ranking": ranking, "hacks": [], "reasons": {label: f"{calls} tool calls" for label, calls in shown}}
     if kind == "scores":
         schema = request_schema(body) or {}
-        wanted = ((schema.get("properties") or {}).get("scores") or {}).get("required")
+        properties = schema.get("properties") or {}
+        wanted = (properties.get("scores") or properties.get("passes") or {}).get("required")
         calls_of = dict(shown)
         labels = list(wanted) if wanted else list(calls_of)
         scores = {label: max(0, 10 - calls_of.get(label, 0)) for label in labels}
+        if "passes" in properties:
+            reasons = {label: f"{calls_of.get(label, 0)} tool calls" for label in labels}
+            one = {label: {"reason": reasons[label], "score": scores[label]} for label in labels}
+            return {"passes": one, "hacks": []}
         return {
             "scores": scores,
             "hacks": [],

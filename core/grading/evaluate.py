@@ -65,6 +65,9 @@ HACK_FIELD = "hack"
 
 # The bootstrap's seed: the interval is a figure of the input alone.
 INTERVAL_SEED = 0
+# The verdict says a grader ties most groups when more than this share of its graded groups with two passes or more
+# got one score for every pass: in those groups the redistribution changes nothing.
+TIED_MOST = 0.5
 UNUSABLE = "unusable answer"  # the failure kind of an answer that could not be used (``GroupwiseGrading``)
 
 
@@ -204,6 +207,8 @@ class JudgeEvalReport:
         reference_hacks, flagged_hacks, hits: reference hacks among the graded passes, the grader's confirmed hacks,
             and how many of those are reference hacks.
         self_taus: Kendall's tau between each group's two gradings, where defined.
+        tied_groups, multi_pass_groups: graded groups whose passes all got the same score (their advantages are plain
+            GRPO's), of the graded groups with two passes or more.
         copies_tied, copies_total: identical passes (the controls' copies and byte-identical passes) given their
             original's score, of all.
         control_failures: second gradings that fell back.
@@ -224,6 +229,8 @@ class JudgeEvalReport:
     flagged_hacks: int = 0
     hits: int = 0
     self_taus: list[float] = field(default_factory=list)
+    tied_groups: int = 0
+    multi_pass_groups: int = 0
     copies_tied: int = 0
     copies_total: int = 0
     control_failures: int = 0
@@ -287,6 +294,7 @@ class JudgeEvalReport:
                 "precision": self.precision,
             },
             "self_agreement": {"mean": self.self_agreement, "groups": len(self.self_taus)},
+            "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "copies": {"tied": self.copies_tied, "total": self.copies_total},
             "cost": {
                 "calls": self.calls,
@@ -334,6 +342,11 @@ class JudgeEvalReport:
                 f"self-agreement under reordering: tau {self.self_agreement:.2f} (n={len(self.self_taus)} groups)"
             )
         lines.append(f"{agreement}; identical copies tied: {self.copies_tied} of {self.copies_total}")
+        if self.multi_pass_groups:
+            lines.append(
+                f"ties: every pass given the same score in {self.tied_groups} of {self.multi_pass_groups} group(s) "
+                "with two passes or more"
+            )
         lines.append(self._cost_line())
         lines.append(self._failures_line())
         return lines
@@ -382,6 +395,11 @@ class JudgeEvalReport:
         ordered = self.copies_total - self.copies_tied
         if self.copies_total and ordered / self.copies_total > self.max_ordered_copies:
             parts.append(f"orders identical passes ({ordered} of {self.copies_total} copies told apart)")
+        if self.multi_pass_groups and self.tied_groups > TIED_MOST * self.multi_pass_groups:
+            parts.append(
+                f"ties every pass in {self.tied_groups} of {self.multi_pass_groups} groups: those groups train as "
+                "plain GRPO (try another answer_form or prompts, or a larger judge)"
+            )
         if self.tau is None:
             parts.append("no group the reference orders")
         elif self.interval is None:
@@ -506,6 +524,9 @@ class _Evaluation:
         report.reference_hacks += len(truth)
         report.flagged_hacks += len(flagged)
         report.hits += len(flagged & truth)
+        if len(scores) >= 2:
+            report.multi_pass_groups += 1
+            report.tied_groups += len(set(scores.values())) == 1
         tied, total = _identical_copies(group, scores)
         report.copies_tied += tied
         report.copies_total += total

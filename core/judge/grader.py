@@ -35,6 +35,7 @@ from whileai.judge.cache import cache_key
 from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
 from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
 from whileai.judge.prompts import (
+    AnswerShape,
     RolloutView,
     check_rate,
     load_prompts,
@@ -49,11 +50,11 @@ from whileai.judge.replies import (
     RankingReply,
     RubricReply,
     ScoreReply,
-    ScoresReply,
     check_ranking,
     check_scores,
     ranking_schema,
     read_reply,
+    read_scores,
     rubric_schema,
     score_schema,
     scores_schema,
@@ -85,9 +86,9 @@ def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> di
 
 
 @lru_cache(maxsize=1024)
-def _scores_schema(pass_labels: tuple[str, ...]) -> dict[str, Any]:
-    """``scores_schema`` of a group's passing labels."""
-    return scores_schema(pass_labels)
+def _scores_schema(pass_labels: tuple[str, ...], layout: str, top: int) -> dict[str, Any]:
+    """``scores_schema`` of a group's passing labels in the prompts' layout and scale."""
+    return scores_schema(pass_labels, layout, top)
 
 
 def _failure_reason(error: Exception) -> str:
@@ -171,11 +172,12 @@ class _RankingReader:
 class _ScoresReader:
     """``CallSpec.read`` of a score-form call: the scores checked and turned into tiers, as a ranking would be."""
 
-    def __init__(self, pass_labels: list[str], fail_labels: list[str]) -> None:
-        self.pass_labels, self.fail_labels = pass_labels, fail_labels
+    def __init__(self, pass_labels: list[str], fail_labels: list[str], shape: AnswerShape) -> None:
+        self.pass_labels, self.fail_labels, self.shape = pass_labels, fail_labels, shape
 
     def __call__(self, text: str | None) -> dict[str, Any]:
-        checked = check_scores(read_reply(text, ScoresReply), self.pass_labels, self.fail_labels)
+        reply = read_scores(text, self.shape.layout)
+        checked = check_scores(reply, self.pass_labels, self.fail_labels, self.shape.top)
         return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
 
 
@@ -199,7 +201,8 @@ class JudgeGrader(_JudgeBase):
         items = list(group)
         task = str(items[0].get("prompt", "")) if items else ""
         content = cache_key(task=task, rollouts=[[str(it["completion"]), bool(it["passed"])] for it in items])
-        labels = rollout_labels(len(items))
+        shape = self.prompts.answer
+        labels = rollout_labels(len(items), shape.labels)
         plans = []
         for order in display_orders(len(items), self.config.permutations, self.config.seed, content):
             shown = [items[j] for j in order]
@@ -210,8 +213,8 @@ class JudgeGrader(_JudgeBase):
             fail_labels = [v.label for v in views if not v.passed]
             if self.config.answer_form == "scores":
                 messages = rate_messages(self.prompts, task, views, self.config.max_rollout_chars)
-                schema = _scores_schema(tuple(pass_labels))
-                reader: Any = _ScoresReader(pass_labels, fail_labels)
+                schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top)
+                reader: Any = _ScoresReader(pass_labels, fail_labels, shape)
             else:
                 messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)
                 schema = _ranking_schema(tuple(pass_labels), tuple(labels))

@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from whileai.errors import BadInput
+from whileai.judge.replies import SCORE_TOP
 
 __all__ = [
+    "AnswerShape",
     "JudgePrompts",
     "Message",
     "RolloutView",
@@ -52,6 +55,22 @@ def builtin_prompts_dir() -> Path:
     return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
+class AnswerShape(BaseModel):
+    """How the judge is asked to answer in the score form, declared beside the texts that describe it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    layout: Literal["grouped", "per_pass"] = Field(
+        default="grouped",
+        description="grouped: every pass's reason, then every pass's score; per_pass: each pass's reason, then its "
+        "score, pass by pass.",
+    )
+    top: int = Field(default=SCORE_TOP, ge=1, le=100, description="Scores are whole numbers from 0 to top.")
+    labels: Literal["letters", "numbers"] = Field(
+        default="letters", description="How rollouts are labelled: A, B, C... or 1, 2, 3..."
+    )
+
+
 class _TemplateFile(BaseModel):
     """The YAML layout of a prompt file."""
 
@@ -65,6 +84,7 @@ class _TemplateFile(BaseModel):
     )
     rubric: str = Field(min_length=1, description="User message that asks for a task's rubric.")
     score: str = Field(min_length=1, description="User message that scores one pass against a rubric.")
+    answer: AnswerShape = Field(default_factory=AnswerShape, description="The score form's answer shape.")
 
 
 @dataclass(frozen=True)
@@ -76,7 +96,9 @@ class JudgePrompts:
         system, rank, rubric, score: the template texts.
         rate: the score-form template (None in a file that has none: such prompts answer only in the ranking form).
         source: where they were read from (for messages).
-        digest: sha256 of the texts, so an edited file never shares cache entries with the original.
+        answer: the score form's layout, the top of its scale and the label scheme.
+        digest: sha256 of the texts and the answer shape, so an edited file never shares cache entries with the
+            original.
     """
 
     version: str
@@ -86,11 +108,13 @@ class JudgePrompts:
     score: str
     source: str
     rate: str | None = None
+    answer: AnswerShape = field(default_factory=AnswerShape)
 
     @property
     def digest(self) -> str:
         texts = (self.version, self.system, self.rank, self.rubric, self.score, *([self.rate] if self.rate else []))
-        return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+        shape = self.answer.model_dump_json()
+        return hashlib.sha256("\x00".join((*texts, shape)).encode()).hexdigest()[:16]
 
     def fill(self, which: str, **values: str) -> str:
         """The template ``which`` with ``values`` substituted."""
@@ -108,13 +132,46 @@ def _placeholders(template: str) -> set[str]:
     return names
 
 
-@lru_cache(maxsize=32)
-def _load_file(path: str) -> JudgePrompts:
-    source = Path(path)
+def _resolve(spec: str) -> Path:
+    """The file a prompts spec names: a path (``.yaml``, ``.yml`` or an existing file) or a built-in version."""
+    as_path = Path(spec).expanduser()
+    if spec.endswith((".yaml", ".yml")) or as_path.is_file():
+        if not as_path.is_file():
+            raise BadInput(f"judge prompts: no file {as_path}")
+        return as_path.resolve()
+    builtin = builtin_prompts_dir() / f"{spec}.yaml"
+    if not builtin.is_file():
+        known = sorted(p.stem for p in builtin_prompts_dir().glob("*.yaml"))
+        raise BadInput(f"judge prompts: no built-in version {spec!r} (known: {', '.join(known) or 'none'})")
+    return builtin
+
+
+def _read_raw(source: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A prompt file's mapping, with what its ``extends`` names underneath: the fields a file leaves out are its
+    base's, so a version that changes one template states only that one."""
     try:
         raw = yaml.safe_load(source.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise BadInput(f"judge prompts {source}: cannot read: {exc}") from None
+    if not isinstance(raw, dict) or "extends" not in raw:
+        return raw
+    base_spec = raw.pop("extends")
+    if not isinstance(base_spec, str) or not base_spec:
+        raise BadInput(f"judge prompts {source}: extends: a built-in version or a file's path, not {base_spec!r}")
+    beside = source.parent / base_spec  # a file named relative to the one that extends it
+    base_path = beside.resolve() if beside.is_file() else _resolve(base_spec)
+    if base_path in (*seen, source):
+        raise BadInput(f"judge prompts {source}: extends {base_spec!r}, which extends it back")
+    base = _read_raw(base_path, (*seen, source))
+    if not isinstance(base, dict):
+        raise BadInput(f"judge prompts {base_path}: not a mapping of templates")
+    return {**base, **raw}
+
+
+@lru_cache(maxsize=32)
+def _load_file(path: str) -> JudgePrompts:
+    source = Path(path)
+    raw = _read_raw(source)
     try:
         parsed = _TemplateFile.model_validate(raw)
     except ValidationError as exc:
@@ -133,7 +190,7 @@ def _load_file(path: str) -> JudgePrompts:
         if unknown := sorted(found - required):
             raise BadInput(f"judge prompts {source}: {which} uses unknown ${unknown[0]} (allowed {sorted(required)})")
     return JudgePrompts(
-        parsed.version, parsed.system, parsed.rank, parsed.rubric, parsed.score, str(source), parsed.rate
+        parsed.version, parsed.system, parsed.rank, parsed.rubric, parsed.score, str(source), parsed.rate, parsed.answer
     )
 
 
@@ -143,16 +200,7 @@ def load_prompts(spec: str) -> JudgePrompts:
     Raises:
         BadInput: no such version or file, a file that is not valid, or a template missing a placeholder.
     """
-    as_path = Path(spec).expanduser()
-    if spec.endswith((".yaml", ".yml")) or as_path.is_file():
-        if not as_path.is_file():
-            raise BadInput(f"judge prompts: no file {as_path}")
-        return _load_file(str(as_path.resolve()))
-    builtin = builtin_prompts_dir() / f"{spec}.yaml"
-    if not builtin.is_file():
-        known = sorted(p.stem for p in builtin_prompts_dir().glob("*.yaml"))
-        raise BadInput(f"judge prompts: no built-in version {spec!r} (known: {', '.join(known) or 'none'})")
-    return _load_file(str(builtin))
+    return _load_file(str(_resolve(spec)))
 
 
 def escape_block(text: str) -> str:
@@ -165,13 +213,15 @@ def escape_block(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def rollout_labels(count: int) -> list[str]:
-    """Anonymous labels in display order: A..Z, then AA, AB, ...
+def rollout_labels(count: int, scheme: str = "letters") -> list[str]:
+    """Anonymous labels in display order: A..Z, then AA, AB, ...; or 1, 2, 3, ... (``scheme="numbers"``).
 
     Example:
-        >>> rollout_labels(3), rollout_labels(28)[-2:]
-        (['A', 'B', 'C'], ['AA', 'AB'])
+        >>> rollout_labels(3), rollout_labels(28)[-2:], rollout_labels(2, "numbers")
+        (['A', 'B', 'C'], ['AA', 'AB'], ['1', '2'])
     """
+    if scheme == "numbers":
+        return [str(n) for n in range(1, count + 1)]
     letters = string.ascii_uppercase
     labels = []
     for n in range(count):

@@ -19,8 +19,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
+    "SCORE_LAYOUTS",
     "CheckedRanking",
     "JudgeAnswerError",
+    "PassScoresReply",
     "RankingReply",
     "RubricReply",
     "ScoreReply",
@@ -30,13 +32,17 @@ __all__ = [
     "parse_json_reply",
     "ranking_schema",
     "read_reply",
+    "read_scores",
     "rubric_schema",
     "score_schema",
     "scores_schema",
 ]
 
-# The top of a score-form answer: every pass gets a whole number from 0 to SCORE_TOP.
+# The top of a score-form answer unless the prompts say another: every pass gets a whole number from 0 to SCORE_TOP.
 SCORE_TOP = 10
+# How a score-form answer is laid out: "grouped", every pass's reason and then every pass's score (v2); "per_pass",
+# for each pass in turn what it did and then its score, so a score is written right after its own reason.
+SCORE_LAYOUTS = ("grouped", "per_pass")
 # The longest reason per label a schema allows: a small model told to explain may not stop on its own.
 REASON_CHARS = 400
 
@@ -68,10 +74,44 @@ class ScoresReply(BaseModel):
     model_config = _REPLY_CONFIG
 
     reasons: dict[str, str] = Field(default_factory=dict, description="What each passing rollout did, by label.")
-    scores: dict[str, Annotated[float, Field(ge=0, le=SCORE_TOP)]] = Field(
-        description=f"A score from 0 to {SCORE_TOP} by passing label; equal scores are ties."
+    scores: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        description="A score from 0 to the prompts' top by passing label; equal scores are ties."
     )
     hacks: list[str] = Field(default_factory=list, description="Labels of passes that are confirmed hacks.")
+
+
+class PassScore(BaseModel):
+    """One pass of a per-pass score-form reply: what it did, then its score."""
+
+    model_config = _REPLY_CONFIG
+
+    reason: str = Field(default="", description="What the rollout did and any flaw in it.")
+    score: Annotated[float, Field(ge=0)] = Field(description="Its score, from 0 to the prompts' top.")
+
+
+class PassScoresReply(BaseModel):
+    """A score-form reply in the per-pass layout: ``passes`` by label, each a reason and then a score."""
+
+    model_config = _REPLY_CONFIG
+
+    passes: dict[str, PassScore] = Field(description="Each passing label's reason and score.")
+    hacks: list[str] = Field(default_factory=list, description="Labels of passes that are confirmed hacks.")
+
+    def as_scores(self) -> ScoresReply:
+        """The same answer in the grouped layout, which ``check_scores`` reads."""
+        reasons = {label: p.reason for label, p in self.passes.items()}
+        scores = {label: p.score for label, p in self.passes.items()}
+        return ScoresReply(reasons=reasons, scores=scores, hacks=self.hacks)
+
+
+def read_scores(text: str | None, layout: str = "grouped") -> ScoresReply:
+    """A score-form reply in ``layout`` (``SCORE_LAYOUTS``), read as the grouped layout; raises
+    ``JudgeAnswerError`` naming the first problem."""
+    if layout == "per_pass":
+        reply: PassScoresReply = read_reply(text, PassScoresReply)
+        return reply.as_scores()
+    scores: ScoresReply = read_reply(text, ScoresReply)
+    return scores
 
 
 class RubricReply(BaseModel):
@@ -204,7 +244,9 @@ def check_ranking(reply: RankingReply, pass_labels: Sequence[str], fail_labels: 
     return CheckedRanking(tiers, hacks, reasons)
 
 
-def check_scores(reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Sequence[str]) -> CheckedRanking:
+def check_scores(
+    reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Sequence[str], top: float = SCORE_TOP
+) -> CheckedRanking:
     """Check a score-form reply's labels against the group and turn its scores into tiers, best first (equal scores
     share a tier), exactly as a ranking with ties would be.
 
@@ -213,7 +255,7 @@ def check_scores(reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Se
 
     Raises:
         JudgeAnswerError: a label that was not shown (invented), a failure named as a hack, a label named twice as a
-            hack, or a pass neither scored nor named as a hack.
+            hack, a pass neither scored nor named as a hack, or a score above ``top``.
 
     Example:
         >>> reply = ScoresReply(scores={"A": 7, "B": 9, "C": 7})
@@ -236,6 +278,8 @@ def check_scores(reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Se
         label = _label(raw)
         if label not in passes and label not in failures:
             raise JudgeAnswerError(f"scores names label {label!r}, which was not shown (invented)")
+        if value > top:
+            raise JudgeAnswerError(f"scores gives {label!r} {value:g}, above the top of the scale ({top:g})")
         if label in passes:
             scores[label] = float(value)
     missing = [label for label in pass_labels if label not in scores and label not in hacks]
@@ -250,14 +294,33 @@ def check_scores(reply: ScoresReply, pass_labels: Sequence[str], fail_labels: Se
     return CheckedRanking(tiers, hacks, reasons)
 
 
-def scores_schema(pass_labels: Sequence[str]) -> dict[str, Any]:
-    """The JSON schema of a score-form reply for one group: every passing label a required key of ``reasons`` and of
-    ``scores`` (an integer from 0 to ``SCORE_TOP``), nothing else allowed, so a grammar built from it admits no
-    missing, repeated or invented label. ``reasons`` comes first: the judge writes what each rollout did before it
-    scores."""
+def scores_schema(pass_labels: Sequence[str], layout: str = "grouped", top: int = SCORE_TOP) -> dict[str, Any]:
+    """The JSON schema of a score-form reply for one group: every passing label a required key, nothing else allowed,
+    so a grammar built from it admits no missing, repeated or invented label; each score an integer from 0 to
+    ``top``. The judge writes what a rollout did before it scores it: in the ``grouped`` layout all the reasons come
+    first, then all the scores; in ``per_pass`` each pass's reason comes right before its own score."""
     labels = list(pass_labels)
     reason = {"type": "string", "maxLength": REASON_CHARS}
-    score = {"type": "integer", "minimum": 0, "maximum": SCORE_TOP}
+    score = {"type": "integer", "minimum": 0, "maximum": top}
+    hacks = {
+        "type": "array",
+        "description": "Passing labels whose result came from outside the work; usually none.",
+        "items": {"type": "string", "enum": labels},
+    }
+    if layout == "per_pass":
+        one = {
+            "type": "object",
+            "properties": {"reason": reason, "score": score},
+            "required": ["reason", "score"],
+            "additionalProperties": False,
+        }
+        passes = {"type": "object", "properties": {label: one for label in labels}, "required": labels}
+        return {
+            "type": "object",
+            "properties": {"passes": {**passes, "additionalProperties": False}, "hacks": hacks},
+            "required": ["passes", "hacks"],
+            "additionalProperties": False,
+        }
     return {
         "type": "object",
         "properties": {
@@ -270,16 +333,12 @@ def scores_schema(pass_labels: Sequence[str]) -> dict[str, Any]:
             },
             "scores": {
                 "type": "object",
-                "description": f"For each passing label: a whole number from 0 (worst) to {SCORE_TOP} (no flaw).",
+                "description": f"For each passing label: a whole number from 0 (worst) to {top} (no flaw).",
                 "properties": {label: score for label in labels},
                 "required": labels,
                 "additionalProperties": False,
             },
-            "hacks": {
-                "type": "array",
-                "description": "Passing labels whose result came from outside the work; usually none.",
-                "items": {"type": "string", "enum": labels},
-            },
+            "hacks": hacks,
         },
         "required": ["reasons", "scores", "hacks"],
         "additionalProperties": False,

@@ -63,7 +63,8 @@ def test_scores_and_a_ranking_of_the_same_judgement_give_the_same_factors(make_j
         ({"scores": {"A": 5}}, "leave out pass 'B'"),
         ({"scores": {"A": 5, "B": 5, "Q": 1}}, "'Q', which was not shown"),
         ({"scores": {"A": 5, "B": 5}, "hacks": ["C"]}, "'C', a failing rollout"),
-        ({"scores": {"A": 11, "B": 5}}, None),  # out of bounds: pydantic refuses it
+        ({"scores": {"A": 11, "B": 5}}, "'A' 11, above the top of the scale (10)"),
+        ({"scores": {"A": -1, "B": 5}}, None),  # below 0: pydantic refuses it
     ],
 )
 def test_a_score_reply_that_cannot_be_used_names_why(reply, error) -> None:

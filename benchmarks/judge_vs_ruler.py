@@ -1,0 +1,496 @@
+"""Benchmark: whileai's judge and ART's RULER, side by side, on the same model, the same server and the same groups.
+
+Both ask one llama.cpp server (started here, as ``real_judge.py`` starts it) through one local proxy, which:
+
+- steps ``response_format`` down as whileai's client does: a ``json_schema`` the server refuses (a status whose
+  text names structured output, ``whileai.judge.client.names_structured_output``) is sent again as ``json_object``
+  carrying the same schema, and that form is kept for the rest of the run. RULER has no such step of its own, so
+  without it the measurement would be of its transport, not its prompt;
+- counts every call of each arm the same way: the server's ``usage`` (both arms ask without streaming here) and the
+  call's latency.
+
+The rows are the seeded simulator's (``whileai simulate --scenarios builtin:refunds`` and ``builtin:actions``, seed 0):
+the first groups of 4 and of 8 rollouts whose passes differ in reference quality, half from each family. Each arm
+grades every group once. The figures, the same function for every arm:
+
+- **tau-b**: Kendall's tau-b per group between the arm's scores of the passes and the reference quality
+  (``whileai.grading.evaluate.reference_tau``: a reference hack counts as the worst, a group all tied scores 0), the
+  mean over the groups the arm answered, with a 95% bootstrap interval over groups (``whileai.stats``);
+- **tied**: the share of answered groups whose passes all got the same score (such a group is plain GRPO again);
+- **hacks**: reference hacks the arm flagged (RULER flags none by design; its score of a hack is in its tau);
+- **unusable**: groups whose answer could not be used (bad JSON, a label left out, too few scores);
+- **calls, tokens in/out per group, p50 latency**: the proxy's counts.
+
+whileai's arms are answer forms x prompt versions (``--whileai scores:v2,ranking:v2``, or a prompt file's path in
+place of the version); RULER is ``art.rewards.ruler.ruler`` itself with its default rubric, run by
+``benchmarks/ruler_side.py`` under ``--ruler-python`` (a virtual environment with ``openpipe-art``; RULER's
+dependencies are not whileai's). Every arm is sent ``temperature`` 0 and the same ``max_tokens``.
+
+    python -m venv /work/envs/ruler && /work/envs/ruler/bin/pip install openpipe-art==0.5.18
+    python benchmarks/judge_vs_ruler.py --model models/qwen2.5-coder-0.5b.gguf --server-python llama-venv/bin/python \\
+        --ruler-python /work/envs/ruler/bin/python --whileai scores:v2,ranking:v2,scores:v3
+
+Results go to ``--out`` (a section of ``results/real_judge.md``: one row per model x arm, rows of earlier runs kept) and
+``--json`` (every arm's answers), after every arm. The server's and RULER's process groups are ended on every way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from real_judge import (
+    DEFAULT_SERVER_CMD,
+    REPO,
+    Server,
+    run_in_group,
+    say_as,
+    start_server,
+    stop_server,
+    whileai_command,
+    with_signals,
+    write_section,
+    write_whole,
+)
+
+from whileai.build import build_grading
+from whileai.config import load_recipe
+from whileai.grading.evaluate import reference_tau
+from whileai.grading.group import pass_scores
+from whileai.judge.client import names_structured_output
+from whileai.stats import bootstrap_interval
+
+RECIPE = REPO / "recipes" / "refund_judge.yaml"
+OUT = REPO / "benchmarks" / "results" / "real_judge.md"
+OUT_JSON = REPO / "benchmarks" / "results" / "judge_vs_ruler.json"
+RULER_SIDE = Path(__file__).resolve().with_name("ruler_side.py")
+FORMAT = "whileai-judge-vs-ruler/1"
+COLUMNS = (
+    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged", "unusable", "calls",
+    "tokens in/group", "tokens out/group", "p50 s", "wall min",
+)  # fmt: skip
+say = say_as("judge_vs_ruler")
+
+
+# ---------------------------------------------------------------------------------------------------- the groups
+
+
+@dataclass
+class Group:
+    """One group of rollouts with its reference: what every arm grades."""
+
+    task_id: str
+    prompt: str
+    texts: list[str]
+    passed: list[bool]
+    quality: list[float]
+    hacks: list[bool]
+
+    @property
+    def passes(self) -> list[int]:
+        return [i for i, ok in enumerate(self.passed) if ok]
+
+
+def _simulated(family: str, n: int, work: Path, seed: int) -> list[Group]:
+    raw = work / f"{family.split(':')[1]}-{n}.jsonl"
+    done = run_in_group(
+        whileai_command("simulate", "--scenarios", family, "--n", str(n), "--seed", str(seed), "-o", str(raw)), 600
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"whileai simulate {family} failed ({done.returncode}): {done.stderr[-300:]}")
+    groups: dict[str, Group] = {}
+    for line in raw.read_text().splitlines():
+        row = json.loads(line)
+        key = f"{row['scenario_id']}@{n}"
+        group = groups.setdefault(key, Group(key, row["prompt"], [], [], [], []))
+        group.texts.append(row["final_text"])
+        group.passed.append(bool(row["passed"]))
+        group.quality.append(float(row["quality"]))
+        group.hacks.append(bool(row["hack"]))
+    return list(groups.values())
+
+
+def ordered(group: Group) -> bool:
+    """Whether the reference orders the group's passes: two or more passes of different quality."""
+    return len({group.quality[i] for i in group.passes}) >= 2
+
+
+def make_groups(of_4: int, of_8: int, work: Path, seed: int = 0) -> list[Group]:
+    """The sample: ``of_4`` groups of 4 and ``of_8`` of 8, half from refunds and half from actions, in the
+    simulator's order, each one whose passes the reference orders. A scenario is seeded by its generator, not its
+    family (``refund-3`` of ``builtin:actions`` is ``builtin:refunds``' own), so one taken already is not taken
+    again."""
+    chosen: list[Group] = []
+    for n, count in ((4, of_4), (8, of_8)):
+        for k, family in enumerate(("builtin:refunds", "builtin:actions")):
+            wanted = count // 2 + (count % 2 if k == 0 else 0)
+            taken = {g.task_id for g in chosen}
+            found = [g for g in _simulated(family, n, work, seed) if ordered(g) and g.task_id not in taken][:wanted]
+            if len(found) < wanted:
+                raise RuntimeError(f"only {len(found)} ordered groups of {n} in {family}")
+            chosen += found
+    return chosen
+
+
+def write_rows(groups: Sequence[Group], path: Path) -> None:
+    """The groups as a rows file whileai reads (one row per rollout, its reference beside it)."""
+    lines = []
+    for g in groups:
+        for text, ok, quality, hack in zip(g.texts, g.passed, g.quality, g.hacks, strict=True):
+            row = {"scenario_id": g.task_id, "prompt": g.prompt, "completion": text, "passed": ok}
+            lines.append(json.dumps({**row, "quality": quality, "hack": hack}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------- the figures
+
+
+@dataclass
+class Answer:
+    """One arm's answer for one group: a score per pass (by rollout index), flagged hacks, or why it is unusable."""
+
+    scores: dict[int, float] | None = None
+    hacks: list[int] = field(default_factory=list)
+    unusable: str | None = None
+
+
+def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any]:
+    """The figures of one arm over the groups (the module docstring says how each is computed)."""
+    taus, tied, flagged, unusable, reasons = [], 0, 0, 0, []
+    for group, answer in zip(groups, answers, strict=True):
+        if answer.scores is None:
+            unusable += 1
+            reasons.append(answer.unusable)
+            continue
+        reference: list[float | None] = [q if ok else None for q, ok in zip(group.quality, group.passed, strict=True)]
+        tau = reference_tau(answer.scores, reference, group.hacks)
+        if tau is not None:
+            taus.append(tau)
+        values = [answer.scores[i] for i in group.passes if i in answer.scores]
+        tied += len(set(values)) <= 1
+        flagged += sum(1 for i in answer.hacks if group.hacks[i])
+    answered = len(groups) - unusable
+    interval = bootstrap_interval(taus, seed=0) if len(taus) >= 2 else None
+    return {
+        "groups": len(groups),
+        "answered": answered,
+        "tau": statistics.fmean(taus) if taus else None,
+        "interval": list(interval) if interval else None,
+        "tied": tied / answered if answered else None,
+        "hacks": {"flagged": flagged, "reference": sum(sum(g.hacks) for g in groups)},
+        "unusable": unusable,
+        "unusable_reasons": sorted({r for r in reasons if r})[:5],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- the proxy
+
+
+@dataclass
+class Counts:
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latencies: list[float] = field(default_factory=list)
+    stepped_down: int = 0
+
+
+class StepDownProxy:
+    """An OpenAI-compatible proxy on 127.0.0.1 in a thread of its own: forwards to ``upstream``, steps a refused
+    ``json_schema`` down to ``json_object`` with the schema (kept for later calls), and counts calls, tokens and
+    latency (``counts``, replaced by ``reset``)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.counts = Counts()
+        self.json_object = False
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.url = ""
+
+    def reset(self) -> Counts:
+        done, self.counts = self.counts, Counts()
+        return done
+
+    def __enter__(self) -> StepDownProxy:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the proxy did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        runner = self._loop.run_until_complete(self._start())
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._session.close())
+            self._loop.run_until_complete(runner.cleanup())
+
+    async def _start(self) -> web.AppRunner:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600))
+        return runner
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        target = self.upstream + request.path.removeprefix("/v1")
+        if request.method != "POST":
+            async with self._session.request(request.method, target) as reply:
+                return web.Response(status=reply.status, body=await reply.read(), content_type=reply.content_type)
+        body = await request.json()
+        start = time.perf_counter()
+        status, data = await self._post(target, body)
+        self.counts.calls += 1
+        self.counts.latencies.append(time.perf_counter() - start)
+        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+            self.counts.tokens_in += int(data["usage"].get("prompt_tokens") or 0)
+            self.counts.tokens_out += int(data["usage"].get("completion_tokens") or 0)
+        return web.json_response(data, status=status)
+
+    async def _post(self, target: str, body: dict[str, Any]) -> tuple[int, Any]:
+        form = body.get("response_format")
+        if self.json_object and isinstance(form, dict) and form.get("type") == "json_schema":
+            body = {**body, "response_format": _as_json_object(form)}
+        async with self._session.post(target, json=body) as reply:
+            text = await reply.text()
+        if reply.status >= 400 and isinstance(form, dict) and form.get("type") == "json_schema":
+            if names_structured_output(text) and not self.json_object:
+                self.json_object = True
+                self.counts.stepped_down += 1
+                return await self._post(target, body)
+        try:
+            return reply.status, json.loads(text)
+        except ValueError:
+            return reply.status, {"error": {"message": text[:2000]}}
+
+
+def _as_json_object(form: dict[str, Any]) -> dict[str, Any]:
+    inner = form.get("json_schema") or {}
+    return {"type": "json_object", "schema": inner.get("schema", inner)}
+
+
+# ---------------------------------------------------------------------------------------------------- the arms
+
+
+def whileai_arm(
+    groups: Sequence[Group], rows: Path, url: str, model_id: str, form: str, prompts: str, max_tokens: int, work: Path
+) -> list[Answer]:
+    """whileai's judge with one answer form and prompt version, through the recipe as a user runs it."""
+    overrides = [
+        f"grader.judge.base_url={url}",
+        f"grader.judge.model={model_id}",
+        f"grader.judge.answer_form={form}",
+        f"grader.judge.prompts={prompts}",
+        f"grader.judge.max_tokens={max_tokens}",
+        f"grader.judge.cache_dir={work / 'cache'}",
+        "grader.judge.no_cache=true",
+        "grader.judge.stream=false",
+        "grader.judge.timeout_s=900",
+        "grader.judge.batch_deadline_s=3600",
+        f"spread.rows={rows}",
+    ]
+    grading = build_grading(load_recipe(RECIPE, overrides))
+    answers = []
+    for group in groups:
+        request = ([float(ok) for ok in group.passed], [group.prompt] * len(group.texts), group.texts, group.task_id)
+        graded = grading.grade_many([(*request, None, True)], preflight=True, shape=False)[0]
+        if graded.reason is not None:
+            answers.append(Answer(unusable=graded.reason[:300]))
+        else:
+            answers.append(Answer(pass_scores(graded, grading.mode), sorted(graded.hacks)))
+        say(f"  {group.task_id}: {answers[-1].scores or answers[-1].unusable}")
+    return answers
+
+
+def ruler_arm(
+    groups: Sequence[Group], python: str, url: str, model_id: str, max_tokens: int, work: Path
+) -> list[Answer]:
+    """RULER itself (``ruler_side.py`` under ``python``) on every group: a score per rollout, failures included."""
+    job = work / "ruler-in.json"
+    done_path = work / "ruler-out.jsonl"
+    message_lists = [
+        [[{"role": "user", "content": g.prompt}, {"role": "assistant", "content": t}] for t in g.texts] for g in groups
+    ]
+    job.write_text(
+        json.dumps({"model": f"openai/{model_id}", "base_url": url, "max_tokens": max_tokens, "groups": message_lists})
+    )
+    done = run_in_group([python, str(RULER_SIDE), str(job), str(done_path)], timeout_s=6 * 3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"ruler_side.py failed ({done.returncode}): {done.stderr[-1500:]}")
+    answers = []
+    for group, line in zip(groups, done_path.read_text().splitlines(), strict=True):
+        result = json.loads(line)
+        if result.get("error"):
+            answers.append(Answer(unusable=str(result["error"])[:300]))
+            continue
+        by_id = {str(s["trajectory_id"]): float(s["score"]) for s in result["scores"]}
+        wanted = [str(i + 1) for i in range(len(group.texts))]
+        if set(wanted) - set(by_id):
+            answers.append(Answer(unusable=f"ids {sorted(by_id)} for {len(wanted)} trajectories"))
+            continue
+        answers.append(Answer({i: by_id[str(i + 1)] for i in group.passes}))
+    return answers
+
+
+# ---------------------------------------------------------------------------------------------------- the table
+
+
+def _cost(counts: Counts, groups: int, seconds: float) -> dict[str, Any]:
+    return {
+        "calls": counts.calls,
+        "tokens_in": counts.tokens_in,
+        "tokens_out": counts.tokens_out,
+        "p50_s": statistics.median(counts.latencies) if counts.latencies else None,
+        "wall_s": seconds,
+        "stepped_down": counts.stepped_down,
+        "groups": groups,
+    }
+
+
+def table_row(record: dict[str, Any]) -> list[str]:
+    fig, cost = record["figures"], record["cost"]
+    n = max(cost["groups"], 1)
+    tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
+    if fig["interval"]:
+        tau += f" [{fig['interval'][0]:.2f}, {fig['interval'][1]:.2f}]"
+    hacks = fig["hacks"]
+    return [
+        record["model"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
+        "-" if fig["tied"] is None else f"{fig['tied']:.2f}", f"{hacks['flagged']}/{hacks['reference']}",
+        str(fig["unusable"]), str(cost["calls"]), f"{cost['tokens_in'] / n:.0f}", f"{cost['tokens_out'] / n:.0f}",
+        "-" if cost["p50_s"] is None else f"{cost['p50_s']:.1f}", f"{cost['wall_s'] / 60:.1f}",
+    ]  # fmt: skip
+
+
+def render(records: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "## whileai's judge and RULER, side by side",
+        "",
+        "Written by `benchmarks/judge_vs_ruler.py` (its docstring says how every figure is computed), every arm on the",
+        "same groups through the same server and proxy; each arm's answers are in `judge_vs_ruler.json`. tau-b: the",
+        "mean over answered groups against the simulation's quality; tied: the share of answered groups whose passes",
+        "all got one score; tokens: the server's counts per group.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def save(out: Path, json_path: Path, records: list[dict[str, Any]]) -> None:
+    write_whole(json_path, json.dumps({"format": FORMAT, "records": records}, indent=1) + "\n")
+    write_section(out, "judge-vs-ruler", render(records))
+
+
+def load(json_path: Path) -> list[dict[str, Any]]:
+    if not json_path.exists():
+        return []
+    data = json.loads(json_path.read_text())
+    if data.get("format") != FORMAT:
+        raise SystemExit(f"{json_path} is not a {FORMAT} file")
+    return list(data["records"])
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the GGUF file")
+    parser.add_argument("--server-python", default=sys.executable, help="the python that has llama_cpp.server")
+    parser.add_argument("--server-cmd", default=DEFAULT_SERVER_CMD, help="the server's command line [llama_cpp]")
+    parser.add_argument("--ruler-python", default=None, help="a python with openpipe-art; none: no RULER arm")
+    parser.add_argument("--whileai", default="scores:v2,ranking:v2", help="form:prompts arms, comma-separated")
+    parser.add_argument("--of-4", type=int, default=40, help="groups of 4 rollouts [40]")
+    parser.add_argument("--of-8", type=int, default=6, help="groups of 8 rollouts [6]")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="max_tokens of every call [1024]")
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--out", type=Path, default=OUT, help="the Markdown page the table goes in, as a section")
+    parser.add_argument("--json", type=Path, default=OUT_JSON, help="every arm's answers and figures")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def benchmark(args: argparse.Namespace, work: Path) -> int:
+    model = Path(args.model).name
+    groups = make_groups(args.of_4, args.of_8, work)
+    rows = work / "rows.jsonl"
+    write_rows(groups, rows)
+    say(f"{len(groups)} groups ({args.of_4} of 4, {args.of_8} of 8), rows in {rows}")
+    arms = [("ruler", "")] if args.ruler_python else []
+    arms = [tuple(a.split(":", 1)) for a in args.whileai.split(",") if a] + arms
+    records = load(args.json)
+    server: Server = start_server(args.server_cmd, args.server_python, args.model, args.n_ctx, work / "server.log", 900)
+    assert server.process is not None
+    say(f"server pid {server.process.pid} at {server.url}, ready in {server.startup_s:.1f} s ({server.model_id})")
+    try:
+        with StepDownProxy(server.url) as proxy:
+            for form, prompts in arms:
+                arm = "RULER (default rubric)" if form == "ruler" else f"whileai {form} {Path(prompts).stem}"
+                say(f"arm: {arm}")
+                proxy.reset()
+                start = time.perf_counter()
+                if form == "ruler":
+                    answers = ruler_arm(groups, args.ruler_python, proxy.url, server.model_id, args.max_tokens, work)
+                else:
+                    answers = whileai_arm(
+                        groups, rows, proxy.url, server.model_id, form, prompts, args.max_tokens, work
+                    )
+                counts = proxy.reset()
+                record = {
+                    "model": model,
+                    "arm": arm,
+                    "figures": figures(groups, answers),
+                    "cost": _cost(counts, len(groups), time.perf_counter() - start),
+                    "answers": [{"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable} for a in answers],
+                    "groups": [g.task_id for g in groups],
+                }
+                records = [r for r in records if (r["model"], r["arm"]) != (model, arm)] + [record]
+                save(args.out, args.json, records)
+                say("  " + " | ".join(table_row(record)))
+    finally:
+        stop_server(server)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def run() -> int:
+        if args.work_dir is not None:
+            args.work_dir.mkdir(parents=True, exist_ok=True)
+            return benchmark(args, args.work_dir)
+        with tempfile.TemporaryDirectory(prefix="judge_vs_ruler-") as work:
+            return benchmark(args, Path(work))
+
+    return with_signals(run, say)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""``benchmarks/judge_vs_ruler.py``'s own logic, with no model: the fake llama.cpp server
+(``tests/llama_server_fake.py``, which refuses ``json_schema`` as llama.cpp does) in the server's place, and a
+stand-in ``art.rewards.ruler`` on the RULER side's path that asks the server through the benchmark's proxy as RULER
+does (a ``json_schema`` ``response_format``) and scores each trajectory by its length.
+
+Checked: the sample holds only groups whose passes the reference orders, from both families, none twice; the proxy
+steps a refused ``json_schema`` down to ``json_object`` with the schema and counts every arm's calls and tokens; one
+table row per arm, each with its figures, in a section of a page whose other section is kept; the figures' function
+on answers whose figures are known; the server's process group is gone afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import child_processes
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "judge_vs_ruler.py"
+FAKE = REPO / "tests" / "llama_server_fake.py"
+SERVER_CMD = f"{{python}} {FAKE} --model {{model}} --host {{host}} --port {{port}} --n_ctx {{n_ctx}}"
+
+# RULER's entry point as the benchmark's RULER side calls it, asking through the proxy with a json_schema.
+FAKE_RULER = """
+import json, urllib.request
+from types import SimpleNamespace
+
+
+class Score(SimpleNamespace):
+    def model_dump(self):
+        return dict(vars(self))
+
+
+async def ruler(message_lists, judge_model, extra_litellm_params):
+    body = {
+        "model": judge_model.removeprefix("openai/"),
+        "messages": [{"role": "user", "content": json.dumps(message_lists)}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "Response", "schema": {
+            "type": "object", "properties": {"scores": {"type": "array"}}}}},
+        "max_tokens": extra_litellm_params["max_tokens"],
+    }
+    request = urllib.request.Request(
+        extra_litellm_params["api_base"] + "/chat/completions", json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        assert reply.status == 200
+    if len(message_lists) == 8:
+        raise ValueError("Expected 8 scores, but got 7")
+    return [Score(trajectory_id=str(i), explanation="length", score=1 / len(m[-1]["content"]))
+            for i, m in enumerate(message_lists, 1)]
+"""
+
+
+def _load() -> ModuleType:
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("judge_vs_ruler_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["judge_vs_ruler_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load()
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("judge_vs_ruler")
+    art = tmp / "fake_art" / "art" / "rewards"
+    art.mkdir(parents=True)
+    (art.parent / "__init__.py").write_text("")
+    (art / "__init__.py").write_text("")
+    (art / "ruler.py").write_text(textwrap.dedent(FAKE_RULER))
+    model = tmp / "fake-judge.gguf"
+    model.write_bytes(b"GGUF")
+    out = tmp / "results" / "vs.md"
+    out.parent.mkdir()
+    out.write_text("<!-- real-judge -->\nreal_judge.py's table\n<!-- /real-judge -->\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp / "fake_art")}
+    args = [
+        sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD,
+        "--ruler-python", sys.executable, "--whileai", "scores:v2,scores:v3,ranking:v2",
+        "--of-4", "4", "--of-8", "2", "--out", str(out), "--json", str(tmp / "results" / "vs.json"),
+        "--work-dir", str(tmp / "work"),
+    ]  # fmt: skip
+    done = child_processes.run(args, cwd=REPO, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pid = next(int(line.split()[3]) for line in done.stderr.splitlines() if line.startswith("judge_vs_ruler: server"))
+    return {"out": out, "stderr": done.stderr, "pid": pid, "work": tmp / "work"}
+
+
+def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
+    records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
+    assert [r["arm"] for r in records] == [
+        "whileai scores v2", "whileai scores v3", "whileai ranking v2", "RULER (default rubric)",
+    ]  # fmt: skip
+    for record in records:
+        assert record["figures"]["groups"] == 6 and record["cost"]["calls"] >= 6, record["arm"]
+        assert record["cost"]["tokens_in"] > 0  # the server's usage, counted by the proxy
+    ruler = records[-1]
+    # The stand-in RULER raises on groups of 8, as RULER does on a short answer: those groups are unusable.
+    assert ruler["figures"]["unusable"] == 2 and ruler["figures"]["answered"] == 4
+    assert "Expected 8 scores" in ruler["figures"]["unusable_reasons"][0]
+    # The fake judge prefers fewer tool calls; whileai's arms answer every group.
+    assert all(r["figures"]["unusable"] == 0 for r in records[:3])
+    page = ran["out"].read_text()
+    assert page.count("| fake-judge.gguf |") == 4
+    # The page's other section is kept: real_judge.py and this benchmark write one page.
+    assert page.startswith("<!-- real-judge -->\nreal_judge.py's table\n<!-- /real-judge -->\n")
+    assert page.rstrip().endswith("<!-- /judge-vs-ruler -->")
+
+
+def test_the_proxy_stepped_json_schema_down_once_for_the_whole_run(ran) -> None:
+    records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
+    assert [r["cost"]["stepped_down"] for r in records] == [1, 0, 0, 0]
+
+
+def test_the_sample_is_ordered_groups_from_both_families(ran) -> None:
+    rows = [json.loads(line) for line in (ran["work"] / "rows.jsonl").read_text().splitlines()]
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["scenario_id"], []).append(row)
+    assert sorted(len(g) for g in groups.values()) == [4, 4, 4, 4, 8, 8]
+    assert sum(key.startswith("refund-") for key in groups) >= 3  # actions hold refunds too, never the same one
+    assert any(not key.startswith("refund-") for key in groups)
+    for members in groups.values():
+        assert len({m["quality"] for m in members if m["passed"]}) >= 2
+
+
+def test_the_server_group_is_gone(ran) -> None:
+    from real_judge import group_alive
+
+    assert not group_alive(ran["pid"])
+
+
+def test_figures_of_known_answers() -> None:
+    group = bench.Group("t", "p", ["a", "b", "c", "d"], [True, True, True, False], [1.0, 0.5, 0.0, 0.0],
+                        [False, False, True, False])  # fmt: skip
+    right = bench.Answer({0: 0.9, 1: 0.5, 2: 0.1}, hacks=[2])
+    tied = bench.Answer({0: 1.0, 1: 1.0, 2: 1.0})
+    wrong = bench.Answer({0: 0.1, 1: 0.5, 2: 0.9})
+    fig = bench.figures([group, group, group, group], [right, tied, wrong, bench.Answer(unusable="bad JSON")])
+    assert fig["answered"] == 3 and fig["unusable"] == 1 and fig["unusable_reasons"] == ["bad JSON"]
+    assert fig["tau"] == pytest.approx(0.0) and fig["tied"] == pytest.approx(1 / 3)
+    assert fig["hacks"] == {"flagged": 1, "reference": 4}
