@@ -83,8 +83,13 @@ COLUMNS = (
 KEY_COLUMNS = ("model", "form", "prompts", "perms")
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGHUP arrived: unwind (every ``finally`` ends its process group), then exit 128 + the signal."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwind (every ``finally`` ends its process group), then exit 128 + the signal.
+
+    A ``KeyboardInterrupt``, because whileai's grading takes any other exception raised inside a grader (this one
+    arrives wherever the main thread waits, a judge's call included) for the grader's failure: the group would fall
+    back and the run go on.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"signal {signum}")
@@ -715,12 +720,12 @@ def with_signals(run: Callable[[], int], say: Callable[[str], None]) -> int:
         signal.signal(signum, _raise_interrupted)
     try:
         return run()
-    except KeyboardInterrupt:
-        say("interrupted; the server and the commands are stopped")
-        return 130
     except Interrupted as stop:
         say(f"stopped by signal {stop.signum}; the server and the commands are stopped")
         return 128 + stop.signum
+    except KeyboardInterrupt:
+        say("interrupted; the server and the commands are stopped")
+        return 130
     except RuntimeError as error:
         say(f"error: {error}")
         return 2

@@ -157,8 +157,14 @@ def recipe_grading(
     recipe: Path | None, grader: str | None, overrides: list[str], no_cache: bool, say: Say
 ) -> tuple[LoadedRecipe, GroupwiseGrading]:
     """What the command line grades with: the loaded recipe (``recipe`` with ``overrides``, or the built-in defaults)
-    and its ``GroupwiseGrading``, whose grader is ``--grader`` if given, else the recipe's, else the built-in rule
-    (each choice said through ``say``, as is a judge's plan); ``no_cache`` makes a judge ask again."""
+    and its ``GroupwiseGrading``, whose grader is ``--grader`` if given, else the recipe's, else (with neither a
+    recipe nor ``--grader``) the built-in rule; each choice is said through ``say``, as is a judge's plan.
+    ``no_cache`` makes a judge ask again.
+
+    Raises:
+        BadInput: a recipe without a grader section and no ``--grader``: the built-in rule stands in only where no
+            recipe was named, never for a recipe's missing grader.
+    """
     if recipe is not None:
         loaded = load_recipe(recipe, overrides)
         if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
@@ -171,6 +177,11 @@ def recipe_grading(
         return loaded, build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
     if loaded.recipe.grader is not None:
         return loaded, build_grading(loaded, say=say)
+    if recipe is not None:
+        raise BadInput(
+            f"{recipe}: this recipe has no grader section: add one (grader: kind: scripted | python | judge), "
+            "or name one with --grader"
+        )
     say(f"whileai: no grader given: using the built-in rule {DEFAULT_GRADER_RULE} (fewest tool calls first)")
     # The shipped rule itself, not a file of that name that happens to sit in the working directory.
     rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_GRADER_RULE

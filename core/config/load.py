@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from whileai.config.schema import Recipe
+from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.endpoint import masked_url
 from whileai.errors import BadInput
 
@@ -168,6 +169,32 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return sorted({name for m in models for name in m.model_fields})
 
 
+def _one_level_down(loc: tuple[Any, ...]) -> list[str]:
+    """``section.key`` for every key one level below ``loc[-1]``'s siblings: where a key put one level too high
+    belongs (``max_steps`` at the top is ``trainer.max_steps``). The trainer section's keys are TRL's."""
+    found = []
+    for name in _fields_at(loc):
+        below = set(_fields_at((*loc[:-1], name, "_")))
+        if not loc[:-1] and name == "trainer":
+            below |= set(GRPO_CONFIG_KINDS)
+        found += [f"{name}.{key}" for key in sorted(below)]
+    return found
+
+
+def _did_you_mean(key: str, loc: tuple[Any, ...], allowed: list[str]) -> str:
+    """The hint of an unknown key: the closest allowed key beside it, else the one below a sibling section whose
+    name is the key's (or closest to it); empty when nothing is close."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    deeper = {path.rpartition(".")[2]: path for path in reversed(_one_level_down(loc))}
+    near = difflib.get_close_matches(key, list(deeper), n=1)
+    if not near:
+        return ""
+    prefix = ".".join(str(p) for p in loc[:-1])
+    return f"; did you mean {(prefix + '.' if prefix else '') + deeper[near[0]]!r}?"
+
+
 def _format_error(error: Mapping[str, Any]) -> str:
     loc = tuple(error.get("loc", ()))
     tags = ("scripted", "python", "judge")
@@ -179,8 +206,7 @@ def _format_error(error: Mapping[str, Any]) -> str:
     path = ".".join(str(p) for p in shown) or "(top level)"
     if kind == "extra_forbidden":
         allowed = _fields_at(loc)
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = _did_you_mean(str(loc[-1]), loc, allowed)
         listing = f" (allowed: {', '.join(allowed)})" if allowed else ""
         return f"{path}: unknown key{hint}{listing}"
     message = str(error.get("msg", "invalid"))
@@ -188,6 +214,13 @@ def _format_error(error: Mapping[str, Any]) -> str:
         message = message[len("Value error, ") :]
     if kind == "missing":
         return f"{path}: required"
+    if kind == "union_tag_not_found":  # no 'kind' key at all: a misspelt 'kind' gets the did-you-mean
+        context = error.get("ctx") or {}
+        tag = str(context.get("discriminator", "'kind'")).strip("'")
+        given = [str(k) for k in error.get("input") or {}] if isinstance(error.get("input"), dict) else []
+        close = difflib.get_close_matches(tag, given, n=1)
+        hint = f"; {close[0]!r}: unknown key; did you mean {tag!r}?" if close else ""
+        return f"{path}: {tag!r} is required (scripted, python or judge){hint}"
     if kind == "union_tag_invalid":  # a misspelt grader kind: the did-you-mean the other keys get
         context = error.get("ctx") or {}
         allowed = [t.strip().strip("'") for t in str(context.get("expected_tags", "")).split(",") if t.strip()]

@@ -56,6 +56,30 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
         raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
 
 
+# Counts and sizes TRL takes without a word at 0 or below, each training something else than was meant (max_steps=-5
+# trains for num_train_epochs). max_steps is TRL's own exception: -1 means "train for num_train_epochs".
+_POSITIVE = (
+    "num_train_epochs",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "generation_batch_size",
+    "max_completion_length",
+    "logging_steps",
+    "save_steps",
+    "eval_steps",
+)
+
+
+def _check_counts(extra: dict[str, Any]) -> None:
+    steps = extra.get("max_steps")
+    if isinstance(steps, int) and steps != -1 and steps < 1:
+        raise ValueError(f"'max_steps' must be at least 1, or -1 to train for num_train_epochs (got {steps})")
+    for name in _POSITIVE:
+        value = extra.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise ValueError(f"{name!r} must be above 0 (got {value})")
+
+
 class TrainerSection(BaseModel):
     """TRL ``GRPOConfig`` fields, under TRL's own names, handed over as ``GRPOConfig(**trainer)``.
 
@@ -98,6 +122,7 @@ class TrainerSection(BaseModel):
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ValueError(f"{name!r} is not a field of TRL's GRPOConfig{hint}")
             extra[name] = _of_kind(name, GRPO_CONFIG_KINDS[name], value)
+        _check_counts(extra)
         return self
 
     @model_validator(mode="after")

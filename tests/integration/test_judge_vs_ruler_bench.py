@@ -152,3 +152,41 @@ def test_figures_of_known_answers() -> None:
     assert fig["answered"] == 3 and fig["unusable"] == 1 and fig["unusable_reasons"] == ["bad JSON"]
     assert fig["tau"] == pytest.approx(0.0) and fig["tied"] == pytest.approx(1 / 3)
     assert fig["hacks"] == {"flagged": 1, "reference": 4}
+
+
+def test_sigterm_while_the_judge_is_asked_ends_the_run_and_the_server(tmp_path: Path) -> None:
+    """SIGTERM arrives while the main thread waits on a judge's call: whileai's grading must not take it for the
+    judge's failure (the group would fall back and the benchmark go on); exit 143, the server's group gone."""
+    import queue
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from real_judge import group_alive
+
+    model = tmp_path / "fake-judge.gguf"
+    model.write_bytes(b"GGUF")
+    args = [
+        sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD + " --delay 30",
+        "--whileai", "scores:v3", "--of-4", "2", "--of-8", "0", "--out", str(tmp_path / "vs.md"),
+        "--json", str(tmp_path / "vs.json"), "--work-dir", str(tmp_path / "work"),
+    ]  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    with child_processes.spawn(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        stderr = proc.stderr
+        threading.Thread(target=lambda: [lines.put(line) for line in stderr], daemon=True).start()
+        seen: list[str] = []
+        deadline = time.monotonic() + 300
+        while not any(line.startswith("judge_vs_ruler: arm:") for line in seen):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(seen)
+            try:
+                seen.append(lines.get(timeout=5))
+            except queue.Empty:
+                pass
+        pid = next(int(line.split()[3]) for line in seen if line.startswith("judge_vs_ruler: server pid"))
+        time.sleep(2.0)  # the first call is waiting on the fake's 30 s answer
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not group_alive(pid)
