@@ -22,9 +22,53 @@ from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
 
-__all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log"]
+__all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log", "stdout"]
 
-out = Console(highlight=False, soft_wrap=True)
+
+class _Stdout:
+    """The results stream: ``sys.stdout`` as it is at each write (a test runner swaps it), where a reader that went
+    away (``whileai spread ... | head -2``) ends the output quietly instead of the command. What was done keeps its
+    exit status (0 spread, 1 no spread): a closed pipe is never read as a verdict. The file descriptor is pointed at
+    /dev/null once the pipe is gone, so Python's flush at exit has nothing to fail on."""
+
+    closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if not _Stdout.closed_pipe:
+            try:
+                sys.stdout.write(text)
+            except BrokenPipeError:
+                _pipe_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not _Stdout.closed_pipe:
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _pipe_gone()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+def _pipe_gone() -> None:
+    _Stdout.closed_pipe = True
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+stdout = _Stdout()
+out = Console(file=stdout, highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 _state = {"debug": bool(os.environ.get("WHILEAI_DEBUG"))}
@@ -42,8 +86,8 @@ def is_debug() -> bool:
 
 def print_json(data: Any) -> None:
     """One JSON object on stdout, nothing else on that stream."""
-    sys.stdout.write(json.dumps(data, default=str) + "\n")
-    sys.stdout.flush()
+    stdout.write(json.dumps(data, default=str) + "\n")
+    stdout.flush()
 
 
 def hack_note(reward: float) -> str:

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from whileai.cli.console import guarded, hack_note, out, print_json, say
+from whileai.cli.console import guarded, hack_note, out, print_json, say, stdout
 from whileai.defaults import GROUPWISE_CAP, GROUPWISE_HACK_ZERO, GROUPWISE_MIN_FACTOR
-from whileai.errors import BadInput
+from whileai.errors import BadInput, json_problem
 
 
 def _numbers(text: str, what: str) -> list[float]:
@@ -197,7 +197,7 @@ def _batch(input_file: Path, out_file: Path | None, knobs: dict[str, Any]) -> No
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise BadInput(f"{where}: not valid JSON ({error.msg})") from None
+                raise BadInput(f"{where}: not valid JSON ({json_problem(error)})") from None
             if not isinstance(record, dict) or "rewards" not in record:
                 raise BadInput(f"{where}: missing field 'rewards'")
             values = record["rewards"]
@@ -225,7 +225,8 @@ def _batch(input_file: Path, out_file: Path | None, knobs: dict[str, Any]) -> No
             )
     text = "\n".join(lines_out) + ("\n" if lines_out else "")
     if out_file is None:
-        typer.echo(text, nl=False)
+        stdout.write(text)
+        stdout.flush()
     else:
         out_file.write_text(text)
         say(f"whileai: wrote {len(lines_out)} group(s) to {out_file} ({fell_back} fell back)")

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from whileai.cli.console import err, guarded, say
+from whileai.cli.console import err, guarded, say, stdout
 from whileai.defaults import (
     DEFAULT_CUSTOMER_TEMPERATURE,
     DEFAULT_POLICY_TEMPERATURE,
@@ -139,7 +139,7 @@ def simulate(
                 f"{role}: {stats['calls']} calls ({stats['retries']} retries), tokens {stats['tokens_in']} in / "
                 f"{stats['tokens_out']} out"
             )
-    typer.echo(str(score(rows).pass_at(1)))
+    stdout.write(f"{score(rows).pass_at(1)}\n")
 
 
 def _section(recipe: Path | None, overrides: list[str], given: dict[str, Any]) -> Any:

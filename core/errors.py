@@ -15,6 +15,7 @@ __all__ = [
     "NoSpread",
     "WhileaiError",
     "describe",
+    "json_problem",
 ]
 
 
@@ -67,3 +68,23 @@ def describe(exc: BaseException) -> str:
     """An exception on one line, for a log or a record: its type and the first line of its message."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def json_problem(error: BaseException) -> str:
+    """What is wrong with a line of JSON, whole: the parser's message and the column (``json``'s message alone can
+    end mid-sentence, "Invalid control character at"). Any other parser's error is its text.
+
+    Example:
+        >>> import json
+        >>> try:
+        ...     json.loads('["' + chr(9) + '"]')  # a raw tab inside a string
+        ... except ValueError as exc:
+        ...     json_problem(exc)
+        'invalid control character at column 3'
+    """
+    import json
+
+    if isinstance(error, json.JSONDecodeError):
+        message = error.msg.removesuffix(" at")
+        return f"{message[:1].lower()}{message[1:]} at column {error.colno}"
+    return str(getattr(error, "msg", error))

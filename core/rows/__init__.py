@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import BadInput
+from whileai.errors import BadInput, json_problem
 from whileai.rows.fields import Member, RowFields, RowStats, plain_member, read_member
 from whileai.rows.files import (
     JSON_ENV,
@@ -73,7 +73,7 @@ class GroupsNotContiguous(Exception):
 def _checked(row: Any, fields: RowFields, path: Path, number: int) -> tuple[str, Member]:
     """(group id, member) of a parsed row (or the parser's exception), or ``BadInput`` naming file, line and field."""
     if isinstance(row, Exception):
-        raise BadInput(f"{row_place(path, number)}: not valid JSON ({getattr(row, 'msg', row)})")
+        raise BadInput(f"{row_place(path, number)}: not valid JSON ({json_problem(row)})")
     try:
         group, member = read_member(row, fields, "")
     except BadInput:
@@ -330,6 +330,6 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     for file in list_row_files(path):
         for _, number, row in raw_rows(file):
             if isinstance(row, Exception):
-                raise BadInput(f"{row_place(file, number)}: not valid JSON ({getattr(row, 'msg', row)})")
+                raise BadInput(f"{row_place(file, number)}: not valid JSON ({json_problem(row)})")
             rows.append(row)
     return rows

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import BadInput, MissingExtra
+from whileai.errors import BadInput, MissingExtra, json_problem
 
 __all__ = [
     "JSON_ENV",
@@ -137,7 +137,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise BadInput(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+        raise BadInput(f"{path} line {err.lineno}: not valid JSON ({json_problem(err)})") from None
     except UnicodeDecodeError as err:
         raise BadInput(f"{path}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from whileai.errors import BadInput
+from whileai.errors import BadInput, json_problem
 
 __all__ = [
     "GradingLog",
@@ -84,7 +84,7 @@ def read_grading_log(path: Path, say: Callable[[str], None] | None = None) -> li
                 if say is not None:
                     say(f"whileai: {path} line {number} was cut short (a run killed while writing it): dropped")
                 break
-            raise BadInput(f"{path} line {number}: not valid JSON ({error.msg})") from None
+            raise BadInput(f"{path} line {number}: not valid JSON ({json_problem(error)})") from None
         if not isinstance(record, dict):
             raise BadInput(f"{path} line {number}: a graded group is a JSON object")
         groups.append(record)

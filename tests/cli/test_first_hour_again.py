@@ -66,3 +66,41 @@ def test_a_negative_max_steps_is_refused_and_minus_one_means_epochs() -> None:
     assert invoke("validate", BINARY, "trainer.max_steps=-1").exit_code == 0
     zero = invoke("validate", BINARY, "trainer.logging_steps=0")
     assert zero.exit_code == 2 and "'logging_steps' must be above 0 (got 0)" in zero.stderr
+
+
+# ---------------------------------------------------------------- a broken rows line, a closed pipe
+
+
+def test_a_broken_rows_line_names_the_line_and_the_column_whole(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    good = '{"scenario_id": "t", "prompt": "p", "final_text": "ok", "reward": 1}\n'
+    rows.write_text(good + '{"scenario_id": "t", "final_text": "a\tb"}\n')
+    result = invoke("spread", rows)
+    assert result.exit_code == 2
+    assert f"{rows} line 2: not valid JSON (invalid control character at column 38)" in result.stderr
+
+
+def _piped(command: str, lines: int, where: Path) -> tuple[int, str]:
+    """``whileai COMMAND | head -LINES`` in a shell, in ``where``: whileai's exit status and its stderr."""
+    import shlex
+    import sys
+
+    import child_processes
+
+    whileai = f"{shlex.quote(sys.executable)} -m whileai.cli.main"
+    script = f"{whileai} {command} 2>err.txt | head -{lines} >/dev/null; echo ${{PIPESTATUS[0]}}"
+    done = child_processes.run(["bash", "-c", script], cwd=where, timeout=300)
+    return int(done.stdout.strip().splitlines()[-1]), (where / "err.txt").read_text()
+
+
+def test_a_closed_output_pipe_keeps_the_exit_status_of_what_was_done(tmp_path: Path) -> None:
+    status, stderr = _piped(f"spread {ROWS} --verbose", 2, tmp_path)
+    assert status == 0 and "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+    status, stderr = _piped(f"train {REPO / 'recipes' / 'tiny_cpu_gar.yaml'} --dry-run", 1, tmp_path)
+    assert status == 0 and "Error" not in stderr, stderr
+    # Passes the built-in rule cannot tell apart (one tool call each): no spread is still exit 1.
+    same = tmp_path / "same.jsonl"
+    row = '{{"scenario_id": "t{g}", "prompt": "p", "final_text": "<tool_call>a</tool_call> done", "reward": {r}}}\n'
+    same.write_text("".join(row.format(g=g, r=r) for g in range(8) for r in (1, 1, 0)))
+    status, stderr = _piped(f"spread {same} --verbose", 1, tmp_path)
+    assert status == 1 and "Traceback" not in stderr, stderr
