@@ -86,9 +86,9 @@ def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> di
 
 
 @lru_cache(maxsize=1024)
-def _scores_schema(pass_labels: tuple[str, ...], layout: str, top: int) -> dict[str, Any]:
-    """``scores_schema`` of a group's passing labels in the prompts' layout and scale."""
-    return scores_schema(pass_labels, layout, top)
+def _scores_schema(pass_labels: tuple[str, ...], layout: str, top: int, hacks: bool) -> dict[str, Any]:
+    """``scores_schema`` of a group's passing labels in the prompts' answer shape."""
+    return scores_schema(pass_labels, layout, top, hacks)
 
 
 def _failure_reason(error: Exception) -> str:
@@ -177,6 +177,8 @@ class _ScoresReader:
 
     def __call__(self, text: str | None) -> dict[str, Any]:
         reply = read_scores(text, self.shape.layout)
+        if not self.shape.hacks:
+            reply.hacks = []
         checked = check_scores(reply, self.pass_labels, self.fail_labels, self.shape.top)
         return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
 
@@ -213,7 +215,7 @@ class JudgeGrader(_JudgeBase):
             fail_labels = [v.label for v in views if not v.passed]
             if self.config.answer_form == "scores":
                 messages = rate_messages(self.prompts, task, views, self.config.max_rollout_chars)
-                schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top)
+                schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top, shape.hacks)
                 reader: Any = _ScoresReader(pass_labels, fail_labels, shape)
             else:
                 messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)

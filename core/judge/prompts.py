@@ -69,6 +69,11 @@ class AnswerShape(BaseModel):
     labels: Literal["letters", "numbers"] = Field(
         default="letters", description="How rollouts are labelled: A, B, C... or 1, 2, 3..."
     )
+    hacks: bool = Field(
+        default=True,
+        description="Whether the answer names hacks; false: the schema has no such list and any the judge names are "
+        "ignored (a judge that names every pass a hack zeroes the group).",
+    )
 
 
 class _TemplateFile(BaseModel):

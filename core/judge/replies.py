@@ -294,12 +294,22 @@ def check_scores(
     return CheckedRanking(tiers, hacks, reasons)
 
 
-def scores_schema(pass_labels: Sequence[str], layout: str = "grouped", top: int = SCORE_TOP) -> dict[str, Any]:
+def scores_schema(
+    pass_labels: Sequence[str], layout: str = "grouped", top: int = SCORE_TOP, hacks: bool = True
+) -> dict[str, Any]:
     """The JSON schema of a score-form reply for one group: every passing label a required key, nothing else allowed,
     so a grammar built from it admits no missing, repeated or invented label; each score an integer from 0 to
     ``top``. The judge writes what a rollout did before it scores it: in the ``grouped`` layout all the reasons come
-    first, then all the scores; in ``per_pass`` each pass's reason comes right before its own score."""
-    labels = list(pass_labels)
+    first, then all the scores; in ``per_pass`` each pass's reason comes right before its own score. ``hacks=False``
+    leaves out the list of hacks (prompts that do not ask for one)."""
+    schema = _scores_schema(list(pass_labels), layout, top)
+    if not hacks:
+        del schema["properties"]["hacks"]
+        schema["required"].remove("hacks")
+    return schema
+
+
+def _scores_schema(labels: list[str], layout: str, top: int) -> dict[str, Any]:
     reason = {"type": "string", "maxLength": REASON_CHARS}
     score = {"type": "integer", "minimum": 0, "maximum": top}
     hacks = {

@@ -146,3 +146,14 @@ def test_judge_eval_says_when_a_judge_ties_most_groups() -> None:
         return {"ranking": sorted(passes, key=lambda i: len(group[i]["completion"]))}
 
     assert "ties every pass" not in evaluate_grader(GroupwiseGrading(shortest), groups).verdict
+
+
+def test_prompts_without_hacks_send_no_list_and_ignore_any_named(make_judge, judge_server, tmp_path) -> None:
+    path = tmp_path / "no_hacks.yaml"
+    path.write_text("version: no-hacks\nextends: v3\nanswer:\n  layout: per_pass\n  hacks: false\n")
+    group = [*GROUP[:3], {**GROUP[0], "index": 3, "completion": "<tool_call>a</tool_call> refunded ORD-9999"}]
+    with_hacks = make_judge("grader", answer_form="scores", prompts="v3")(group)
+    assert with_hacks["hacks"] == [3]  # the scripted judge names ORD-9999 a hack
+    answer = make_judge("grader", answer_form="scores", prompts=str(path))(group)
+    assert "hacks" not in sent_schema(judge_server.requests[-1]["body"])["properties"]
+    assert answer["hacks"] == [] and answer["ranking"] == [[0, 2, 3], [1]]
