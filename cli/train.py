@@ -66,15 +66,28 @@ def train(
             where = f"; {checkpoint[0]} is the newest checkpoint"
         say(f"whileai: interrupted{where}. Continue with: {shlex.join(again)}")
         raise typer.Exit(130) from None
-    # Under accelerate or torchrun every process gets here; only the first one says how the run ended.
-    tell = say if first_process() else _quiet
+    # Under accelerate or torchrun every process gets here; only the first one says how the run ended, on stdout
+    # (the result; the progress above it went to stderr).
+    tell = _result if first_process() else _quiet
     if result.spread_failed:
         if result.spread_verdict == "broken":
             tell("whileai: the grader failed on (nearly) every group of the spread gate: not training")
             raise typer.Exit(GraderUnavailable.exit_code)
         tell("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
         raise typer.Exit(1)
+    if result.finished is not None:
+        done, target = result.finished
+        tell(
+            f"whileai: this run is finished ({done} of {target} steps); nothing changed in {result.output_dir} "
+            "(raise trainer.max_steps to train on)"
+        )
+        return
     tell(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")
+
+
+def _result(message: str) -> None:
+    """How the run ended, on stdout."""
+    out.print(message, markup=False)
 
 
 def _quiet(message: str) -> None:

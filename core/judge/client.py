@@ -119,7 +119,8 @@ def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: s
     ``/metrics`` (vLLM schedules up to ``max_num_seqs`` at once, 256 by default, and its metrics do not carry the
     setting). A server that answers none of them gets ``LOCAL_CONCURRENCY`` on this machine (llama-cpp-python's
     server answers one request at a time) and ``JUDGE_CONCURRENCY`` elsewhere (a hosted API); so does one that gives
-    no reply at all to the first question, which is then the only one asked.
+    no reply at all to the first question (nothing listening, or no headers), which is then the only one asked, and
+    the reason says it did not answer.
 
     Args:
         get: reads a URL, returning its status and text, or None when it cannot.
@@ -158,7 +159,8 @@ def server_concurrency(get: Callable[[str], tuple[int, str] | None], base_url: s
                 f"vLLM (its /metrics): it runs up to max_num_seqs at once, {JUDGE_CONCURRENCY} by default",
             )
     except _NoAnswer:
-        pass
+        count = LOCAL_CONCURRENCY if is_local(base_url) else JUDGE_CONCURRENCY
+        return count, f"no answer from {root}: is the server up?"
     if is_local(base_url):
         return LOCAL_CONCURRENCY, "a server on this machine that does not say how many it runs at once"
     return JUDGE_CONCURRENCY, "a remote server that does not say how many it runs at once"

@@ -61,6 +61,28 @@ def last_checkpoint(out: Path) -> tuple[Path, int] | None:
     return path, step
 
 
+def finished_steps(out: Path, max_steps: int | None) -> tuple[int, int] | None:
+    """``(steps trained, steps the run was to train)`` when the run in ``out`` finished and a resume would train
+    nothing new, else None. A run is finished when ``whileai_run.json`` says so and its newest checkpoint reached
+    ``max_steps`` (the recipe's, when it sets one above 0; else the total TRL recorded, from the epochs)."""
+    checkpoint = last_checkpoint(out)
+    try:
+        summary = json.loads((out / "whileai_run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if checkpoint is None or not isinstance(summary, dict) or summary.get("status") != "finished":
+        return None
+    try:
+        state = json.loads((checkpoint[0] / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    target = max_steps if max_steps is not None and max_steps > 0 else state.get("max_steps")
+    done = state.get("global_step", checkpoint[1])
+    if isinstance(target, int) and isinstance(done, int) and target > 0 and done >= target:
+        return done, target
+    return None
+
+
 def read_grading_log(path: Path, say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """The groups of a ``grading.jsonl``, in order.
 

@@ -37,6 +37,7 @@ from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.trl import binary_reward
 from whileai.training.folder import (
     GradingLog,
+    finished_steps,
     forget_after,
     last_checkpoint,
     mark_run,
@@ -58,6 +59,7 @@ class TrainingResult:
     steps: int = 0
     grader: dict[str, Any] = field(default_factory=dict)
     spread_verdict: str | None = None
+    finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
 
 
 @dataclass
@@ -242,6 +244,9 @@ def run_training(
         )
     if resume and not used and not (out / "recipe.yaml").is_file():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
+    if resume and (finished := finished_steps(out, loaded.recipe.trainer.model_dump().get("max_steps"))) is not None:
+        # Nothing to continue: TRL would train one step past the end and rewrite final/.
+        return TrainingResult(out, None, steps=finished[0], finished=finished)
     try:
         result = _train(loaded, skip_spread_gate, resume, say, callbacks)
     except KeyboardInterrupt:

@@ -104,3 +104,20 @@ def test_a_closed_output_pipe_keeps_the_exit_status_of_what_was_done(tmp_path: P
     same.write_text("".join(row.format(g=g, r=r) for g in range(8) for r in (1, 1, 0)))
     status, stderr = _piped(f"spread {same} --verbose", 1, tmp_path)
     assert status == 1 and "Traceback" not in stderr, stderr
+
+
+# ---------------------------------------------------------------- a judge that is not there
+
+
+def test_a_judge_at_a_closed_port_is_said_not_to_answer_in_the_plan_line() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"  # nothing listens there once the probe is closed
+    recipe = REPO / "recipes" / "refund_judge.yaml"
+    result = invoke("spread", ROWS, "--recipe", recipe, f"grader.judge.base_url={url}", "grader.judge.max_retries=0")
+    assert result.exit_code == 4
+    plan = next(line for line in result.stderr.splitlines() if line.startswith("whileai: judge "))
+    assert f"1 call(s) at once (no answer from {url.removesuffix('/v1')}: is the server up?)" in plan, plan
+    assert "does not say how many" not in plan

@@ -171,6 +171,14 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
     assert summary["resumed"] is True and summary["steps"] == 3
     lines = (out / "grading.jsonl").read_text().splitlines()
     assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {3}
+    assert result.stdout.strip() == f"whileai: trained 3 steps; the run is in {out}"  # the result, on stdout
+
+    # The run is finished: a resume says so, trains nothing and changes nothing in the folder.
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    finished = runner.invoke(app, again, catch_exceptions=False)
+    assert finished.exit_code == 0, finished.stderr
+    assert finished.stdout.startswith(f"whileai: this run is finished (3 of 3 steps); nothing changed in {out}")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
 
 
 @pytest.mark.slow
