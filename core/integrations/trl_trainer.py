@@ -1,4 +1,4 @@
-"""``WhileaiGRPOTrainer``: TRL's ``GRPOTrainer`` with the two hooks ``whileai train`` needs, and nothing else.
+"""``WhileaiGRPOTrainer``: TRL's ``GRPOTrainer`` with the hooks ``whileai train`` needs, and nothing else.
 
 Each hook overrides a method that TRL or transformers keep private, so each is named here with why, and
 ``tests/integration/test_trl_hooks.py`` fails if the pinned TRL (``trl>=1.16,<2``) or transformers renames or
@@ -12,6 +12,9 @@ changes what it relies on:
   checkpoint does not store a weight tied to another (a tiny model's ``lm_head.weight``), and transformers warns of
   it as a missing key. The hook ties the weights again and says so once, in whileai's words; any other missing key
   keeps transformers' warning.
+- ``create_model_card`` (public): TRL names the base model only when it is a hub id, so a run from a local folder
+  got a card saying "a fine-tuned version of [None]" and a quick start loading "None"; the card names the folder
+  and the run's ``final/`` instead.
 
 Importing this module imports trl (and so torch and transformers): ``whileai.integrations.trl.grpo_trainer`` imports
 it when called, and nothing else does.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trl import GRPOTrainer
@@ -45,6 +49,22 @@ class WhileaiGRPOTrainer(GRPOTrainer):
         if self.log_completions and isinstance(logs, dict) and "completion" in logs:
             json_tool_arguments(logs["completion"])
         return super().log(*arguments, **keywords)
+
+    def create_model_card(self, *arguments: Any, **keywords: Any) -> None:
+        # TRL names a base model only when it is a hub id; for a local folder (every model whileai builds or
+        # converts) its card reads "a fine-tuned version of [None](https://huggingface.co/None)".
+        super().create_model_card(*arguments, **keywords)
+        card = Path(self.args.output_dir) / "README.md"
+        if not self.is_world_process_zero() or not card.is_file():
+            return
+        text = card.read_text(encoding="utf-8")
+        base = str(getattr(self.model.config, "_name_or_path", "") or "")
+        named = f"the model in `{base}`" if base else "a model built from a config (random weights)"
+        text = text.replace(
+            "a fine-tuned version of [None](https://huggingface.co/None)", f"a fine-tuned version of {named}"
+        )
+        text = text.replace('model="None"', f'model="{Path(self.args.output_dir) / "final"}"')
+        card.write_text(text, encoding="utf-8")
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         # transformers' private warning of missing and unexpected keys after a checkpoint's weights are loaded.

@@ -172,6 +172,9 @@ def test_resume_continues_the_run_and_its_grading_log(tmp_path: Path) -> None:
     lines = (out / "grading.jsonl").read_text().splitlines()
     assert len(lines) > logged and {json.loads(line)["step"] for line in lines[logged:]} == {3}
     assert result.stdout.strip() == f"whileai: trained 3 steps; the run is in {out}"  # the result, on stdout
+    card = (out / "README.md").read_text()
+    assert "None" not in card and "a fine-tuned version of the model in `" in card, card[:600]
+    assert f'model="{out / "final"}"' in card
 
     # The run is finished: a resume says so, trains nothing and changes nothing in the folder.
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
