@@ -104,6 +104,15 @@ def test_public_names_resolve() -> None:
         whileai.no_such_name  # noqa: B018
 
 
+def test_the_licence_the_metadata_names_is_in_the_repository() -> None:
+    project = _pyproject()["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
+    text = (REPO / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text
+    assert "License :: OSI Approved :: Apache Software License" in project["classifiers"]
+    assert project["authors"] and project["requires-python"] == ">=3.10"
+
+
 def test_base_install_is_light() -> None:
     deps = " ".join(_pyproject()["project"]["dependencies"])
     for heavy in ("torch", "trl", "transformers", "vllm", "datasets"):
@@ -138,6 +147,11 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     path, out = json.loads(done.stdout)
     assert path.startswith(str(env_dir)) and out == [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
+    show = child_processes.run([str(python), "-m", "pip", "show", "whileai"], capture_output=True, text=True)
+    assert "License: Apache-2.0" in show.stdout and "Author: The whileai developers" in show.stdout, show.stdout
+    metadata = next((env_dir / "lib").glob("python3*/site-packages/whileai-*.dist-info"))
+    assert (metadata / "licenses" / "LICENSE").is_file() or (metadata / "LICENSE").is_file()
+    assert "Classifier: License :: OSI Approved :: Apache Software License" in (metadata / "METADATA").read_text()
     script = env_dir / "bin" / "whileai"
     version = child_processes.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
     assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0"
