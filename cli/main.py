@@ -6,7 +6,10 @@ Heavy imports (torch, trl) happen inside the command that needs them, never at i
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 import whileai
 from whileai.cli import console
@@ -53,13 +56,32 @@ def root(
     console.set_debug(debug)
 
 
-app.command("spread")(spread)
-app.command("redistribute")(redistribute)
-app.command("simulate")(simulate)
-app.command("validate")(validate)
-app.command("train")(train)
-app.command("report")(report)
-app.command("judge-eval")(judge_eval)
+class _Command(TyperCommand):
+    """A command whose usage line shows each argument's metavar as written (``RECIPE [KEY=VALUE]...``), where Typer
+    would wrap it again (``{RECIPE} [[KEY=VALUE]...]...``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument) and param.metavar:
+                pieces.append(param.metavar)
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+# Each command's line in `whileai --help`: short enough not to be cut at 80 columns.
+COMMANDS = (
+    ("spread", spread, "Does the grader tell passes apart? The spread gate."),
+    ("redistribute", redistribute, "Equation 3 on one group's rewards and ranking."),
+    ("simulate", simulate, "Simulated support conversations, as graded rows."),
+    ("validate", validate, "Check a recipe, importing no torch."),
+    ("train", train, "The spread gate, then GRPO with TRL and the grader."),
+    ("report", report, "Compare runs: pass rate, length and grading."),
+    ("judge-eval", judge_eval, "Measure a grader against a known reference."),
+)
+for name, command, summary in COMMANDS:
+    app.command(name, cls=_Command, short_help=summary)(command)
 
 
 def main() -> None:

@@ -51,7 +51,10 @@ _FACTORS = ("groupwise/score_mean", "groupwise/score_std")
 def report(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run folders (whileai train, TRL output_dir), spread reports, or verl grading folders."),
+        typer.Argument(
+            metavar="RUN...",
+            help="Run folders (whileai train, TRL output_dir), spread reports, or verl grading folders.",
+        ),
     ],
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw pass rate and length against step (PNG).")] = None,
     window: Annotated[

@@ -16,7 +16,7 @@ from whileai.errors import GraderUnavailable
 
 @guarded
 def train(
-    recipe: Annotated[Path, typer.Argument(help="The recipe YAML.")],
+    recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="The recipe YAML.")],
     overrides: Overrides = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the resolved recipe and the plan; import no torch.")

@@ -11,13 +11,16 @@ from whileai.cli.console import guarded, out, say
 from whileai.errors import BadInput
 
 Overrides = Annotated[
-    list[str] | None, typer.Argument(help="key=value overrides, e.g. trainer.learning_rate=1e-5 grading.cap=2.")
+    list[str] | None,
+    typer.Argument(
+        metavar="[KEY=VALUE]...", help="key=value overrides, e.g. trainer.learning_rate=1e-5 grading.cap=2."
+    ),
 ]
 
 
 @guarded
 def validate(
-    recipe: Annotated[Path, typer.Argument(help="The recipe YAML.")],
+    recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="The recipe YAML.")],
     overrides: Overrides = None,
     print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe.")] = False,
 ) -> None:

@@ -294,8 +294,8 @@ class JudgeEvalReport:
                 "precision": self.precision,
             },
             "self_agreement": {"mean": self.self_agreement, "groups": len(self.self_taus)},
-            "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "copies": {"tied": self.copies_tied, "total": self.copies_total},
+            "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "cost": {
                 "calls": self.calls,
                 "tokens_in": self.tokens_in,

@@ -189,7 +189,7 @@ def test_missing_rows_file_and_missing_grader_section(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("grading: {mode: advantage}\n")
     result = invoke("spread", "--recipe", empty)
-    assert result.exit_code == 2 and "give ROWS" in result.stderr
+    assert result.exit_code == 2 and f"{empty}: this recipe has no grader section" in result.stderr
 
 
 def test_unreachable_grader_exits_4(tmp_path: Path) -> None:

@@ -121,3 +121,26 @@ def test_a_judge_at_a_closed_port_is_said_not_to_answer_in_the_plan_line() -> No
     plan = next(line for line in result.stderr.splitlines() if line.startswith("whileai: judge "))
     assert f"1 call(s) at once (no answer from {url.removesuffix('/v1')}: is the server up?)" in plan, plan
     assert "does not say how many" not in plan
+
+
+# ---------------------------------------------------------------- the help at 80 columns
+
+
+def test_the_command_list_fits_80_columns_and_usage_lines_share_one_form() -> None:
+    listed = invoke("--help", env={"COLUMNS": "80"})
+    commands = listed.stdout.split("Commands:", 1)[1].strip().splitlines()
+    assert len(commands) == 7 and all(len(line) <= 80 and not line.endswith("...") for line in commands), commands
+    usages = {}
+    for command in ("spread", "judge-eval", "simulate", "validate", "train", "report"):
+        usages[command] = invoke(command, "--help", env={"COLUMNS": "120"}).stdout.splitlines()[0]
+    assert usages["spread"] == "Usage: whileai spread [OPTIONS] [ROWS] [KEY=VALUE]..."
+    assert usages["train"] == "Usage: whileai train [OPTIONS] RECIPE [KEY=VALUE]..."
+    assert usages["report"] == "Usage: whileai report [OPTIONS] RUN..."
+    assert not any("{" in line or "]]" in line or "]...]" in line for line in usages.values()), usages
+
+
+def test_the_test_summary_names_each_skip() -> None:
+    import tomllib
+
+    options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "-rs" in options.split()

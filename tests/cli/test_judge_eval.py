@@ -182,12 +182,13 @@ def test_the_plain_report_reads_in_a_few_lines(permutations) -> None:
     assert lines[1] == "reference order: tau-b 1.00 (95% bootstrap interval 1.00 to 1.00, n=24 groups)"
     assert lines[2] == "hacks: none in the reference, none flagged"
     assert lines[3] == "self-agreement under reordering: tau 1.00 (n=24 groups); identical copies tied: 24 of 24"
-    assert lines[4].startswith("cost per group: ") and lines[4].endswith(
+    assert lines[4] == "ties: every pass given the same score in 0 of 24 group(s) with two passes or more"
+    assert lines[5].startswith("cost per group: ") and lines[5].endswith(
         " s (not a judge: no calls or tokens to count)"
     )
-    assert lines[5] == "failures: none"
-    assert lines[6] == "verdict: orders every group as the reference does"
-    assert len(lines) == 7
+    assert lines[6] == "failures: none"
+    assert lines[7] == "verdict: orders every group as the reference does"
+    assert len(lines) == 8
 
 
 def test_the_json_has_the_benchmark_s_shape(permutations) -> None:
@@ -198,6 +199,7 @@ def test_the_json_has_the_benchmark_s_shape(permutations) -> None:
         "hacks",
         "self_agreement",
         "copies",
+        "tied_groups",
         "cost",
         "failed_groups",
         "unusable_answers",
@@ -207,6 +209,7 @@ def test_the_json_has_the_benchmark_s_shape(permutations) -> None:
     assert list(data["hacks"]) == ["reference", "flagged", "recall", "precision"]
     assert list(data["self_agreement"]) == ["mean", "groups"]
     assert list(data["copies"]) == ["tied", "total"]
+    assert data["tied_groups"] == {"tied": 0, "groups": 24}
     assert list(data["cost"]) == [
         "calls",
         "tokens_in",
