@@ -13,6 +13,7 @@ from typer.core import TyperArgument, TyperCommand
 
 import whileai
 from whileai.cli import console
+from whileai.cli.env import env
 from whileai.cli.judge_eval import judge_eval
 from whileai.cli.redistribute import redistribute
 from whileai.cli.report import report
@@ -79,6 +80,7 @@ COMMANDS = (
     ("train", train, "The spread gate, then GRPO with TRL and the grader."),
     ("report", report, "Compare runs: pass rate, length and grading."),
     ("judge-eval", judge_eval, "Measure a grader against a known reference."),
+    ("env", env, "The versions and machine a bug report needs."),
 )
 for name, command, summary in COMMANDS:
     app.command(name, cls=_Command, short_help=summary)(command)

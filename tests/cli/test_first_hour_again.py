@@ -129,7 +129,7 @@ def test_a_judge_at_a_closed_port_is_said_not_to_answer_in_the_plan_line() -> No
 def test_the_command_list_fits_80_columns_and_usage_lines_share_one_form() -> None:
     listed = invoke("--help", env={"COLUMNS": "80"})
     commands = listed.stdout.split("Commands:", 1)[1].strip().splitlines()
-    assert len(commands) == 7 and all(len(line) <= 80 and not line.endswith("...") for line in commands), commands
+    assert len(commands) == 8 and all(len(line) <= 80 and not line.endswith("...") for line in commands), commands
     usages = {}
     for command in ("spread", "judge-eval", "simulate", "validate", "train", "report"):
         usages[command] = invoke(command, "--help", env={"COLUMNS": "120"}).stdout.splitlines()[0]
@@ -144,3 +144,22 @@ def test_the_test_summary_names_each_skip() -> None:
 
     options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "-rs" in options.split()
+
+
+# ---------------------------------------------------------------- whileai env
+
+
+def test_env_prints_what_a_bug_report_needs() -> None:
+    import importlib.metadata
+    import json
+    import platform
+
+    result = invoke("env", "--json")
+    assert result.exit_code == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["packages"]["whileai"] == importlib.metadata.version("whileai")
+    assert found["packages"]["trl"] == importlib.metadata.version("trl")
+    assert found["packages"]["vllm"] is None or isinstance(found["packages"]["vllm"], str)
+    assert found["python"] == platform.python_version() and found["accelerator"]
+    lines = invoke("env").stdout.splitlines()
+    assert f"- whileai: {found['packages']['whileai']}" in lines and "- accelerator: " in "\n".join(lines)
