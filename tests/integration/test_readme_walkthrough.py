@@ -3,7 +3,8 @@
 The commands come from the README itself, never from a copy here: the main job's line (its ``whileai`` part; the
 test environment has the installs), then every ```bash block of the five-minute tour, in the README's order, in a
 fresh copy of the checkout (what a clone holds, no ``runs/``). Each command must exit 0, and its output must hold the
-```text block the README shows right after it: the lines in order, stdout and stderr each; a ``...`` line stands for
+```text block the README shows right after it: the lines in order, stdout and stderr each, and (run again with
+both streams in one pipe, for every command but ``train``) in the order a terminal shows them; a ``...`` line stands for
 lines left out (without one, stdout is exactly the block), and a line ending in `` ...`` for any line that begins
 as it does. ``whileai report`` must then print the figures computed here from the two run folders' completion logs:
 each run's pass rate over its first and last window and the paired difference of the final pass rates.
@@ -74,7 +75,7 @@ def _commands(block: str) -> list[list[str]]:
 
 def walkthrough() -> list[tuple[list[list[str]], str | None]]:
     """The README's shell commands in its order: the main job's line, then the tour's blocks."""
-    two_lines = _shown(_section("The two lines"))
+    two_lines = _shown(_section("Quick start"))
     main_job, shown = next((b, s) for b, s in two_lines if "whileai train" in b)
     parts = [part.strip() for part in main_job.strip().split("&&")]
     installs = [p for p in parts if p.startswith("pip install")]
@@ -106,6 +107,29 @@ def _run(words: list[str], cwd: Path, timeout: float) -> tuple[int, str, str]:
     """One command in a process group of its own; the group is killed however this returns."""
     done = child_processes.run([_whileai(), *words[1:]], cwd=cwd, env=_environment(), timeout=timeout)
     return done.returncode, done.stdout, done.stderr
+
+
+def _run_merged(words: list[str], cwd: Path) -> str:
+    """One command with stderr into stdout's pipe, unbuffered as on a terminal: its output in screen order."""
+    import subprocess
+
+    env = {**_environment(), "PYTHONUNBUFFERED": "1"}
+    done = child_processes.run([_whileai(), *words[1:]], cwd=cwd, env=env, timeout=300, capture_output=False,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    assert done.returncode == 0, (" ".join(words), done.stdout[-3000:])
+    return done.stdout
+
+
+def _assert_in_order(expected: str, merged: str, what: str) -> None:
+    """The README's lines (``...`` skipped) appear in ``merged`` in the README's order."""
+    printed = [x.rstrip() for x in merged.splitlines()]
+    position = 0
+    for line in (x.rstrip() for x in expected.splitlines()):
+        if line == ELIDED:
+            continue
+        found = next((i for i in range(position, len(printed)) if _same(line, printed[i])), None)
+        assert found is not None, f"{what}: on a terminal {line!r} does not come where the README shows it:\n{merged}"
+        position = found + 1
 
 
 def _fresh_checkout(tmp_path: Path) -> Path:
@@ -220,6 +244,11 @@ def test_the_readme_walkthrough_runs_in_its_order(tmp_path: Path) -> None:
         what = " && ".join(" ".join(words) for words in block)
         if shown is not None:
             _assert_shows(shown, stdout, stderr, what)
+        if shown is not None and all(words[1] != "train" for words in block):
+            # Once more with both streams in one pipe, written as a terminal shows them: the block's lines in the
+            # order they reach the screen (a training run's result is its last line anyway).
+            merged = "".join(_run_merged(words, checkout) for words in block)
+            _assert_in_order(shown, merged, what)
         if block[-1][1] == "report":
             a, b = (checkout / path for path in block[-1][2:4])
             _assert_report_figures(stdout, a, b)
