@@ -14,6 +14,7 @@ from typer.core import TyperArgument, TyperCommand
 import whileai
 from whileai.cli import console
 from whileai.cli.env import env
+from whileai.cli.eval import eval_run
 from whileai.cli.judge_eval import judge_eval
 from whileai.cli.redistribute import redistribute
 from whileai.cli.report import report
@@ -78,6 +79,7 @@ COMMANDS = (
     ("simulate", simulate, "Simulated support conversations, as graded rows."),
     ("validate", validate, "Check a recipe, importing no torch."),
     ("train", train, "The spread gate, then GRPO with TRL and the grader."),
+    ("eval", eval_run, "A trained run on held-out prompts: pass rate, grader."),
     ("report", report, "Compare runs: pass rate, length and grading."),
     ("judge-eval", judge_eval, "Measure a grader against a known reference."),
     ("env", env, "The versions and machine a bug report needs."),

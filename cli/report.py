@@ -228,6 +228,14 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
         for row in rows:
             table.add_row(*row)
         out.print(table)
+    held_out = entry.get("held_out")
+    if held_out is not None:
+        rate = held_out["pass_rate"]
+        grader_rows = [
+            ("held-out pass rate", f"{_rate(rate)}, n={rate['n']} in {rate['groups']} groups (whileai eval)"),
+            ("held-out length", f"{held_out['mean_length_tokens']:.1f} tokens, {held_out['prompts']} prompts"),
+            *grader_rows,
+        ]
     out.print(_figures(grader_rows, label_width))
 
 

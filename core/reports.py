@@ -393,6 +393,19 @@ def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
     return [g for step in sorted(groups)[-window:] for g in groups[step]]
 
 
+def held_out_summary(folder: Path) -> dict[str, Any] | None:
+    """What ``whileai eval`` measured on the run's final model (``eval.json``), or None where it has not run."""
+    from whileai.training.held_out import EVAL_FORMAT, eval_file
+
+    path = eval_file(folder)
+    if not path.is_file():
+        return None
+    data = _read_json(path)
+    if not isinstance(data, dict) or data.get("format") != EVAL_FORMAT:
+        raise BadInput(f"{path}: not a whileai eval file ({EVAL_FORMAT})")
+    return data
+
+
 def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> dict[str, Any]:
     """What ``whileai report`` shows of ``loaded`` (what :func:`load_report` read), as JSON-ready data: each report's
     entry (a run's pass rates by step with their intervals, its window summary and grader figures; a grading
@@ -413,6 +426,7 @@ def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> 
                 "summary": window_summary(item, window),
                 "grader": grading_summary(item.path, say),
                 "run": item.extra,
+                "held_out": held_out_summary(item.path),
             }
         else:
             entry = {"path": str(item.path), "kind": "spread", "report": item.data}

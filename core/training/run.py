@@ -46,7 +46,7 @@ from whileai.training.folder import (
     write_json,
 )
 
-__all__ = ["Gate", "TrainingResult", "binary_reward", "run_training"]
+__all__ = ["Gate", "TrainingResult", "binary_reward", "quiet_libraries", "run_training"]
 
 
 @dataclass
@@ -295,7 +295,7 @@ def _train(
     gate = _open_folder(run, resume, skip_spread_gate)
 
     # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
-    _quiet_libraries()
+    quiet_libraries()
     from accelerate import PartialState
 
     from whileai.training.distributed import on_first_process
@@ -458,16 +458,16 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     return TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
 
 
-def _quiet_libraries() -> None:
-    """Import the trainer's libraries (naming the extra when one is missing) and silence what a recipe user cannot
-    act on."""
+def quiet_libraries(command: str = "whileai train") -> None:
+    """Import the trainer's libraries (naming the extra when one is missing, for ``command``) and silence what a
+    recipe user cannot act on."""
     try:
         import datasets  # noqa: F401
         import torch  # noqa: F401
         import trl  # noqa: F401
         from transformers.utils import logging as transformers_logging
     except ImportError as err:
-        raise MissingExtra(err.name or "trl", "train", "whileai train") from None
+        raise MissingExtra(err.name or "trl", "train", command) from None
     transformers_logging.disable_progress_bar()
     # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
     # give to TRL's users.

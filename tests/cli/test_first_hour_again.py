@@ -129,7 +129,7 @@ def test_a_judge_at_a_closed_port_is_said_not_to_answer_in_the_plan_line() -> No
 def test_the_command_list_fits_80_columns_and_usage_lines_share_one_form() -> None:
     listed = invoke("--help", env={"COLUMNS": "80"})
     commands = listed.stdout.split("Commands:", 1)[1].strip().splitlines()
-    assert len(commands) == 8 and all(len(line) <= 80 and not line.endswith("...") for line in commands), commands
+    assert len(commands) == 9 and all(len(line) <= 80 and not line.endswith("...") for line in commands), commands
     usages = {}
     for command in ("spread", "judge-eval", "simulate", "validate", "train", "report"):
         usages[command] = invoke(command, "--help", env={"COLUMNS": "120"}).stdout.splitlines()[0]

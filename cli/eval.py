@@ -1,0 +1,46 @@
+"""``whileai eval``: a trained run on held-out prompts, its pass rate with an interval and its grader's figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from whileai.cli.console import guarded, out, print_json, say
+from whileai.cli.spread import JsonOption
+
+
+@guarded
+def eval_run(
+    run: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder whileai train wrote.")],
+    checkpoint: Annotated[
+        str | None, typer.Option(help="A checkpoint-N folder of the run instead of its final model.")
+    ] = None,
+    prompts: Annotated[
+        int, typer.Option(min=1, help="Held-out prompts when the recipe holds none out (data.eval_prompts).")
+    ] = 32,
+    seed: Annotated[int, typer.Option(help="torch's seed for the sampling.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Evaluate a trained run on prompts it did not train on: pass rate with a 95% interval, mean length, and the
+    grader's spread and hacks on the trained policy's completions.
+
+    Example: whileai eval runs/tiny_cpu_gar && whileai report runs/tiny_cpu_binary runs/tiny_cpu_gar
+
+    The prompts are the recipe's data.eval_prompts, or the next --prompts prompts of its task after those it trained
+    on; each gets the run's num_generations completions, sampled as training samples them. The figures go to
+    RUN/eval.json, which whileai report shows beside the run's training figures. Single-turn tasks.
+
+    Exit codes: 0 evaluated; 2 bad input (no run, no saved model, a multi-turn task); 3 torch/trl missing
+    (pip install 'whileai[train]'); 130 interrupted (Ctrl-C).
+    """
+    from whileai.training.held_out import eval_file, evaluate_run
+
+    result = evaluate_run(run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say)
+    if as_json:
+        print_json(result.data)
+        return
+    for line in result.lines():
+        out.print(line, markup=False)
+    say(f"whileai: wrote {eval_file(run, checkpoint)}")

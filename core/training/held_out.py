@@ -1,0 +1,150 @@
+"""A trained run on prompts it did not train on: ``whileai eval RUN``.
+
+The run folder holds everything needed: the resolved recipe it trained with (``recipe.yaml``), the model it saved
+(``final/``, or a ``checkpoint-N/``). The prompts are the ones the recipe held out (``data.eval_prompts``), or else
+the next ``prompts`` prompts of its task past those it trained on (a built-in task draws them from the same seeded
+generator; a rows file gives its rows after the training ones). Each prompt gets ``num_generations`` completions,
+sampled as training samples them (``whileai.training.sample``), scored by the recipe's verifier; the pass rate
+counts each prompt's completions as a cluster (``whileai.stats.clustered_interval``, the interval ``whileai
+report`` uses). A run trained with a grader has its groups graded too, as the spread gate grades them: the spread
+of the grader's scores and the hacks it confirms on completions the trained policy writes.
+
+The result is written to ``eval.json`` in the run folder (``eval-checkpoint-N.json`` for a checkpoint), where
+``whileai report`` reads it beside the run's training figures. Single-turn tasks only: a multi-turn task needs its
+tool loop, which TRL's own evaluation runs during training (``trainer.eval_strategy`` with ``data.eval_prompts``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BadInput
+from whileai.rows.rewards import verifier_reward
+from whileai.stats import clustered_interval
+
+__all__ = ["EVAL_FORMAT", "HeldOut", "eval_file", "evaluate_run"]
+
+EVAL_FORMAT = "whileai-eval/1"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """What ``evaluate_run`` measured, as ``eval.json`` holds it (``as_dict``)."""
+
+    data: dict[str, Any]
+
+    def lines(self) -> list[str]:
+        data, rate = self.data, self.data["pass_rate"]
+        lines = [
+            f"eval: {data['run']} ({data['model']}) on {data['prompts']} held-out prompt(s) x {data['generations']} "
+            f"completion(s) ({data['source']})",
+            f"pass rate {rate['rate']:.2f} (95% CI {rate['low']:.2f} to {rate['high']:.2f}, n={rate['n']} in "
+            f"{rate['groups']} groups); mean length {data['mean_length_tokens']:.1f} tokens",
+        ]
+        grader = data.get("grader")
+        if grader is None:
+            lines.append("grader: none (a binary arm)")
+        else:
+            lines.append(
+                f"grader: {grader['scores']} score(s) over {grader['groups']} group(s), std {grader['std']:.3f}, "
+                f"{grader['near_median'] * 100:.0f}% within the gate's tolerance of the median (spread: "
+                f"{grader['verdict']}); {grader['hacks']} hack(s) confirmed; {grader['fallbacks']} group(s) fell back"
+            )
+        return lines
+
+
+def eval_file(run: Path, checkpoint: str | None = None) -> Path:
+    """Where ``whileai eval`` writes (and ``whileai report`` reads) a run's held-out figures."""
+    return run / ("eval.json" if checkpoint is None else f"eval-{checkpoint}.json")
+
+
+def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any]:
+    """The held-out rows, where they come from, and the loaded recipe."""
+    from whileai.config import load_recipe
+    from whileai.training.tasks import load_task
+
+    loaded = load_recipe(recipe_path)
+    task = load_task(loaded)
+    if task.environment_factory is not None:
+        raise BadInput(
+            f"{recipe_path}: whileai eval reads single-turn tasks; this run's task is multi-turn (its tool loop runs "
+            "in TRL's own evaluation: trainer.eval_strategy with data.eval_prompts)"
+        )
+    if task.eval_rows:
+        return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", loaded
+    trained = len(task.rows)
+    wider = load_recipe(recipe_path, [f"data.num_prompts={trained + prompts}"])
+    rows = load_task(wider).rows[trained : trained + prompts]
+    if not rows:
+        raise BadInput(
+            f"{recipe_path}: no prompt past the {trained} the run trained on: hold some out with data.eval_prompts"
+        )
+    return rows, f"the {len(rows)} prompt(s) after the {trained} it trained on", loaded
+
+
+def evaluate_run(
+    run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0, say: Callable[[str], None] = print
+) -> HeldOut:
+    """Sample, verify and grade the run's model on held-out prompts (the module docstring says which and how), and
+    write the figures to ``eval_file(run, checkpoint)``.
+
+    Raises:
+        BadInput: no run folder, no saved model, a multi-turn task, or no held-out prompt.
+        MissingExtra: torch, transformers or trl not installed.
+    """
+    from whileai.build import build_grading
+    from whileai.grading.gate import check_spread_groups
+    from whileai.training.plan import Machine, grpo_kwargs
+    from whileai.training.run import quiet_libraries
+    from whileai.training.sample import sample_groups
+    from whileai.training.tasks import load_verifier
+
+    recipe_path = run / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
+    model = run / (checkpoint or "final")
+    if not (model / "config.json").is_file():
+        raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
+    rows, source, loaded = _held_out_rows(recipe_path, prompts)
+    quiet_libraries("whileai eval")
+    from trl import GRPOConfig
+
+    kwargs = grpo_kwargs(loaded, Machine.detect())
+    kwargs["output_dir"] = str(run)
+    args = GRPOConfig(**kwargs)
+    groups = sample_groups(str(model), rows, load_verifier(loaded), args, seed=seed)
+    passes = [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for _, m in groups for _, _, text in m]
+    data: dict[str, Any] = {
+        "format": EVAL_FORMAT,
+        "run": str(run),
+        "model": model.name,
+        "source": source,
+        "prompts": len(rows),
+        "generations": args.num_generations,
+        "seed": seed,
+        "pass_rate": clustered_interval(passes).as_dict(),
+        "mean_length_tokens": sum(lengths) / len(lengths) if lengths else 0.0,
+        "grader": None,
+    }
+    if loaded.recipe.grader is not None:
+        grading = build_grading(loaded, say=say)
+        report = check_spread_groups(grading, groups, strict=False)
+        data["grader"] = {
+            "verdict": report.verdict,
+            "groups": report.groups,
+            "scores": len(report.scores),
+            "std": report.std or 0.0,
+            "near_median": report.near_median or 0.0,
+            "hacks": sum(len(v) for v in report.hacks.values()),
+            "fallbacks": sum(report.failed.values()),
+        }
+    eval_file(run, checkpoint).write_text(json.dumps(data, indent=1) + "\n")
+    return HeldOut(data)
