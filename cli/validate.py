@@ -22,7 +22,9 @@ Overrides = Annotated[
 def validate(
     recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="The recipe YAML.")],
     overrides: Overrides = None,
-    print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe.")] = False,
+    print_recipe: Annotated[
+        bool, typer.Option("--print", help="Print the resolved recipe on stdout (the verdict then goes to stderr).")
+    ] = False,
 ) -> None:
     """Check a recipe without importing torch: schema and types (TRL's own for the trainer section), built-in names,
     batch arithmetic, includes, overrides, referenced files and functions.
@@ -42,4 +44,10 @@ def validate(
         out.print(loaded.dump(), markup=False, end="")
     # Every section the recipe (with its includes and overrides) sets; the others keep their defaults.
     sections = [name for name in type(loaded.recipe).model_fields if name in loaded.resolved and name != "include"]
-    say(f"whileai: {recipe} is valid (sections: {', '.join(sections) or 'defaults only'})")
+    verdict = f"whileai: {recipe} is valid (sections: {', '.join(sections) or 'defaults only'})"
+    # The result on stdout; with --print the resolved YAML is the result, and stdout stays a YAML file.
+    (say if print_recipe else _result)(verdict)
+
+
+def _result(message: str) -> None:
+    out.print(message, markup=False)

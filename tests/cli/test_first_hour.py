@@ -148,7 +148,7 @@ def test_a_misspelt_grader_kind_gets_a_did_you_mean(tmp_path: Path) -> None:
 
 def test_validate_lists_every_section_the_recipe_sets() -> None:
     result = invoke("validate", TINY)
-    listed = result.stderr.split("(sections: ")[1].rstrip().rstrip(")").split(", ")
+    listed = result.stdout.split("(sections: ")[1].rstrip().rstrip(")").split(", ")
     written = list(yaml.safe_load(TINY.read_text()))
     assert result.exit_code == 0 and sorted(listed) == sorted(written)
 

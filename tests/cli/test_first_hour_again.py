@@ -163,3 +163,17 @@ def test_env_prints_what_a_bug_report_needs() -> None:
     assert found["python"] == platform.python_version() and found["accelerator"]
     lines = invoke("env").stdout.splitlines()
     assert f"- whileai: {found['packages']['whileai']}" in lines and "- accelerator: " in "\n".join(lines)
+
+
+def test_every_command_puts_its_result_on_stdout(tmp_path: Path) -> None:
+    valid = invoke("validate", BINARY)
+    assert valid.exit_code == 0 and valid.stdout.startswith(f"whileai: {BINARY} is valid") and valid.stderr == ""
+    printed = invoke("validate", BINARY, "--print")
+    import yaml
+
+    assert yaml.safe_load(printed.stdout)["trainer"] and "is valid" in printed.stderr  # stdout stays YAML
+    rows = tmp_path / "rows.jsonl"
+    simulated = invoke("simulate", "--scenarios", "builtin:refunds", "--n", "2", "-o", rows)
+    assert simulated.stdout.startswith("pass@1 ") and "wrote" in simulated.stderr
+    spread = invoke("spread", ROWS)
+    assert spread.stdout.startswith("spread check: ") and "built-in rule" in spread.stderr
