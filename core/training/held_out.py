@@ -9,14 +9,18 @@ counts each prompt's completions as a cluster (``whileai.stats.clustered_interva
 report`` uses). A run trained with a grader has its groups graded too, as the spread gate grades them: the spread
 of the grader's scores and the hacks it confirms on completions the trained policy writes.
 
+A multi-turn task (TRL's ``environment_factory``) needs its tool loop: its completions come from TRL's own
+evaluation (``GRPOTrainer.evaluate``, the trainer built as ``whileai train`` builds it, on the held-out rows), which
+runs the tools as training does; a single-turn task is sampled as the spread gate samples it.
+
 The result is written to ``eval.json`` in the run folder (``eval-checkpoint-N.json`` for a checkpoint), where
-``whileai report`` reads it beside the run's training figures. Single-turn tasks only: a multi-turn task needs its
-tool loop, which TRL's own evaluation runs during training (``trainer.eval_strategy`` with ``data.eval_prompts``).
+``whileai report`` reads it beside the run's training figures.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,28 +66,59 @@ def eval_file(run: Path, checkpoint: str | None = None) -> Path:
     return run / ("eval.json" if checkpoint is None else f"eval-{checkpoint}.json")
 
 
-def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any]:
-    """The held-out rows, where they come from, and the loaded recipe."""
+def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any, Any]:
+    """The held-out rows, where they come from, the loaded recipe and the task that holds them."""
     from whileai.config import load_recipe
     from whileai.training.tasks import load_task
 
     loaded = load_recipe(recipe_path)
     task = load_task(loaded)
-    if task.environment_factory is not None:
-        raise BadInput(
-            f"{recipe_path}: whileai eval reads single-turn tasks; this run's task is multi-turn (its tool loop runs "
-            "in TRL's own evaluation: trainer.eval_strategy with data.eval_prompts)"
-        )
     if task.eval_rows:
-        return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", loaded
+        return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", loaded, task
     trained = len(task.rows)
-    wider = load_recipe(recipe_path, [f"data.num_prompts={trained + prompts}"])
-    rows = load_task(wider).rows[trained : trained + prompts]
+    wider_task = load_task(load_recipe(recipe_path, [f"data.num_prompts={trained + prompts}"]))
+    rows = wider_task.rows[trained : trained + prompts]
     if not rows:
         raise BadInput(
             f"{recipe_path}: no prompt past the {trained} the run trained on: hold some out with data.eval_prompts"
         )
-    return rows, f"the {len(rows)} prompt(s) after the {trained} it trained on", loaded
+    return rows, f"the {len(rows)} prompt(s) after the {trained} it trained on", loaded, wider_task
+
+
+def _tool_loop_groups(
+    model: Path, rows: list[dict[str, Any]], task: Any, verifier: Any, args: Any
+) -> tuple[list[Any], float | None]:
+    """A multi-turn task's groups: TRL's evaluation loop on ``rows`` (tools run by the task's environment), each
+    prompt's ``num_generations`` completions scored by the verifier as in training; and the mean completion length
+    TRL measured (the tokens the model wrote, tool results left out, as training logs it)."""
+    from transformers import AutoTokenizer
+
+    from whileai.integrations.trl import binary_reward, grpo_trainer
+    from whileai.rows.text import completion_text, prompt_text
+
+    size = args.num_generations
+    args.num_generations_eval = size
+    args.per_device_eval_batch_size = size  # one prompt's group per evaluation batch
+    scored = binary_reward(verifier, size)
+    seen: list[tuple[Any, Any, float]] = []
+
+    def whileai_eval(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
+        rewards = scored(prompts, completions, **kwargs)
+        seen.extend(zip(prompts, completions, rewards, strict=True))
+        return rewards
+
+    trainer = grpo_trainer(
+        model=str(model), reward=whileai_eval, args=args, train_rows=rows, eval_rows=rows,
+        processing_class=AutoTokenizer.from_pretrained(str(model)), environment_factory=task.environment_factory,
+        callbacks=[], grader_arm=False, where=str(model),
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    groups = []
+    for start in range(0, len(seen), size):
+        members = seen[start : start + size]
+        task_id = prompt_text(members[0][0])
+        groups.append((task_id, [(r, prompt_text(p), completion_text(c)) for p, c, r in members]))
+    return groups, metrics.get("eval_completions/mean_length")
 
 
 def evaluate_run(
@@ -109,19 +144,27 @@ def evaluate_run(
     model = run / (checkpoint or "final")
     if not (model / "config.json").is_file():
         raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
-    rows, source, loaded = _held_out_rows(recipe_path, prompts)
+    rows, source, loaded, task = _held_out_rows(recipe_path, prompts)
     quiet_libraries("whileai eval")
     from trl import GRPOConfig
 
-    kwargs = grpo_kwargs(loaded, Machine.detect())
-    kwargs["output_dir"] = str(run)
-    args = GRPOConfig(**kwargs)
-    groups = sample_groups(str(model), rows, load_verifier(loaded), args, seed=seed)
+    verifier = load_verifier(loaded)
+    with tempfile.TemporaryDirectory(prefix="whileai-eval-") as scratch:  # TRL's output_dir; the run's stays as it is
+        kwargs = grpo_kwargs(loaded, Machine.detect())
+        kwargs.update(output_dir=scratch, seed=seed, log_completions=False)
+        args = GRPOConfig(**kwargs)
+        length = None
+        if task.environment_factory is not None:
+            groups, length = _tool_loop_groups(model, rows, task, verifier, args)
+        else:
+            groups = sample_groups(str(model), rows, verifier, args, seed=seed)
     passes = [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for _, m in groups for _, _, text in m]
+    if length is None:  # a single-turn completion is all the model's own tokens
+        tokenizer = AutoTokenizer.from_pretrained(str(model))
+        counts = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for _, m in groups for _, _, text in m]
+        length = sum(counts) / len(counts) if counts else 0.0
     data: dict[str, Any] = {
         "format": EVAL_FORMAT,
         "run": str(run),
@@ -131,7 +174,7 @@ def evaluate_run(
         "generations": args.num_generations,
         "seed": seed,
         "pass_rate": clustered_interval(passes).as_dict(),
-        "mean_length_tokens": sum(lengths) / len(lengths) if lengths else 0.0,
+        "mean_length_tokens": float(length),
         "grader": None,
     }
     if loaded.recipe.grader is not None:

@@ -4,13 +4,13 @@ Two real 2-step runs of the offline recipes (the GAR arm and the binary arm); ea
 the 8 it trained on. Checked: the pass rate is the one the verifier gives the sampled completions (recomputed here
 from the sampled groups), with the report's clustered interval; the grader's figures for the grader arm and none
 for the binary arm; eval.json in the run folder; ``whileai report`` shows both runs' held-out figures; a checkpoint
-instead of the final model; the errors a new user meets (no run, no model, a multi-turn task).
+instead of the final model; the errors a new user meets (no run, no model); a multi-turn run through TRL's own
+tool loop.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -100,9 +100,30 @@ def test_what_a_new_user_gets_wrong_is_named(runs, tmp_path) -> None:
     assert nothing.exit_code == 2 and "no recipe.yaml: not a run folder whileai train wrote" in nothing.stderr
     missing = invoke("eval", runs["gar"], "--checkpoint", "checkpoint-99")
     assert missing.exit_code == 2 and "checkpoint-99: no saved model" in missing.stderr
-    agent = tmp_path / "agent"
-    (agent / "final").mkdir(parents=True)
-    (agent / "final" / "config.json").write_text("{}")
-    shutil.copy(REPO / "recipes" / "tiny_cpu_agent_gar.yaml", agent / "recipe.yaml")
-    multi = invoke("eval", agent)
-    assert multi.exit_code == 2 and "this run's task is multi-turn" in multi.stderr, multi.stderr
+
+
+def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, monkeypatch) -> None:
+    """The agent task's completions come from TRL's evaluation loop, its tools run by the task's environment. On the
+    prompts it trained on (a 2-step run warm-started on them passes some), the verifier must see passes: the loop,
+    the environments and the verifier are wired as in training. On held-out prompts it is measured as any run."""
+    from whileai.training import held_out
+
+    out = tmp_path / "agent"
+    done = invoke("train", REPO / "recipes" / "tiny_cpu_agent_gar.yaml", *SMOKE, f"output_dir={out}")
+    assert done.exit_code == 0, done.stderr[-3000:]
+    original = held_out._held_out_rows
+
+    def trained_on(recipe_path, prompts):
+        from whileai.config import load_recipe
+        from whileai.training.tasks import load_task
+
+        _, _, loaded, _ = original(recipe_path, prompts)
+        task = load_task(load_recipe(recipe_path))
+        return task.rows[:prompts], "the prompts it trained on", loaded, task
+
+    monkeypatch.setattr(held_out, "_held_out_rows", trained_on)
+    result = invoke("eval", out, "--prompts", "4", "--json")
+    assert result.exit_code == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["pass_rate"]["n"] == 32 and data["pass_rate"]["passes"] > 0, data
+    assert 0 < data["mean_length_tokens"] < 64 and data["grader"] is not None

@@ -274,7 +274,7 @@ def test_the_readme_main_job_runs_as_shipped(tmp_path: Path, monkeypatch: pytest
     summary = json.loads((tmp_path / "runs" / "tiny_cpu_gar" / "whileai_run.json").read_text())
     assert summary["steps"] == 60 and summary["grader"]["failed"] == 0 and summary["grader"]["mixed"] > 0
     # quiet: whileai's gate, table and summary, no TRL completion panels (before: 262 lines, 34 KB for 10 steps)
-    assert "╭" not in result.output and result.stdout == ""
+    assert "╭" not in result.output and result.stdout == "whileai: trained 60 steps; the run is in runs/tiny_cpu_gar\n"
     assert len(result.stderr.splitlines()) <= 60 + 20
     # the gate's verdict on the initial model's own completions, printed before training and recorded
     assert "spread gate on completions of the initial model:" in result.stderr
