@@ -121,6 +121,9 @@ def report(
     if comparison is not None:
         out.print()
         _print_comparison(runs[0].path, runs[1].path, window, comparison)
+    if "held_out_comparison" in data:
+        out.print()
+        _print_comparison(runs[0].path, runs[1].path, window, data["held_out_comparison"], "held-out pass rate")
     if experiment is not None:
         out.print()
         _print_arms(experiment)
@@ -239,11 +242,12 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
     out.print(_figures(grader_rows, label_width))
 
 
-def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any]) -> None:
+def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any], what: str = "final pass rate") -> None:
     def signed(value: float) -> str:
         return f"{value * 100:+.1f}".replace("-", "\u2212")
 
-    _heading(f"final pass rate, {b.name} minus {a.name}", f"last {window} logged steps", ", ")
+    where = f"last {window} logged steps" if what == "final pass rate" else "whileai eval, the same prompts"
+    _heading(f"{what}, {b.name} minus {a.name}", where, ", ")
     paired = comparison["paired"]
     how = "bootstrap over tasks" if paired else "Newcombe, groups as clusters"
     completions = f"{comparison['n_a']} and {comparison['n_b']} completions"

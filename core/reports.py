@@ -373,6 +373,17 @@ def compare_arms(a: Path, b: Path, window: int = REPORT_WINDOW) -> ArmComparison
     arm's :func:`~whileai.stats.clustered_interval` (groups as clusters).
     """
     tasks_a, tasks_b = final_tasks(a, window), final_tasks(b, window)
+    return task_difference(tasks_a, tasks_b, _last_groups(a, window), _last_groups(b, window))
+
+
+def task_difference(
+    tasks_a: dict[str, tuple[int, int]],
+    tasks_b: dict[str, tuple[int, int]],
+    groups_a: list[tuple[int, int]],
+    groups_b: list[tuple[int, int]],
+) -> ArmComparison | None:
+    """Pass rate of ``b`` minus ``a`` from (passes, n) per task, paired when they share two tasks or more, else from
+    each arm's groups as clusters (:func:`compare_arms` says how); None when an arm has nothing."""
     if not tasks_a or not tasks_b:
         return None
     n_a, n_b = sum(n for _, n in tasks_a.values()), sum(n for _, n in tasks_b.values())
@@ -381,11 +392,23 @@ def compare_arms(a: Path, b: Path, window: int = REPORT_WINDOW) -> ArmComparison
         diffs = [tasks_b[t][0] / tasks_b[t][1] - tasks_a[t][0] / tasks_a[t][1] for t in shared]
         low, high = bootstrap_interval(diffs)
         return ArmComparison(sum(diffs) / len(diffs), low, high, True, len(shared), n_a, n_b)
-    rate_a, rate_b = (clustered_interval(_last_groups(folder, window)) for folder in (a, b))
+    rate_a, rate_b = clustered_interval(groups_a), clustered_interval(groups_b)
     difference, low, high = newcombe_difference(
         (rate_a.rate, rate_a.low, rate_a.high), (rate_b.rate, rate_b.low, rate_b.high)
     )
     return ArmComparison(difference, low, high, False, 0, n_a, n_b)
+
+
+def held_out_difference(a: dict[str, Any], b: dict[str, Any]) -> ArmComparison | None:
+    """The held-out pass rate of ``b`` minus ``a`` (two ``eval.json``), paired by prompt when they share prompts."""
+    tasks: list[dict[str, tuple[int, int]]] = [{}, {}]
+    groups: list[list[tuple[int, int]]] = [[], []]
+    for side, data in enumerate((a, b)):
+        for row in data.get("per_prompt", []):
+            passes, n = tasks[side].get(row["prompt"], (0, 0))  # a prompt asked twice counts once, both groups in it
+            tasks[side][row["prompt"]] = (passes + row["passes"], n + row["n"])
+            groups[side].append((row["passes"], row["n"]))
+    return task_difference(tasks[0], tasks[1], groups[0], groups[1])
 
 
 def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
@@ -441,4 +464,10 @@ def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> 
             **asdict(comparison),
             "text": str(comparison),
         }
+    held_out = [held_out_summary(run.path) for run in runs] if len(runs) == 2 else []
+    if len(held_out) == 2 and held_out[0] is not None and held_out[1] is not None:
+        difference = held_out_difference(held_out[0], held_out[1])
+        if difference is not None:
+            data["held_out_comparison"] = {"a": str(runs[0].path), "b": str(runs[1].path), **asdict(difference)}
+            data["held_out_comparison"]["text"] = str(difference)
     return data

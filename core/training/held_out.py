@@ -174,6 +174,9 @@ def evaluate_run(
         "generations": args.num_generations,
         "seed": seed,
         "pass_rate": clustered_interval(passes).as_dict(),
+        "per_prompt": [
+            {"prompt": task_id, "passes": y, "n": m} for (task_id, _), (y, m) in zip(groups, passes, strict=True)
+        ],
         "mean_length_tokens": float(length),
         "grader": None,
     }

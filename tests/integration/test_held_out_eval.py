@@ -83,7 +83,7 @@ def test_report_shows_each_run_s_held_out_figures(runs) -> None:
             assert invoke("eval", run, "--prompts", "8").exit_code == 0
     shown = invoke("report", runs["binary"], runs["gar"])
     assert shown.exit_code == 0, shown.stderr
-    assert shown.stdout.count("held-out pass rate") == 2 and "(whileai eval)" in shown.stdout
+    assert shown.stdout.count("(whileai eval)") == 2  # each run's row; the paired difference follows
     data = json.loads(invoke("report", runs["gar"], "--json").stdout)
     assert data["reports"][0]["held_out"]["pass_rate"]["n"] == 64
 
@@ -127,3 +127,18 @@ def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, m
     data = json.loads(result.stdout)
     assert data["pass_rate"]["n"] == 32 and data["pass_rate"]["passes"] > 0, data
     assert 0 < data["mean_length_tokens"] < 64 and data["grader"] is not None
+
+
+def test_report_pairs_two_runs_held_out_pass_rates_by_prompt(runs) -> None:
+    for run in runs.values():
+        assert invoke("eval", run, "--prompts", "8").exit_code == 0
+    data = json.loads(invoke("report", runs["binary"], runs["gar"], "--json").stdout)
+    evals = [json.loads((runs[arm] / "eval.json").read_text()) for arm in ("binary", "gar")]
+    rates = [{row["prompt"]: row["passes"] / row["n"] for row in e["per_prompt"]} for e in evals]
+    shared = sorted(set(rates[0]) & set(rates[1]))
+    expected = sum(rates[1][p] - rates[0][p] for p in shared) / len(shared)
+    comparison = data["held_out_comparison"]
+    assert comparison["paired"] and comparison["tasks"] == len(shared) == 8
+    assert abs(comparison["difference"] - expected) < 1e-12
+    shown = invoke("report", runs["binary"], runs["gar"]).stdout
+    assert "held-out pass rate, gar minus binary, whileai eval, the same prompts" in shown
