@@ -100,11 +100,13 @@ def _tool_loop_groups(
     args.num_generations_eval = size
     args.per_device_eval_batch_size = size  # one prompt's group per evaluation batch
     scored = binary_reward(verifier, size)
-    seen: list[tuple[Any, Any, float]] = []
+    seen: list[tuple[str, Any, Any, float]] = []
 
     def whileai_eval(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
         rewards = scored(prompts, completions, **kwargs)
-        seen.extend(zip(prompts, completions, rewards, strict=True))
+        # The task is the row's id column (an environment's prompt may be the same for every scenario).
+        ids = kwargs.get("task_id") or kwargs.get("scenario_id") or [prompt_text(p) for p in prompts]
+        seen.extend(zip(map(str, ids), prompts, completions, rewards, strict=True))
         return rewards
 
     trainer = grpo_trainer(
@@ -116,8 +118,7 @@ def _tool_loop_groups(
     groups = []
     for start in range(0, len(seen), size):
         members = seen[start : start + size]
-        task_id = prompt_text(members[0][0])
-        groups.append((task_id, [(r, prompt_text(p), completion_text(c)) for p, c, r in members]))
+        groups.append((members[0][0], [(r, prompt_text(p), completion_text(c)) for _, p, c, r in members]))
     return groups, metrics.get("eval_completions/mean_length")
 
 
@@ -128,7 +129,7 @@ def evaluate_run(
     write the figures to ``eval_file(run, checkpoint)``.
 
     Raises:
-        BadInput: no run folder, no saved model, a multi-turn task, or no held-out prompt.
+        BadInput: no run folder, no saved model, or no held-out prompt.
         MissingExtra: torch, transformers or trl not installed.
     """
     from whileai.build import build_grading

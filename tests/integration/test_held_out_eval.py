@@ -127,6 +127,10 @@ def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, m
     data = json.loads(result.stdout)
     assert data["pass_rate"]["n"] == 32 and data["pass_rate"]["passes"] > 0, data
     assert 0 < data["mean_length_tokens"] < 64 and data["grader"] is not None
+    assert (
+        sorted(row["prompt"] for row in data["per_prompt"]) == sorted(f"support-{n}" for n in range(4))
+        or len({row["prompt"] for row in data["per_prompt"]}) == 4
+    )  # each scenario its own task, by its id
 
 
 def test_report_pairs_two_runs_held_out_pass_rates_by_prompt(runs) -> None:
