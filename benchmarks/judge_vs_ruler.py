@@ -301,6 +301,8 @@ def whileai_arm(
     groups: Sequence[Group], rows: Path, url: str, model_id: str, form: str, prompts: str, max_tokens: int, work: Path
 ) -> list[Answer]:
     """whileai's judge with one answer form and prompt version, through the recipe as a user runs it."""
+    if prompts.endswith((".yaml", ".yml")):  # a file named from here, not from the recipe's folder
+        prompts = str(Path(prompts).resolve())
     overrides = [
         f"grader.judge.base_url={url}",
         f"grader.judge.model={model_id}",

@@ -88,7 +88,8 @@ def ran(tmp_path_factory) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tmp / "fake_art")}
     args = [
         sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD,
-        "--ruler-python", sys.executable, "--whileai", "scores:v2,scores:v3,ranking:v2",
+        "--ruler-python", sys.executable,
+        "--whileai", "scores:v2,scores:v3,ranking:v2,scores:benchmarks/judge_variants/v3_no_hacks.yaml",
         "--of-4", "4", "--of-8", "2", "--out", str(out), "--json", str(tmp / "results" / "vs.json"),
         "--work-dir", str(tmp / "work"),
     ]  # fmt: skip
@@ -101,7 +102,8 @@ def ran(tmp_path_factory) -> dict:
 def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
     assert [r["arm"] for r in records] == [
-        "whileai scores v2", "whileai scores v3", "whileai ranking v2", "RULER (default rubric)",
+        "whileai scores v2", "whileai scores v3", "whileai ranking v2", "whileai scores v3_no_hacks",
+        "RULER (default rubric)",
     ]  # fmt: skip
     for record in records:
         assert record["figures"]["groups"] == 6 and record["cost"]["calls"] >= 6, record["arm"]
@@ -111,9 +113,9 @@ def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
     assert ruler["figures"]["unusable"] == 2 and ruler["figures"]["answered"] == 4
     assert "Expected 8 scores" in ruler["figures"]["unusable_reasons"][0]
     # The fake judge prefers fewer tool calls; whileai's arms answer every group.
-    assert all(r["figures"]["unusable"] == 0 for r in records[:3])
+    assert all(r["figures"]["unusable"] == 0 for r in records[:4])
     page = ran["out"].read_text()
-    assert page.count("| fake-judge.gguf |") == 4
+    assert page.count("| fake-judge.gguf |") == 5
     # The page's other section is kept: real_judge.py and this benchmark write one page.
     assert page.startswith("<!-- real-judge -->\nreal_judge.py's table\n<!-- /real-judge -->\n")
     assert page.rstrip().endswith("<!-- /judge-vs-ruler -->")
@@ -121,7 +123,7 @@ def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
 
 def test_the_proxy_stepped_json_schema_down_once_for_the_whole_run(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
-    assert [r["cost"]["stepped_down"] for r in records] == [1, 0, 0, 0]
+    assert [r["cost"]["stepped_down"] for r in records] == [1, 0, 0, 0, 0]
 
 
 def test_the_sample_is_ordered_groups_from_both_families(ran) -> None:
