@@ -118,12 +118,10 @@ def report(
         scales = [(r.extra or {}).get("scale_rewards") for r in runs]
         if None not in scales and scales[0] != scales[1]:
             say(f"whileai: the arms used different trainer.scale_rewards ({scales[0]} and {scales[1]}): not comparable")
-    if comparison is not None:
-        out.print()
-        _print_comparison(runs[0].path, runs[1].path, window, comparison)
-    if "held_out_comparison" in data:
-        out.print()
-        _print_comparison(runs[0].path, runs[1].path, window, data["held_out_comparison"], "held-out pass rate")
+    for what, found in (("final pass rate", comparison), ("held-out pass rate", data.get("held_out_comparison"))):
+        if found is not None:
+            out.print()
+            _print_comparison(runs[0].path, runs[1].path, window, found, what)
     if experiment is not None:
         out.print()
         _print_arms(experiment)
