@@ -78,7 +78,7 @@ OUT_JSON = REPO / "benchmarks" / "results" / "judge_vs_ruler.json"
 RULER_SIDE = Path(__file__).resolve().with_name("ruler_side.py")
 FORMAT = "whileai-judge-vs-ruler/1"
 COLUMNS = (
-    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged", "unusable", "calls",
+    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged (wrong)", "unusable", "calls",
     "tokens in/group", "tokens out/group", "p50 s", "wall min",
 )  # fmt: skip
 say = say_as("judge_vs_ruler")
@@ -168,7 +168,7 @@ class Answer:
 
 def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any]:
     """The figures of one arm over the groups (the module docstring says how each is computed)."""
-    taus, tied, flagged, unusable, reasons = [], 0, 0, 0, []
+    taus, tied, flagged, wrong, unusable, reasons = [], 0, 0, 0, 0, []
     for group, answer in zip(groups, answers, strict=True):
         if answer.scores is None:
             unusable += 1
@@ -181,6 +181,7 @@ def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any
         values = [answer.scores[i] for i in group.passes if i in answer.scores]
         tied += len(set(values)) <= 1
         flagged += sum(1 for i in answer.hacks if group.hacks[i])
+        wrong += sum(1 for i in answer.hacks if not group.hacks[i])
     answered = len(groups) - unusable
     interval = bootstrap_interval(taus, seed=0) if len(taus) >= 2 else None
     return {
@@ -189,7 +190,7 @@ def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any
         "tau": statistics.fmean(taus) if taus else None,
         "interval": list(interval) if interval else None,
         "tied": tied / answered if answered else None,
-        "hacks": {"flagged": flagged, "reference": sum(sum(g.hacks) for g in groups)},
+        "hacks": {"flagged": flagged, "reference": sum(sum(g.hacks) for g in groups), "wrong": wrong},
         "unusable": unusable,
         "unusable_reasons": sorted({r for r in reasons if r})[:5],
     }
@@ -383,7 +384,8 @@ def table_row(record: dict[str, Any]) -> list[str]:
     hacks = fig["hacks"]
     return [
         record["model"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
-        "-" if fig["tied"] is None else f"{fig['tied']:.2f}", f"{hacks['flagged']}/{hacks['reference']}",
+        "-" if fig["tied"] is None else f"{fig['tied']:.2f}",
+        f"{hacks['flagged']}/{hacks['reference']} ({hacks.get('wrong', 0)} wrong)",
         str(fig["unusable"]), str(cost["calls"]), f"{cost['tokens_in'] / n:.0f}", f"{cost['tokens_out'] / n:.0f}",
         "-" if cost["p50_s"] is None else f"{cost['p50_s']:.1f}", f"{cost['wall_s'] / 60:.1f}",
     ]  # fmt: skip

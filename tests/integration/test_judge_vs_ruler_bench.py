@@ -148,12 +148,12 @@ def test_figures_of_known_answers() -> None:
     group = bench.Group("t", "p", ["a", "b", "c", "d"], [True, True, True, False], [1.0, 0.5, 0.0, 0.0],
                         [False, False, True, False])  # fmt: skip
     right = bench.Answer({0: 0.9, 1: 0.5, 2: 0.1}, hacks=[2])
-    tied = bench.Answer({0: 1.0, 1: 1.0, 2: 1.0})
+    tied = bench.Answer({0: 1.0, 1: 1.0, 2: 1.0}, hacks=[0])  # a pass the reference holds honest, flagged
     wrong = bench.Answer({0: 0.1, 1: 0.5, 2: 0.9})
     fig = bench.figures([group, group, group, group], [right, tied, wrong, bench.Answer(unusable="bad JSON")])
     assert fig["answered"] == 3 and fig["unusable"] == 1 and fig["unusable_reasons"] == ["bad JSON"]
     assert fig["tau"] == pytest.approx(0.0) and fig["tied"] == pytest.approx(1 / 3)
-    assert fig["hacks"] == {"flagged": 1, "reference": 4}
+    assert fig["hacks"] == {"flagged": 1, "reference": 4, "wrong": 1}
 
 
 def test_sigterm_while_the_judge_is_asked_ends_the_run_and_the_server(tmp_path: Path) -> None:
