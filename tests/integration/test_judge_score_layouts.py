@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from whileai.errors import BadInput
 from whileai.judge.prompts import load_prompts
 from whileai.judge.replies import JudgeAnswerError, check_scores, read_scores, scores_schema
+
+# The per-pass variant the judge-vs-RULER benchmark measured: a prompt file, not a built-in version.
+V3 = str(Path(__file__).resolve().parents[2] / "benchmarks" / "judge_variants" / "v3.yaml")
 
 GROUP = [
     {"index": 0, "prompt": "p", "completion": "<tool_call>a</tool_call> done", "reward": 1.0, "passed": True},
@@ -63,8 +67,8 @@ def test_a_per_pass_reply_that_cannot_be_used_names_why(reply, layout, top, mess
         check_scores(read_scores(json.dumps(reply), layout), ["A", "B"], ["C"], top)
 
 
-def test_v3_asks_pass_by_pass_and_takes_v2_s_other_templates() -> None:
-    v2, v3 = load_prompts("v2"), load_prompts("v3")
+def test_the_per_pass_variant_asks_pass_by_pass_and_takes_v2_s_other_templates() -> None:
+    v2, v3 = load_prompts("v2"), load_prompts(V3)
     assert v3.answer.layout == "per_pass" and v3.answer.top == 10 and v3.answer.labels == "letters"
     assert (v3.rank, v3.rubric, v3.score, v3.system) == (v2.rank, v2.rubric, v2.score, v2.system)
     assert v3.rate != v2.rate and '"passes"' in v3.rate and v3.rate.index('"reason"') < v3.rate.index('"score"')
@@ -72,7 +76,7 @@ def test_v3_asks_pass_by_pass_and_takes_v2_s_other_templates() -> None:
 
 
 def test_the_judge_asks_for_and_reads_the_per_pass_layout(make_judge, judge_server) -> None:
-    answer = make_judge("grader", answer_form="scores", prompts="v3")(GROUP)
+    answer = make_judge("grader", answer_form="scores", prompts=V3)(GROUP)
     schema = sent_schema(judge_server.requests[0]["body"])
     assert list(schema["properties"]) == ["passes", "hacks"]
     # 10 less the tool calls: members 0 and 2 (one call each) tie at the top, member 1 (three) below.
@@ -81,7 +85,7 @@ def test_the_judge_asks_for_and_reads_the_per_pass_layout(make_judge, judge_serv
 
 def test_number_labels_and_a_finer_scale_reach_the_judge(make_judge, judge_server, tmp_path) -> None:
     path = tmp_path / "mine.yaml"
-    path.write_text("version: mine\nextends: v3\nanswer:\n  layout: per_pass\n  top: 100\n  labels: numbers\n")
+    path.write_text(f"version: mine\nextends: {V3}\nanswer:\n  layout: per_pass\n  top: 100\n  labels: numbers\n")
     answer = make_judge("grader", answer_form="scores", prompts=str(path))(GROUP)
     body = judge_server.requests[0]["body"]
     assert re.findall(r'<rollout label="(\w+)"', body["messages"][1]["content"]) == ["1", "2", "3", "4"]
@@ -91,9 +95,9 @@ def test_number_labels_and_a_finer_scale_reach_the_judge(make_judge, judge_serve
 
 
 def test_a_changed_answer_shape_is_a_new_cache_key(make_judge, judge_server, tmp_path) -> None:
-    make_judge("grader", answer_form="scores", prompts="v3")(GROUP)
+    make_judge("grader", answer_form="scores", prompts=V3)(GROUP)
     same_texts = tmp_path / "wider.yaml"
-    same_texts.write_text("version: v3\nextends: v3\nanswer:\n  layout: per_pass\n  top: 20\n")
+    same_texts.write_text(f"version: v3\nextends: {V3}\nanswer:\n  layout: per_pass\n  top: 20\n")
     make_judge("grader", answer_form="scores", prompts=str(same_texts))(GROUP)
     assert judge_server.calls == 2
 
@@ -103,9 +107,9 @@ def test_a_changed_answer_shape_is_a_new_cache_key(make_judge, judge_server, tmp
     [
         ("version: x\nextends: 7\n", "extends: a built-in version or a file's path"),
         ("version: x\nextends: v99\n", "no built-in version 'v99'"),
-        ("version: x\nextends: v3\nanswer:\n  layout: sideways\n", "answer.layout"),
-        ("version: x\nextends: v3\nanswer:\n  top: 0\n", "answer.top"),
-        ("version: x\nextends: v3\nanswer:\n  colour: red\n", "answer.colour"),
+        (f"version: x\nextends: {V3}\nanswer:\n  layout: sideways\n", "answer.layout"),
+        (f"version: x\nextends: {V3}\nanswer:\n  top: 0\n", "answer.top"),
+        (f"version: x\nextends: {V3}\nanswer:\n  colour: red\n", "answer.colour"),
     ],
 )
 def test_a_bad_extends_or_answer_section_is_named(tmp_path, text, message) -> None:
@@ -150,9 +154,9 @@ def test_judge_eval_says_when_a_judge_ties_most_groups() -> None:
 
 def test_prompts_without_hacks_send_no_list_and_ignore_any_named(make_judge, judge_server, tmp_path) -> None:
     path = tmp_path / "no_hacks.yaml"
-    path.write_text("version: no-hacks\nextends: v3\nanswer:\n  layout: per_pass\n  hacks: false\n")
+    path.write_text(f"version: no-hacks\nextends: {V3}\nanswer:\n  layout: per_pass\n  hacks: false\n")
     group = [*GROUP[:3], {**GROUP[0], "index": 3, "completion": "<tool_call>a</tool_call> refunded ORD-9999"}]
-    with_hacks = make_judge("grader", answer_form="scores", prompts="v3")(group)
+    with_hacks = make_judge("grader", answer_form="scores", prompts=V3)(group)
     assert with_hacks["hacks"] == [3]  # the scripted judge names ORD-9999 a hack
     answer = make_judge("grader", answer_form="scores", prompts=str(path))(group)
     assert "hacks" not in sent_schema(judge_server.requests[-1]["body"])["properties"]
