@@ -118,8 +118,9 @@ class JudgePrompts:
     @property
     def digest(self) -> str:
         texts = (self.version, self.system, self.rank, self.rubric, self.score, *([self.rate] if self.rate else []))
-        shape = self.answer.model_dump_json()
-        return hashlib.sha256("\x00".join((*texts, shape)).encode()).hexdigest()[:16]
+        if self.answer != AnswerShape():  # the default shape adds nothing: v1's and v2's cached answers stay valid
+            texts = (*texts, self.answer.model_dump_json())
+        return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
 
     def fill(self, which: str, **values: str) -> str:
         """The template ``which`` with ``values`` substituted."""
