@@ -161,3 +161,12 @@ def test_prompts_without_hacks_send_no_list_and_ignore_any_named(make_judge, jud
     answer = make_judge("grader", answer_form="scores", prompts=str(path))(group)
     assert "hacks" not in sent_schema(judge_server.requests[-1]["body"])["properties"]
     assert answer["hacks"] == [] and answer["ranking"] == [[0, 2, 3], [1]]
+
+
+def test_the_default_shape_keeps_a_version_s_digest_so_its_cached_answers_stay_valid() -> None:
+    import hashlib
+
+    v2 = load_prompts("v2")
+    texts = (v2.version, v2.system, v2.rank, v2.rubric, v2.score, v2.rate or "")
+    assert v2.digest == hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    assert load_prompts(V3).digest != v2.digest
