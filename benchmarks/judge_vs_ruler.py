@@ -26,9 +26,9 @@ place of the version); RULER is ``art.rewards.ruler.ruler`` itself with its defa
 ``benchmarks/ruler_side.py`` under ``--ruler-python`` (a virtual environment with ``openpipe-art``; RULER's
 dependencies are not whileai's). Every arm is sent ``temperature`` 0 and the same ``max_tokens``.
 
-    python -m venv /work/envs/ruler && /work/envs/ruler/bin/pip install openpipe-art==0.5.18
+    python -m venv ruler-venv && ruler-venv/bin/pip install openpipe-art==0.5.18
     python benchmarks/judge_vs_ruler.py --model models/qwen2.5-coder-0.5b.gguf --server-python llama-venv/bin/python \\
-        --ruler-python /work/envs/ruler/bin/python --whileai scores:v2,ranking:v2,scores:v3
+        --ruler-python ruler-venv/bin/python --whileai scores:v2,scores:benchmarks/judge_variants/v3.yaml
 
 Results go to ``--out`` (a section of ``results/real_judge.md``: one row per model x arm, rows of earlier runs kept) and
 ``--json`` (every arm's answers), after every arm. The server's and RULER's process groups are ended on every way out.

@@ -25,6 +25,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "judge_vs_ruler.py"
 FAKE = REPO / "tests" / "llama_server_fake.py"
+VARIANTS = "benchmarks/judge_variants"  # named from the repository root, where the benchmark runs
 SERVER_CMD = f"{{python}} {FAKE} --model {{model}} --host {{host}} --port {{port}} --n_ctx {{n_ctx}}"
 
 # RULER's entry point as the benchmark's RULER side calls it, asking through the proxy with a json_schema.
@@ -89,7 +90,7 @@ def ran(tmp_path_factory) -> dict:
     args = [
         sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD,
         "--ruler-python", sys.executable,
-        "--whileai", "scores:v2,scores:v3,ranking:v2,scores:benchmarks/judge_variants/v3_no_hacks.yaml",
+        "--whileai", f"scores:v2,scores:{VARIANTS}/v3.yaml,ranking:v2,scores:{VARIANTS}/v3_no_hacks.yaml",
         "--of-4", "4", "--of-8", "2", "--out", str(out), "--json", str(tmp / "results" / "vs.json"),
         "--work-dir", str(tmp / "work"),
     ]  # fmt: skip
@@ -171,7 +172,7 @@ def test_sigterm_while_the_judge_is_asked_ends_the_run_and_the_server(tmp_path: 
     model.write_bytes(b"GGUF")
     args = [
         sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD + " --delay 30",
-        "--whileai", "scores:v3", "--of-4", "2", "--of-8", "0", "--out", str(tmp_path / "vs.md"),
+        "--whileai", "scores:v2", "--of-4", "2", "--of-8", "0", "--out", str(tmp_path / "vs.md"),
         "--json", str(tmp_path / "vs.json"), "--work-dir", str(tmp_path / "work"),
     ]  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
