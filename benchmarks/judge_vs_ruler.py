@@ -28,7 +28,7 @@ dependencies are not whileai's). Every arm is sent ``temperature`` 0 and the sam
 
     python -m venv ruler-venv && ruler-venv/bin/pip install openpipe-art==0.5.18
     python benchmarks/judge_vs_ruler.py --model models/qwen2.5-coder-0.5b.gguf --server-python llama-venv/bin/python \\
-        --ruler-python ruler-venv/bin/python --whileai scores:v2,scores:benchmarks/judge_variants/v3.yaml
+        --ruler-python ruler-venv/bin/python --whileai scores:v2,scores:benchmarks/judge_variants/per_pass_hacks.yaml
 
 Results go to ``--out`` (a section of ``results/real_judge.md``: one row per model x arm, rows of earlier runs kept) and
 ``--json`` (every arm's answers), after every arm. The server's and RULER's process groups are ended on every way out.

@@ -83,8 +83,9 @@ class JudgeConfig(EndpointSettings):
     prompts: str = Field(
         default="v2",
         description=(
-            "Prompt templates: a built-in version name (a file configs/judge/<name>.yaml) or the path of a YAML file "
-            "with the same keys (version, system, rank, rubric, score, and rate for answer_form: scores)."
+            "Prompt templates: a built-in version name (a file configs/judge/<name>.yaml: v2, the default; v3, pass by "
+            "pass with no list of hacks, for a small local judge; v1) or the path of a YAML file with the same keys "
+            "(version, system, rank, rubric, score, and rate for answer_form: scores; or extends: and what changes)."
         ),
     )
     max_rollout_chars: int | None = Field(

@@ -19,7 +19,7 @@ from whileai.judge.prompts import load_prompts
 from whileai.judge.replies import JudgeAnswerError, check_scores, read_scores, scores_schema
 
 # The per-pass variant the judge-vs-RULER benchmark measured: a prompt file, not a built-in version.
-V3 = str(Path(__file__).resolve().parents[2] / "benchmarks" / "judge_variants" / "v3.yaml")
+V3 = str(Path(__file__).resolve().parents[2] / "benchmarks" / "judge_variants" / "per_pass_hacks.yaml")
 
 GROUP = [
     {"index": 0, "prompt": "p", "completion": "<tool_call>a</tool_call> done", "reward": 1.0, "passed": True},
@@ -170,3 +170,13 @@ def test_the_default_shape_keeps_a_version_s_digest_so_its_cached_answers_stay_v
     texts = (v2.version, v2.system, v2.rank, v2.rubric, v2.score, v2.rate or "")
     assert v2.digest == hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
     assert load_prompts(V3).digest != v2.digest
+
+
+def test_the_shipped_v3_is_the_variant_the_benchmark_measured() -> None:
+    shipped = load_prompts("v3")
+    measured = load_prompts(str(Path(V3).with_name("v3_no_hacks.yaml")))
+    assert (shipped.rate, shipped.answer, shipped.rank, shipped.score) == (
+        measured.rate, measured.answer, measured.rank, measured.score,
+    )  # fmt: skip
+    assert shipped.answer.layout == "per_pass" and shipped.answer.hacks is False
+    assert load_prompts("v2").answer.hacks is True  # the default keeps its list of hacks

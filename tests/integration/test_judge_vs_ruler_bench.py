@@ -90,7 +90,7 @@ def ran(tmp_path_factory) -> dict:
     args = [
         sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD,
         "--ruler-python", sys.executable,
-        "--whileai", f"scores:v2,scores:{VARIANTS}/v3.yaml,ranking:v2,scores:{VARIANTS}/v3_no_hacks.yaml",
+        "--whileai", f"scores:v2,scores:{VARIANTS}/per_pass_hacks.yaml,ranking:v2,scores:{VARIANTS}/v3_no_hacks.yaml",
         "--of-4", "4", "--of-8", "2", "--out", str(out), "--json", str(tmp / "results" / "vs.json"),
         "--work-dir", str(tmp / "work"),
     ]  # fmt: skip
@@ -103,7 +103,7 @@ def ran(tmp_path_factory) -> dict:
 def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
     assert [r["arm"] for r in records] == [
-        "whileai scores v2", "whileai scores v3", "whileai ranking v2", "whileai scores v3_no_hacks",
+        "whileai scores v2", "whileai scores per_pass_hacks", "whileai ranking v2", "whileai scores v3_no_hacks",
         "RULER (default rubric)",
     ]  # fmt: skip
     for record in records:
