@@ -41,7 +41,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -55,12 +54,12 @@ from real_judge import (
     DEFAULT_SERVER_CMD,
     REPO,
     Server,
+    run_benchmark,
     run_in_group,
     say_as,
     start_server,
     stop_server,
     whileai_command,
-    with_signals,
     write_section,
     write_whole,
 )
@@ -484,16 +483,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def run() -> int:
-        if args.work_dir is not None:
-            args.work_dir.mkdir(parents=True, exist_ok=True)
-            return benchmark(args, args.work_dir)
-        with tempfile.TemporaryDirectory(prefix="judge_vs_ruler-") as work:
-            return benchmark(args, Path(work))
-
-    return with_signals(run, say)
+    return run_benchmark(parse_args(argv), benchmark, "judge_vs_ruler")
 
 
 if __name__ == "__main__":

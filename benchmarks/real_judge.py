@@ -731,17 +731,22 @@ def with_signals(run: Callable[[], int], say: Callable[[str], None]) -> int:
         return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_benchmark(args: argparse.Namespace, body: Callable[[argparse.Namespace, Path], int], name: str) -> int:
+    """``body(args, work)`` in ``--work-dir`` (kept) or a temporary folder, under ``with_signals``."""
+    say = say_as(name)
 
     def run() -> int:
         if args.work_dir is not None:
             args.work_dir.mkdir(parents=True, exist_ok=True)
-            return benchmark(args, args.work_dir)
-        with tempfile.TemporaryDirectory(prefix="real_judge-") as work:
-            return benchmark(args, Path(work))
+            return body(args, args.work_dir)
+        with tempfile.TemporaryDirectory(prefix=f"{name}-") as work:
+            return body(args, Path(work))
 
     return with_signals(run, say)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_benchmark(parse_args(argv), benchmark, "real_judge")
 
 
 if __name__ == "__main__":
