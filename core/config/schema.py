@@ -266,6 +266,12 @@ class ModelSection(Section):
         "small to share across cores, and a second thread beside a busy process slows it down), torch's own "
         "otherwise.",
     )
+    tool_calls: Literal["template", "json"] = Field(
+        "template",
+        description="A multi-turn task's tool calls TRL runs: 'template', those in the chat template's own form "
+        '(Qwen2.5\'s <tool_call>); \'json\', also a bare JSON call in the message, {"name": <a tool>, "arguments": '
+        "{...}}, as small instruct models write them (whileai.integrations.tool_calls).",
+    )
     warm_start: WarmStartSection | None = Field(
         None,
         description="A tiny model on a multi-turn task (data.dataset: builtin:support) only: supervised steps on "

@@ -377,6 +377,7 @@ def grpo_trainer(
     grader_arm: bool,
     where: str,
     say: Callable[[str], None] | None = None,
+    tool_calls: str = "template",
 ) -> Any:
     """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
 
@@ -384,7 +385,8 @@ def grpo_trainer(
     Parquet; a resumed checkpoint's tied weights said once through ``say``); transformers' printer and tqdm callbacks
     make way for ``callbacks`` (whileai's own progress). For a grader arm the built trainer is checked as
     :func:`signal_problems` says (an environment class that defines ``get_reward`` is a second reward function the
-    recipe never names).
+    recipe never names). ``tool_calls="json"`` makes the trainer's tokenizer also read a bare JSON tool call
+    (``whileai.integrations.tool_calls``) naming one of the environment's tools.
 
     Raises:
         BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
@@ -405,6 +407,12 @@ def grpo_trainer(
         callbacks=list(callbacks),
         say=say,
     )
+    if tool_calls == "json" and environment_factory is not None:
+        from whileai.integrations.tool_calls import accept_json_tool_calls
+        from whileai.simulations.environment import environment_tools
+
+        names = [tool.__name__ for tool in environment_tools(environment_factory())]
+        accept_json_tool_calls(trainer._tokenizer, names)  # the tokenizer TRL's parse_response is given
     if grader_arm:
         problems = signal_problems(
             scale_rewards=trainer.scale_rewards,

@@ -86,7 +86,7 @@ def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]
 
 
 def _tool_loop_groups(
-    model: Path, rows: list[dict[str, Any]], task: Any, verifier: Any, args: Any
+    model: Path, rows: list[dict[str, Any]], task: Any, verifier: Any, args: Any, tool_calls: str
 ) -> tuple[list[Any], float | None]:
     """A multi-turn task's groups: TRL's evaluation loop on ``rows`` (tools run by the task's environment), each
     prompt's ``num_generations`` completions scored by the verifier as in training; and the mean completion length
@@ -112,7 +112,7 @@ def _tool_loop_groups(
     trainer = grpo_trainer(
         model=str(model), reward=whileai_eval, args=args, train_rows=rows, eval_rows=rows,
         processing_class=AutoTokenizer.from_pretrained(str(model)), environment_factory=task.environment_factory,
-        callbacks=[], grader_arm=False, where=str(model),
+        callbacks=[], grader_arm=False, where=str(model), tool_calls=tool_calls,
     )  # fmt: skip
     metrics = trainer.evaluate()
     groups = []
@@ -156,7 +156,8 @@ def evaluate_run(
         args = GRPOConfig(**kwargs)
         length = None
         if task.environment_factory is not None:
-            groups, length = _tool_loop_groups(model, rows, task, verifier, args)
+            tool_calls = loaded.recipe.model.tool_calls if loaded.recipe.model is not None else "template"
+            groups, length = _tool_loop_groups(model, rows, task, verifier, args, tool_calls)
         else:
             groups = sample_groups(str(model), rows, verifier, args, seed=seed)
     passes = [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]

@@ -159,6 +159,8 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
                 f", warm-started: {warm.steps} supervised steps on {warm.rollouts} seeded-agent conversations per "
                 "scenario"
             )
+        if recipe.model.tool_calls == "json":
+            model += "; tool calls in the chat template's form or as bare JSON"
         plan.steps.append(("model", model))
         threads = cpu_threads(recipe.model)
         plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))

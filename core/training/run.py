@@ -429,6 +429,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         grader_arm=grading is not None,
         where=str(run.loaded.path),
         say=run.say if run.main else None,
+        tool_calls=run.loaded.recipe.model.tool_calls if run.loaded.recipe.model is not None else "template",
     )
 
 
