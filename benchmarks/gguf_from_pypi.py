@@ -144,8 +144,12 @@ def to_transformers(gguf: Path, out: Path, dtype: str = "float32") -> dict[str, 
     torch_dtype = getattr(torch, dtype)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch_dtype)
     # transformers refuses to save a model it loaded from a GGUF ("not serializable"); a model built from its config
-    # with the same weights is an ordinary model.
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch_dtype)
+    # with the same weights is an ordinary model. Its config must not keep the GGUF's quantization_config either:
+    # transformers would load the saved folder as a quantised model and refuse to fine-tune it.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     out.mkdir(parents=True, exist_ok=True)

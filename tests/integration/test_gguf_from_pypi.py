@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import sys
 import zipfile
 from pathlib import Path
@@ -85,7 +86,10 @@ def test_the_converted_folder_is_a_model_transformers_loads_and_that_answers(tmp
     record = gguf.to_transformers(source, tmp_path / "hf")
     assert record["parameters"] > 400_000_000 and record["sha256"] == gguf.MODELS["qwen2.5-coder-0.5b"].sha256
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    # an ordinary model, not a quantised one transformers would refuse to fine-tune
+    assert "quantization_config" not in json.loads((tmp_path / "hf" / "config.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    assert getattr(model, "hf_quantizer", None) is None
     messages = [{"role": "user", "content": "What is 2+3? Answer with the number."}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
