@@ -20,12 +20,14 @@ import re
 from collections.abc import Collection, Iterator
 from typing import Any
 
-__all__ = ["TOOL_CALL_FORMS", "accept_json_tool_calls", "json_tool_calls"]
-
-# The forms ``model.tool_calls`` names: the chat template's alone, or also bare JSON.
-TOOL_CALL_FORMS = ("template", "json")
+__all__ = ["accept_json_tool_calls", "json_tool_calls", "recipe_tool_calls"]
 
 _FENCE = re.compile(r"```(?:json)?")
+
+
+def recipe_tool_calls(recipe: Any) -> str:
+    """The recipe's ``model.tool_calls`` (``"template"`` for a recipe with no model section)."""
+    return recipe.model.tool_calls if recipe.model is not None else "template"
 
 
 def _objects(text: str) -> Iterator[Any]:

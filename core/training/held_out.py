@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
+from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.rows.rewards import verifier_reward
 from whileai.stats import clustered_interval
 
@@ -156,8 +157,7 @@ def evaluate_run(
         args = GRPOConfig(**kwargs)
         length = None
         if task.environment_factory is not None:
-            tool_calls = loaded.recipe.model.tool_calls if loaded.recipe.model is not None else "template"
-            groups, length = _tool_loop_groups(model, rows, task, verifier, args, tool_calls)
+            groups, length = _tool_loop_groups(model, rows, task, verifier, args, recipe_tool_calls(loaded.recipe))
         else:
             groups = sample_groups(str(model), rows, verifier, args, seed=seed)
     passes = [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]

@@ -34,6 +34,7 @@ from typing import Any
 from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.integrations.trl import binary_reward
 from whileai.training.folder import (
     GradingLog,
@@ -429,7 +430,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         grader_arm=grading is not None,
         where=str(run.loaded.path),
         say=run.say if run.main else None,
-        tool_calls=run.loaded.recipe.model.tool_calls if run.loaded.recipe.model is not None else "template",
+        tool_calls=recipe_tool_calls(run.loaded.recipe),
     )
 
 

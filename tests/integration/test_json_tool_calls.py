@@ -110,3 +110,29 @@ def test_the_plan_says_which_tool_calls_run() -> None:
     assert "tool calls in the chat template's form or as bare JSON" in shown.stdout + shown.stderr
     plain = CliRunner().invoke(app, ["train", str(recipe), "--dry-run", "model.tool_calls=template"])
     assert "bare JSON" not in plain.stdout + plain.stderr
+
+
+@pytest.mark.slow
+def test_the_forms_benchmark_counts_what_trls_parser_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``benchmarks/tool_call_forms.py`` as its docstring runs it, on a tiny chat model: it writes its table and
+    every completion, and its counts agree with the completions it wrote (json parses at least what template does)."""
+    import importlib.util
+    import json
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("tool_call_forms", repo / "benchmarks" / "tool_call_forms.py")
+    forms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(forms)
+    model = _trainer(tmp_path, "template").model.name_or_path
+    out, answers = tmp_path / "forms.md", tmp_path / "forms.json"
+    argv = ["tool_call_forms.py", "--model", model, "--scenarios", "2", "--samples", "2", "--max-new-tokens", "24"]
+    for _ in range(2):  # a second run replaces the model's row
+        monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--json", str(answers)])
+        forms.main()
+    completions = json.loads(answers.read_text())["model"]
+    assert len(completions) == 4
+    assert all(c["json"] >= c["template"] for c in completions)
+    assert out.read_text().count("| model | 4 |") == 1, out.read_text()
+    known = [{"named": True, "template": False, "json": True, "form": "bare JSON", "tokens": 10}]
+    assert forms.row("m", known, 60) == "| m | 1 | 1/1 (100%) | 0/1 (0%) | 1/1 (100%) | 0 | 0 | 1 | 0 | 10 | 1.0 |\n"
