@@ -113,31 +113,42 @@ def series(folder: Path) -> dict[str, list[float]]:
     return {name: [row.get(key, float("nan")) for row in run.steps] for name, key in FIGURE_METRICS.items()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", choices=sorted(DESIGN["tasks"]), default=list(DESIGN["tasks"]))
-    parser.add_argument("--seeds", nargs="+", type=int, default=DESIGN["seeds"])
+def main(
+    design: dict[str, Any] = DESIGN,
+    quick: dict[str, Any] = QUICK,
+    prefix: str = "figure8",
+    description: str = __doc__.splitlines()[0],
+) -> int:
+    """Run ``design`` (arms over seeds, per task; ``quick`` is its smoke) and write ``<prefix>.json``, ``.md`` and a
+    figure per task under ``--results``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tasks", nargs="+", choices=sorted(design["tasks"]), default=list(design["tasks"]))
+    parser.add_argument("--seeds", nargs="+", type=int, default=design["seeds"])
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (each on one thread)")
-    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "figure8", help="where the run folders go")
+    parser.add_argument("--runs", type=Path, default=REPO / "runs" / prefix, help="where the run folders go")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--quick", action="store_true", help="a smoke: echo only, 2 seeds, 3 steps")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke: {', '.join(quick['tasks'])}, {len(quick['seeds'])} seed(s), {quick['steps']} steps",
+    )
     parser.add_argument("--fresh", action="store_true", help="run every run again, even a finished one")
     parser.add_argument("--no-reproduce", action="store_true", help="skip the rerun of one seed")
     options = parser.parse_args()
-    tasks = {name: dict(DESIGN["tasks"][name]) for name in options.tasks}
+    tasks = {name: dict(design["tasks"][name]) for name in options.tasks}
     seeds = options.seeds
     if options.quick:
-        seeds = QUICK["seeds"]
+        seeds = quick["seeds"]
         tasks = {
-            name: {**DESIGN["tasks"][name], "steps": QUICK["steps"], "window": QUICK["window"]}
-            for name in QUICK["tasks"]
+            name: {**design["tasks"][name], "steps": quick["steps"], "window": quick["window"]}
+            for name in quick["tasks"]
         }
     options.runs.mkdir(parents=True, exist_ok=True)
 
     grid = [(task, arm, seed) for task in tasks for seed in seeds for arm in tasks[task]["arms"]]
     folders = {key: options.runs / key[0] / key[1] / f"seed-{key[2]}" for key in grid}
     arguments = {
-        key: run_args(tasks[key[0]]["arms"][key[1]], key[2], tasks[key[0]]["steps"], folders[key], DESIGN["threads"])
+        key: run_args(tasks[key[0]]["arms"][key[1]], key[2], tasks[key[0]]["steps"], folders[key], design["threads"])
         for key in grid
     }
     seconds: dict[tuple[str, str, int], float] = {}
@@ -150,47 +161,47 @@ def main() -> int:
         if not options.fresh and finished(folder, arguments[key]):
             seconds[key] = json.loads((folder / "whileai_run.json").read_text()).get("seconds", float("nan"))
             reused.add(key)
-            print(f"figure8: {key[0]} {key[1]} seed {key[2]}: reused {folder}", flush=True)
+            print(f"{prefix}: {key[0]} {key[1]} seed {key[2]}: reused {folder}", flush=True)
             return
         try:
             seconds[key] = train(arguments[key], folder, folder.parent / f"seed-{key[2]}.log")
         except RuntimeError as err:
             failures.append(str(err))
-            print(f"figure8: {err}", flush=True)
+            print(f"{prefix}: {err}", flush=True)
             return
-        print(f"figure8: {key[0]} {key[1]} seed {key[2]}: {seconds[key]:.0f} s", flush=True)
+        print(f"{prefix}: {key[0]} {key[1]} seed {key[2]}: {seconds[key]:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         list(pool.map(one, grid))
     if failures:
-        print(f"figure8: {len(failures)} run(s) failed; no table written", file=sys.stderr)
+        print(f"{prefix}: {len(failures)} run(s) failed; no table written", file=sys.stderr)
         return 1
     grid_seconds = time.perf_counter() - started
 
     reproduced: dict[str, Any] | None = None
-    if not options.no_reproduce:
-        task = DESIGN["reproduce"]["task"] if DESIGN["reproduce"]["task"] in tasks else next(iter(tasks))
-        key = (task, DESIGN["reproduce"]["arm"], seeds[0])
+    if not options.no_reproduce and design["reproduce"] is not None:
+        task = design["reproduce"]["task"] if design["reproduce"]["task"] in tasks else next(iter(tasks))
+        key = (task, design["reproduce"]["arm"], seeds[0])
         again = options.runs / "reproduce" / f"{key[0]}-{key[1]}-seed-{key[2]}"
-        args = run_args(tasks[task]["arms"][key[1]], key[2], tasks[task]["steps"], again, DESIGN["threads"])
+        args = run_args(tasks[task]["arms"][key[1]], key[2], tasks[task]["steps"], again, design["threads"])
         train(args, again, again.parent / f"{again.name}.log")
         recorded, rerun = series(folders[key]), series(again)
         same = json.dumps(recorded, sort_keys=True) == json.dumps(rerun, sort_keys=True)
         reproduced = {"task": key[0], "arm": key[1], "seed": key[2], "steps": tasks[task]["steps"], "identical": same}
-        print(f"figure8: rerun of {key[0]} {key[1]} seed {key[2]}: {'identical' if same else 'DIFFERENT'}", flush=True)
+        print(f"{prefix}: rerun of {key[0]} {key[1]} seed {key[2]}: {'identical' if same else 'DIFFERENT'}", flush=True)
 
     from whileai.experiments import experiment_table, seed_experiment
 
-    prefix = "figure8_quick" if options.quick else "figure8"
+    name = f"{prefix}_quick" if options.quick else prefix
     timing = {
         "grid_seconds": round(grid_seconds, 1),
         "run_seconds": {f"{k[0]}/{k[1]}/seed-{k[2]}": round(v, 1) for k, v in sorted(seconds.items())},
         "timed_here": len(grid) - len(reused),
     }
-    design = {**DESIGN, "seeds": seeds, "tasks": tasks}
+    design = {**design, "seeds": seeds, "tasks": tasks}
     if reused == set(grid):  # every run reused: keep the timings of the invocation that trained them
         try:
-            previous = json.loads((options.results / f"{prefix}.json").read_text())
+            previous = json.loads((options.results / f"{name}.json").read_text())
         except (OSError, json.JSONDecodeError):
             previous = {}
         if previous.get("design") == json.loads(json.dumps(design)) and previous.get("timed_here"):
@@ -198,7 +209,7 @@ def main() -> int:
     results: dict[str, Any] = {
         "design": design,
         "quick": options.quick,
-        "machine": _machine(),
+        "machine": _machine(design["threads"]),
         **timing,
         "reproduced": reproduced,
         "tasks": {},
@@ -210,18 +221,18 @@ def main() -> int:
         for arm in experiment["arms"].values():
             arm["runs"] = {seed: _in_repo(folder) for seed, folder in arm["runs"].items()}
         results["tasks"][task] = experiment
-        figure = options.results / f"{prefix}_{task}.png"
+        figure = options.results / f"{name}_{task}.png"
         subprocess.run(
             [sys.executable, "-m", "whileai.cli.main", "report", *map(str, runs), "--plot", str(figure), "--json"],
             check=True,
             capture_output=True,
         )
-    (options.results / f"{prefix}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (options.results / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
     table = experiment_table(results)
-    (options.results / f"{prefix}.md").write_text(table)
+    (options.results / f"{name}.md").write_text(table)
     print(table)
     if reproduced is not None and not reproduced["identical"]:
-        print("figure8: the rerun did not reproduce the recorded numbers", file=sys.stderr)
+        print(f"{prefix}: the rerun did not reproduce the recorded numbers", file=sys.stderr)
         return 1
     return 0
 
@@ -233,7 +244,7 @@ def _in_repo(path: str | Path) -> str:
     return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else str(path)
 
 
-def _machine() -> dict[str, Any]:
+def _machine(threads: int) -> dict[str, Any]:
     import platform
 
     import torch
@@ -249,7 +260,7 @@ def _machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "trl": trl.__version__,
         "cpus": os.cpu_count(),
-        "threads_per_run": DESIGN["threads"],
+        "threads_per_run": threads,
     }
 
 

@@ -15,8 +15,9 @@ For each arm and metric:
   difference the design finds with 80% power in a two-sided 5% test, (t_0.975 + t_0.80) times the standard error.
 
 The metrics are TRL's logged figures per step (``FIGURE_METRICS``): the verifier's pass rate (``whileai/pass_rate``),
-the mean completion length in tokens (``completions/mean_length``) and tool calls per completion
-(``tools/call_frequency``, multi-turn runs only).
+the mean completion length in tokens (``completions/mean_length``), tool calls per completion
+(``tools/call_frequency``, multi-turn runs only) and the share of completions cut off at the length limit
+(``completions/clipped_ratio``).
 
 What this module does not do: the interval arithmetic (``whileai.stats``: :func:`~whileai.stats.t_interval`,
 :func:`~whileai.stats.welch_interval`, :func:`~whileai.stats.detectable_difference`), read a run's log history itself
@@ -37,6 +38,7 @@ from whileai.stats import detectable_difference, mean, t_interval, welch_interva
 
 __all__ = [
     "FIGURE_METRICS",
+    "SHARES",
     "Difference",
     "experiment_table",
     "format_value",
@@ -51,7 +53,10 @@ FIGURE_METRICS: dict[str, str] = {
     "pass rate": "whileai/pass_rate",
     "length": "completions/mean_length",
     "tool calls": "tools/call_frequency",
+    "cut off": "completions/clipped_ratio",
 }
+# The metrics that are shares of completions: printed in percent, their bands drawn within [0, 1].
+SHARES = ("pass rate", "cut off")
 
 
 def _recipe(folder: Path) -> dict[str, Any] | None:
@@ -215,10 +220,11 @@ def _band(per_seed: dict[str, list[tuple[int, float]]]) -> dict[str, list[float]
 
 
 def format_value(metric: str, value: float, signed: bool = False) -> str:
-    """A metric's value as the tables print it: pass rates in percent (differences in points), others to 2 places."""
+    """A metric's value as the tables print it: shares (pass rate, cut off) in percent (differences in points),
+    others to 2 places."""
     if not math.isfinite(value):
         return "n/a"
-    if metric == "pass rate":
+    if metric in SHARES:
         return f"{value * 100:+.1f} pts" if signed else f"{value * 100:.1f}%"
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import MissingExtra
-from whileai.experiments import FIGURE_METRICS, run_arm, seed_experiment
+from whileai.experiments import FIGURE_METRICS, SHARES, run_arm, seed_experiment
 from whileai.reports import RunHistory, step_pass_rates
 
 __all__ = ["plot_runs", "pyplot"]
@@ -26,6 +26,7 @@ PANEL_TITLES = {
     "pass rate": "pass rate",
     "length": "completion length (tokens)",
     "tool calls": "tool calls per rollout",
+    "cut off": "share cut off at the length limit",
 }
 
 
@@ -46,7 +47,8 @@ def pyplot(purpose: str = "drawing figures") -> Any:
 
 
 def plot_runs(runs: list[RunHistory], path: Path) -> Path:
-    """Pass rate, completion length and tool calls against step, one panel each, written to ``path`` as a PNG.
+    """Pass rate, completion length, tool calls and the share cut off against step, one panel each (those the runs
+    logged), written to ``path`` as a PNG.
 
     Runs of one arm repeated over seeds (``whileai.experiments``: the arm and seed each run folder records) are drawn
     as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
@@ -95,7 +97,7 @@ def _plot_arms(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
             if not band or not band["steps"]:
                 continue
             (line,) = axes[column].plot(band["steps"], band["mean"], label=label, linewidth=1.4)
-            top = 1.0 if metric == "pass rate" else math.inf  # the band drawn within what the metric can be
+            top = 1.0 if metric in SHARES else math.inf  # the band drawn within what the metric can be
             low, high = [max(0.0, v) for v in band["low"]], [min(top, v) for v in band["high"]]
             axes[column].fill_between(band["steps"], low, high, color=line.get_color(), alpha=0.2)
 

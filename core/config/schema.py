@@ -187,7 +187,7 @@ class VerifierSection(Section):
         "function(prompts, completions, **columns) -> list[float].",
     )
     builtin: str | None = Field(
-        None, description="A built-in verifier by name (echoes_digits, support), instead of a function."
+        None, description="A built-in verifier by name (echoes_digits, support, word_problems), instead of a function."
     )
 
     @field_validator("function")
@@ -247,6 +247,30 @@ class TinySection(Section):
         return self.model_dump(exclude_none=True)
 
 
+class LoraSection(Section):
+    """LoRA adapters trained in place of the whole model (peft's ``LoraConfig``, handed to TRL as ``peft_config``):
+    the base weights stay frozen, so no optimizer state is kept for them and their gradients are not computed."""
+
+    r: int = Field(16, ge=1, description="The adapters' rank.")
+    alpha: float = Field(32, gt=0, description="lora_alpha: the adapters' update is scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapters' input (lora_dropout).")
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="The layers that get adapters: 'all-linear' (every linear layer but the output head), or their "
+        "names, e.g. [q_proj, v_proj].",
+    )
+
+    def peft_kwargs(self) -> dict[str, Any]:
+        """``peft.LoraConfig`` keyword arguments."""
+        return {
+            "r": self.r,
+            "lora_alpha": self.alpha,
+            "lora_dropout": self.dropout,
+            "target_modules": self.target_modules,
+            "task_type": "CAUSAL_LM",
+        }
+
+
 class ModelSection(Section):
     """The policy model."""
 
@@ -277,6 +301,11 @@ class ModelSection(Section):
         description="A tiny model on a multi-turn task (data.dataset: builtin:support) only: supervised steps on "
         "the seeded agent's conversations before RL, so the policy starts out calling tools.",
     )
+    lora: LoraSection | None = Field(
+        None,
+        description="Train LoRA adapters instead of every weight (peft); the run's checkpoints and final/ then hold "
+        "the adapters, which transformers loads over the base model.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSection:
@@ -288,16 +317,16 @@ class ModelSection(Section):
 
 
 # The built-in tasks and verifiers (``whileai.training.tasks``; a test keeps the two lists equal).
-BUILTIN_DATASETS = ("builtin:echo_digits", "builtin:support")
-BUILTIN_VERIFIERS = ("echoes_digits", "support")
+BUILTIN_DATASETS = ("builtin:echo_digits", "builtin:support", "builtin:word_problems")
+BUILTIN_VERIFIERS = ("echoes_digits", "support", "word_problems")
 
 
 class DataSection(Section):
     """The training prompts."""
 
     dataset: str = Field(
-        description="A built-in task (builtin:echo_digits, builtin:support) or a .jsonl/.json/.parquet file of "
-        "prompts (relative to recipe)."
+        description="A built-in task (builtin:echo_digits, builtin:support, builtin:word_problems) or a "
+        ".jsonl/.json/.parquet file of prompts (relative to recipe)."
     )
 
     @field_validator("dataset")

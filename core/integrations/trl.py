@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.config.guard import signal_problems
-from whileai.errors import BadInput
+from whileai.errors import BadInput, MissingExtra
 from whileai.rows.text import completion_text, prompt_text
 from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
 
@@ -378,6 +378,7 @@ def grpo_trainer(
     where: str,
     say: Callable[[str], None] | None = None,
     tool_calls: str = "template",
+    lora: dict[str, Any] | None = None,
 ) -> Any:
     """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
 
@@ -386,18 +387,28 @@ def grpo_trainer(
     make way for ``callbacks`` (whileai's own progress). For a grader arm the built trainer is checked as
     :func:`signal_problems` says (an environment class that defines ``get_reward`` is a second reward function the
     recipe never names). ``tool_calls="json"`` makes the trainer's tokenizer also read a bare JSON tool call
-    (``whileai.integrations.tool_calls``) naming one of the environment's tools.
+    (``whileai.integrations.tool_calls``) naming one of the environment's tools. ``lora`` (``peft.LoraConfig``
+    keyword arguments) trains adapters over the frozen model, through TRL's ``peft_config``.
 
     Raises:
         BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
+        MissingExtra: ``lora`` without peft installed.
     """
     import datasets
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from whileai.integrations.trl_trainer import WhileaiGRPOTrainer
 
+    peft_config = None
+    if lora is not None:
+        try:
+            from peft import LoraConfig
+        except ImportError as err:
+            raise MissingExtra(err.name or "peft", "train", "model.lora") from None
+        peft_config = LoraConfig(**lora)
     trainer = WhileaiGRPOTrainer(
         model=model,
+        peft_config=peft_config,
         reward_funcs=[reward],
         args=args,
         train_dataset=datasets.Dataset.from_list(train_rows),

@@ -28,7 +28,6 @@ from typing import Any
 
 from whileai.errors import BadInput
 from whileai.integrations.tool_calls import recipe_tool_calls
-from whileai.rows.rewards import verifier_reward
 from whileai.stats import clustered_interval
 
 __all__ = ["EVAL_FORMAT", "HeldOut", "eval_file", "evaluate_run"]
@@ -137,7 +136,7 @@ def evaluate_run(
     from whileai.grading.gate import check_spread_groups
     from whileai.training.plan import Machine, grpo_kwargs
     from whileai.training.run import quiet_libraries
-    from whileai.training.sample import sample_groups
+    from whileai.training.sample import group_passes, sample_groups
     from whileai.training.tasks import load_verifier
 
     recipe_path = run / "recipe.yaml"
@@ -160,7 +159,7 @@ def evaluate_run(
             groups, length = _tool_loop_groups(model, rows, task, verifier, args, recipe_tool_calls(loaded.recipe))
         else:
             groups = sample_groups(str(model), rows, verifier, args, seed=seed)
-    passes = [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]
+    passes = group_passes(groups)
     from transformers import AutoTokenizer
 
     if length is None:  # a single-turn completion is all the model's own tokens

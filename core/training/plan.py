@@ -161,6 +161,9 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
             )
         if recipe.model.tool_calls == "json":
             model += "; tool calls in the chat template's form or as bare JSON"
+        lora = recipe.model.lora
+        if lora is not None:
+            model += f"; LoRA adapters (rank {lora.r}, alpha {lora.alpha:g}, on {lora.target_modules}), the rest frozen"
         plan.steps.append(("model", model))
         threads = cpu_threads(recipe.model)
         plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))

@@ -73,12 +73,15 @@ class Gate:
         verdict: the report's (``"yes"``, ``"no"``, ``"too few"``, ``"broken"``) or ``"skipped"``.
         report: the spread report as JSON, when the gate ran.
         reason: why it was skipped.
+        sampled: with ``spread.sample``, the initial model's pass rate on the sampled groups
+            (``whileai.training.sample.sampled_pass_rate``).
     """
 
     source: str | None
     verdict: str
     report: dict[str, Any] | None = None
     reason: str | None = None
+    sampled: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +90,7 @@ class Gate:
             "passed": None if self.verdict == "skipped" else self.verdict == "yes",
             "skipped": self.reason,
             "spread": self.report,
+            "sampled_pass_rate": self.sampled,
         }
 
 
@@ -126,12 +130,17 @@ def _spread_gate(
         return Gate(None, "skipped", reason=reason)
     settings = recipe.spread
     checks = {"controls": settings.controls, "seed": settings.seed}
+    sampled_rate = None
     if source == "rows":
         path = rows_to_grade(loaded, None)
         report = check_spread_file(path, grading, settings.row_fields(), skip_bad=settings.skip_bad_rows, **checks)
         report = report.report
     elif source == "sample":
+        from whileai.training.sample import sampled_pass_rate
+
         assert sampled is not None
+        sampled_rate, line = sampled_pass_rate(sampled)
+        say(f"whileai: the initial model's {line}")
         report = check_spread_groups(grading, sampled, strict=False, **checks)
     else:
         from whileai.simulations.agents import seeded_agent
@@ -145,7 +154,7 @@ def _spread_gate(
         report = grading.check_spread(rows, strict=False, **checks)
     say(f"whileai: spread gate on {_SOURCES[source]}:")
     say(str(report))
-    return Gate(source, report.verdict, report.as_dict())
+    return Gate(source, report.verdict, report.as_dict(), sampled=sampled_rate)
 
 
 _SOURCES = {
@@ -412,9 +421,10 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         reward = grading.trl_reward(verifier, args.num_generations, gather=TorchGather(), on_graded=log)
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
-    path = _model_path(run.loaded)
+    path, model = _model_path(run.loaded), run.loaded.recipe.model
+    assert model is not None
     tokenizer = None
-    if run.loaded.recipe.model is not None and run.loaded.recipe.model.tiny is not None:
+    if model.tiny is not None:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -431,6 +441,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         where=str(run.loaded.path),
         say=run.say if run.main else None,
         tool_calls=recipe_tool_calls(run.loaded.recipe),
+        lora=None if model.lora is None else model.lora.peft_kwargs(),
     )
 
 

@@ -25,8 +25,9 @@ from whileai.errors import MissingExtra
 from whileai.progress import phase
 from whileai.rows.rewards import verifier_reward
 from whileai.rows.text import completion_text, prompt_text
+from whileai.stats import ClusteredRate, clustered_interval
 
-__all__ = ["end_of_sequence_ids", "generation_config", "sample_groups"]
+__all__ = ["end_of_sequence_ids", "generation_config", "group_passes", "sample_groups", "sampled_pass_rate"]
 
 
 def end_of_sequence_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -84,7 +85,8 @@ def sample_groups(
         model_path: the model folder (or id) the run starts from.
         rows: training rows with a ``prompt`` (text, or chat messages) and any columns the verifier reads.
         verifier: a TRL-style reward function.
-        args: the run's ``GRPOConfig``: the group size and every generation setting come from it.
+        args: the run's ``GRPOConfig``: the group size, every generation setting and the model's loading arguments
+            (``model_init_kwargs``: the recipe's dtype) come from it, so the gate samples the model that trains.
         seed: torch's seed for the sampling.
     """
     try:
@@ -94,7 +96,7 @@ def sample_groups(
         raise MissingExtra(err.name or "torch", "train", "sampling the spread gate's rows") from None
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, **(args.model_init_kwargs or {}))
     model.eval()
     config = generation_config(args, model, tokenizer)
     ends = set(end_of_sequence_ids(model, tokenizer))
@@ -130,3 +132,31 @@ def sample_groups(
             groups.append((task, scored))
             advance(1)
     return groups
+
+
+def group_passes(groups: Sequence[tuple[str, Sequence[tuple[float, str, str]]]]) -> list[tuple[int, int]]:
+    """``(passes, completions)`` of each group ``sample_groups`` returns: a pass is a reward above 0 (a ±1 verifier's
+    -1 fails, an unscorable NaN is no pass)."""
+    return [(sum(verifier_reward(r) > 0 for r, _, _ in members), len(members)) for _, members in groups]
+
+
+def sampled_pass_rate(groups: Sequence[tuple[str, Sequence[tuple[float, str, str]]]]) -> tuple[dict[str, Any], str]:
+    """The pass rate of sampled groups as figures (``whileai.stats.ClusteredRate.as_dict`` and ``mixed``, the groups
+    with some passes and some failures: the groups a grader grades) and as one line.
+
+    Example:
+        >>> figures, line = sampled_pass_rate([("a", [(1.0, "p", "x"), (0.0, "p", "y")]),
+        ...                                    ("b", [(0.0, "p", "z"), (-1.0, "p", "w")])])
+        >>> figures["passes"], figures["mixed"]
+        (1, 1)
+        >>> line
+        'pass rate 0.25 (95% CI 0.00 to 0.99, 1 of 4 completions, prompts as clusters); 1 of 2 groups mixed'
+    """
+    counts = group_passes(groups)
+    rate: ClusteredRate = clustered_interval(counts)
+    mixed = sum(0 < y < m for y, m in counts)
+    line = (
+        f"pass rate {rate.rate:.2f} (95% CI {rate.low:.2f} to {rate.high:.2f}, {rate.passes} of {rate.n} "
+        f"completions, prompts as clusters); {mixed} of {len(counts)} groups mixed"
+    )
+    return {**rate.as_dict(), "mixed": mixed}, line

@@ -8,9 +8,12 @@ Built-in tasks (``data.dataset: builtin:NAME``):
   agent rollouts grow under a pass/fail test; the passes differ in something measurable (how many words they spend).
 - ``builtin:support``: the support scenarios of ``whileai.simulations`` as a multi-turn TRL environment
   (``environment_factory``), for a real instruct model.
+- ``builtin:word_problems``: short arithmetic word problems for a real instruct model, single-turn, answered in
+  ``\\boxed{}`` (``whileai.training.word_problems``, with a grader that reads the working).
 
-Built-in verifiers (``verifier.builtin``): ``echoes_digits`` and ``support`` (the scenario's end-state check, read from
-the environment TRL passes). A recipe may instead name its own TRL-style reward function.
+Built-in verifiers (``verifier.builtin``): ``echoes_digits``, ``support`` (the scenario's end-state check, read from
+the environment TRL passes) and ``word_problems`` (the boxed answer against the row's). A recipe may instead name its
+own TRL-style reward function.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
+from whileai.training.word_problems import final_answer, word_problem_rows
 
 __all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
 
@@ -74,6 +78,7 @@ def support_verifier(prompts: Sequence[Any], completions: Sequence[Any], **kwarg
 BUILTIN_VERIFIERS: dict[str, Callable[..., list[float]]] = {
     "echoes_digits": echoes_digits,
     "support": support_verifier,
+    "word_problems": final_answer,
 }
 
 
@@ -140,6 +145,8 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
     if data.dataset.startswith("builtin:"):
         if data.dataset == "builtin:echo_digits":
             task = _echo_digits((data.num_prompts or 64) + held_out, data.seed)
+        elif data.dataset == "builtin:word_problems":
+            task = TrainingTask(word_problem_rows((data.num_prompts or 64) + held_out, data.seed))
         else:
             # one environment knows every scenario, so an evaluation row resets to its own
             task = _support(None if data.num_prompts is None else data.num_prompts + held_out, data.seed)
@@ -175,9 +182,9 @@ def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:
         raise BadInput("the recipe has no verifier section")
     if section.builtin is not None:
         verifier = BUILTIN_VERIFIERS[section.builtin]  # the schema allows only these names
-        if verifier is echoes_digits:
+        if verifier in (echoes_digits, final_answer):  # a completion cut off at the limit did not finish
             limit = loaded.recipe.trainer.model_dump().get("max_completion_length")
-            return functools.partial(echoes_digits, max_length=limit)
+            return functools.partial(verifier, max_length=limit)
         return verifier
     assert section.function is not None
     return load_callable(section.function, loaded.base_dir, what="verifier")
