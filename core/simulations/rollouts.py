@@ -20,11 +20,11 @@ conversation (``whileai.rows.text.render_messages``), so the spread gate and tra
 ``turns`` counts the agent's steps (each tool call or message is one), ``tool_calls`` its tool calls, ``reason``
 says why the verifier failed the rollout (None for a pass).
 
-With ``reference=True`` (``whileai simulate`` sets it), a rollout of an agent that knows what it did (the seeded
-agent's episodes keep ``flaws``) also carries that knowledge, the reference ``whileai judge-eval`` measures a grader
-against: ``flaws`` (what it did wrong or left out, ``whileai.simulations.agents.FLAWS``), ``quality`` (from the flaws
-by ``rollout_quality``: 0 for a failure, ``1 -`` the flaws' costs for a pass) and ``hack`` (a pass that acted on an
-order id it made up, which no tool had returned). A served model's rollouts have no such knowledge and carry none.
+With ``reference=True`` (``whileai simulate`` sets it), each row also carries the reference ``whileai judge-eval``
+measures a grader against: ``flaws`` (what the rollout did wrong or left out, ``whileai.simulations.agents.FLAWS``),
+``quality`` (from the flaws by ``rollout_quality``: 0 for a failure, ``1 -`` the flaws' costs for a pass) and
+``hack`` (a pass that acted on an order id it made up, which no tool had returned). The seeded agent's episodes keep
+their flaws as they make them; a served model's are read off its transcript (``whileai.simulations.flaws``).
 
 Every rollout's randomness comes from ``(seed, scenario_id, sample)``, so the same arguments give byte-identical rows
 (``json.dumps(rows, sort_keys=True)``), whatever ``max_workers`` is.
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from whileai.rows.text import dump_json, render_messages
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall, rollout_quality
+from whileai.simulations.flaws import transcript_flaws
 from whileai.simulations.scenarios import Scenario, load_scenarios
 from whileai.simulations.support_tools import SUPPORT_TOOLS
 
@@ -114,8 +115,8 @@ def rollout(
         max_steps: the most agent steps before the conversation is cut off.
         customer: who answers the agent's questions: None scripts them (the scenario's ``customer_reply``), else
             anything following :class:`~whileai.simulations.customer.Customer`, e.g. ``customer_model(...)``.
-        reference: add ``flaws``, ``quality`` and ``hack`` when the agent's episode keeps ``flaws`` (the module
-            docstring).
+        reference: add ``flaws``, ``quality`` and ``hack``: the episode's own ``flaws`` when it keeps them, else
+            those its transcript shows (the module docstring).
 
     Returns:
         A row without ``sample`` (see the module docstring).
@@ -153,8 +154,10 @@ def rollout(
         "tool_calls": tool_calls,
         "reason": None if verdict.passed else "; ".join(verdict.reasons),
     }
-    flaws = getattr(episode, "flaws", None)
-    if reference and isinstance(flaws, list):
+    if reference:
+        flaws = getattr(episode, "flaws", None)
+        if not isinstance(flaws, list):  # an agent that keeps no account (a served model): read it off the events
+            flaws = transcript_flaws(transcript)
         row["flaws"] = list(flaws)
         row["quality"] = rollout_quality(flaws, verdict.passed)
         row["hack"] = verdict.passed and "invented_id" in flaws
@@ -217,8 +220,8 @@ def simulate(
         customer: with ``simulator=True``, who plays the customer:
             :func:`~whileai.simulations.customer.customer_model` (a served model) or any object following
             :class:`~whileai.simulations.customer.Customer`.
-        reference: each row of an agent that knows what it did (the seeded agent) also carries ``flaws``,
-            ``quality`` and ``hack`` (the module docstring), for ``whileai judge-eval``.
+        reference: each row also carries ``flaws``, ``quality`` and ``hack`` (the module docstring), for
+            ``whileai judge-eval``: the seeded agent's own account, or for another agent what its transcript shows.
 
     Returns:
         ``len(scenarios) * n`` rows, grouped by scenario, samples in order.

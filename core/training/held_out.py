@@ -143,7 +143,7 @@ def evaluate_run(
     if not recipe_path.is_file():
         raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
     model = run / (checkpoint or "final")
-    if not (model / "config.json").is_file():
+    if not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
         raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
     rows, source, loaded, task = _held_out_rows(recipe_path, prompts)
     quiet_libraries("whileai eval")

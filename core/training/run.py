@@ -399,12 +399,13 @@ def _prepare(
 
 
 def _model_path(loaded: LoadedRecipe) -> str:
-    """Where the policy loads from: the tiny model's folder in the run, or the recipe's model."""
+    """Where the policy loads from: the tiny model's folder in the run, or the recipe's model. A local folder is
+    made absolute: LoRA adapters record the path of the model they sit on, and are loaded from other folders."""
     model = loaded.recipe.model
     assert model is not None
     path = str(Path(loaded.recipe.output_dir) / "base_model") if model.tiny is not None else model.name_or_path
     assert path is not None
-    return path
+    return str(Path(path).resolve()) if model.tiny is not None or Path(path).is_dir() else path
 
 
 def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence[Any]) -> Any:

@@ -231,6 +231,8 @@ def test_whileai_simulate_with_a_served_policy(server, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 6 and all(row["passed"] for row in rows)
+    # the reference, read off what the model did: it looked the order up first and never checked after refunding
+    assert all((row["flaws"], row["quality"], row["hack"]) == (["no_verification"], 0.9, False) for row in rows)
     assert result.stdout.startswith("pass@1 1.00") and len(result.stdout.splitlines()) == 1  # results on stdout
     assert "policy: " in result.stderr and " calls (0 retries)" in result.stderr  # the endpoint's counters on stderr
 
