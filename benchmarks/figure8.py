@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from real_judge import end_group, raise_interrupted  # noqa: E402  (the process-group handling the benchmarks share)
 
 # Chosen before any arm comparison and never changed per arm: the shipped recipes as they are, run longer. The echo
 # task's 200 steps are "a few hundred steps" at about half a second a step; the agent task's 40 steps come from a
@@ -87,17 +91,32 @@ def finished(folder: Path, args: list[str]) -> bool:
     return summary.get("status") == "finished" and recorded == args
 
 
+# The runs under way, each the leader of its own process group: a stop of the benchmark ends them all.
+_LIVE: set[subprocess.Popen[Any]] = set()
+
+
 def train(args: list[str], folder: Path, log: Path) -> float:
-    """Run ``whileai train`` in its own process; the wall seconds. Raises on a failed run, naming its log."""
+    """Run ``whileai train`` in its own process group, ended however this returns; the wall seconds. Raises on a
+    failed run, naming its log."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
     with log.open("w") as handle:
-        code = subprocess.call(
-            [sys.executable, "-m", "whileai.cli.main", "train", *args], stdout=handle, stderr=subprocess.STDOUT, env=env
+        process = subprocess.Popen(
+            [sys.executable, "-m", "whileai.cli.main", "train", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
+        _LIVE.add(process)
+        try:
+            code = process.wait()
+        finally:
+            _LIVE.discard(process)
+            end_group(process)
     if code != 0:
         raise RuntimeError(f"whileai train {' '.join(args)} exited {code}; its output is in {log}")
     (folder / "figure8_args.json").write_text(json.dumps(args))
@@ -171,8 +190,16 @@ def main(
             return
         print(f"{prefix}: {key[0]} {key[1]} seed {key[2]}: {seconds[key]:.0f} s", flush=True)
 
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does
+        signal.signal(signum, raise_interrupted)
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        list(pool.map(one, grid))
+        try:
+            list(pool.map(one, grid))
+        except BaseException:  # Ctrl-C or a signal: no new run starts, and the runs under way end with their groups
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list(_LIVE):
+                end_group(process)
+            raise
     if failures:
         print(f"{prefix}: {len(failures)} run(s) failed; no table written", file=sys.stderr)
         return 1

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import figure8  # the harness, beside this file
+import figure8
 
 # Chosen before any arm comparison: the shipped recipes with the steps a few hours allow. A step (16 completions)
 # takes about 2.3 minutes on 2 cores, so 3 seeds x 2 arms x 20 steps is about 4.5 hours of training, two runs at once

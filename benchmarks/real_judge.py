@@ -96,7 +96,7 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
+def raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted(signum)
 
 
@@ -717,7 +717,7 @@ def with_signals(run: Callable[[], int], say: Callable[[str], None]) -> int:
     """``run()`` with SIGTERM and SIGHUP unwinding it as Ctrl-C does (every ``finally`` ends its process group);
     its exit code, or 130 / 128 + the signal / 2 on a ``RuntimeError``, said through ``say``."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_interrupted)
+        signal.signal(signum, raise_interrupted)
     try:
         return run()
     except Interrupted as stop:

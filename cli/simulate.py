@@ -53,6 +53,13 @@ def simulate(
         str | None, typer.Option(help="--agent model: the OpenAI-compatible server, up to /v1.")
     ] = None,
     model: Annotated[str | None, typer.Option(help="--agent model: the served model's name.")] = None,
+    tool_calls: Annotated[
+        str,
+        typer.Option(
+            help="--agent model: 'server', the tool calls the server parsed; 'json', also calls written as bare JSON "
+            "in an answer (a small model on llama.cpp's server, as training's model.tool_calls: json). [server]"
+        ),
+    ] = "server",
     api_key_env: Annotated[
         str | None, typer.Option(help="Name of the environment variable holding the API key (never the key).")
     ] = None,
@@ -92,8 +99,8 @@ def simulate(
 ) -> None:
     """Simulate support conversations and write graded rows: offline (no key, no GPU) or with a served model.
 
-    The seeded agent's rows also say what each rollout did wrong (flaws, a quality, hack), the reference that
-    whileai judge-eval measures a grader against.
+    Every row also says what the rollout did wrong (flaws, a quality, hack), the reference that whileai judge-eval
+    measures a grader against: the seeded agent's own account, or what a served model's transcript shows.
 
     Example: whileai simulate --scenarios builtin:refunds --n 8 --out rows.jsonl && whileai spread rows.jsonl
 
@@ -118,7 +125,7 @@ def simulate(
         raise BadInput(f"--workers must be at least 1, got {workers}")
     endpoint = {"max_tokens": max_tokens, "timeout_s": timeout, "max_retries": max_retries}
     endpoint = {key: value for key, value in endpoint.items() if value is not None}
-    policy = _agent(section, base_url, model, api_key_env, temperature, endpoint, simulator)
+    policy = _agent(section, base_url, model, api_key_env, temperature, endpoint, simulator, tool_calls)
     customer = None
     if simulator:
         url, name = customer_base_url or base_url, customer_model or model
@@ -173,17 +180,22 @@ def _agent(
     temperature: float | None,
     endpoint: dict[str, Any],
     simulator: bool,
+    tool_calls: str = "server",
 ) -> Any:
     """The seeded agent, or a served model's (``--agent model``)."""
     from whileai.simulations.agents import seeded_agent
 
+    if tool_calls not in ("server", "json"):
+        raise BadInput(f"--tool-calls must be server or json, got {tool_calls!r}")
     if section.agent == "model":
         if not base_url or not model:
             raise BadInput("--agent model needs --base-url URL and --model NAME (an OpenAI-compatible server)")
         from whileai.simulations.model_agent import model_agent
 
         sampling = {} if temperature is None else {"temperature": temperature}
-        return model_agent(base_url, model, api_key_env=api_key_env, **sampling, **endpoint)
+        return model_agent(base_url, model, api_key_env=api_key_env, tool_calls=tool_calls, **sampling, **endpoint)
+    if tool_calls != "server":
+        raise BadInput("--tool-calls is for --agent model: the seeded agent makes its calls itself")
     if (base_url or model) and not simulator:
         raise BadInput("--base-url and --model are for --agent model or --simulator; the seeded agent needs none")
     return seeded_agent(seed=section.seed)

@@ -7,6 +7,8 @@ the behaviour, so one server plays every part:
   no order id (and pick the one whose item the customer mentions), look the order up, refund the amount the customer
   asked for, then reply "Done: ...". Several calls in one answer when ``parallel`` is in the model name.
 - ``asker``: asks the customer for the order number first (a reply ending in "?"), then goes on as ``support-bot``.
+- ``json-bot``: ``support-bot`` writing each tool call as bare JSON in a ```json fence in its text, with no structured
+  ``tool_calls``, as a small instruct model served by llama.cpp does.
 - ``wrong-tool``: calls a tool that does not exist, then one with arguments that are not JSON, then gives up.
 - ``echo-key``: replies with the bearer token it was sent (a hostile server, for the secrecy test).
 - ``customer``: a customer answering the agent's question with the order number its system prompt gives it.
@@ -103,7 +105,12 @@ def policy_answer(body: dict[str, Any], headers: dict[str, str]) -> dict[str, An
         return _say("I'm sorry, I could not do that.")
     if model == "asker" and not any(m.get("role") == "assistant" and m.get("content") for m in messages):
         return _say("Could you tell me the order number, please?")
-    return _support(messages, parallel="parallel" in model)
+    answer = _support(messages, parallel="parallel" in model)
+    if model == "json-bot" and answer.get("tool_calls"):
+        function = answer["tool_calls"][0]["function"]
+        call = {"name": function["name"], "arguments": json.loads(function["arguments"])}
+        return _say(f"I'll do that now.\n```json\n{json.dumps(call)}\n```")
+    return answer
 
 
 class PolicyServer:

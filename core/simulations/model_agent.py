@@ -9,7 +9,11 @@ rollouts from it. Each step sends the conversation so far with the scenario's to
 - each tool's result as ``{"role": "tool", "tool_call_id": ..., "content": "<the result as JSON>"}``.
 
 The model's answer becomes one action. A tool call becomes a :class:`~whileai.simulations.agents.ToolCall` (several
-tool calls in one answer are played one per step, in order, before the model is asked again). Text without a tool
+tool calls in one answer are played one per step, in order, before the model is asked again). With
+``tool_calls="json"``, an answer the server gave no structured tool call is also read for calls written as bare JSON
+in its text (``whileai.simulations.json_calls``, as training's ``model.tool_calls: json``): a small instruct model
+served by llama.cpp, whose server parses no tool calls, writes them so. The model's own text then stays its message
+in the history, each tool's result following it. Text without a tool
 call becomes a :class:`~whileai.simulations.agents.Reply`: one that ends in a question mark waits for the customer's
 answer (at most ``max_questions`` times per rollout), any other ends the conversation.
 
@@ -32,13 +36,14 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
 from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
+from whileai.simulations.json_calls import json_tool_calls
 
 __all__ = ["DEFAULT_AGENT_PROMPT", "ModelAgent", "ModelEpisode", "model_agent"]
 
@@ -66,6 +71,7 @@ class ModelAgent:
         send_seed: send a per-request ``seed`` (turn off for a server that rejects the field).
         max_questions: replies per rollout that may wait for the customer's answer.
         asks_customer: decides whether a reply waits for the customer (default: it ends with ``?``).
+        tool_calls: ``"server"``, the tool calls the server parsed; ``"json"``, also bare JSON calls in the text.
     """
 
     def __init__(
@@ -76,12 +82,14 @@ class ModelAgent:
         send_seed: bool = True,
         max_questions: int = 2,
         asks_customer: Callable[[str], bool] = _asks_customer,
+        tool_calls: Literal["server", "json"] = "server",
     ) -> None:
         self.client = client
         self.system_prompt = system_prompt
         self.send_seed = send_seed
         self.max_questions = max_questions
         self.asks_customer = asks_customer
+        self.tool_calls = tool_calls
 
     def __repr__(self) -> str:
         config = self.client.config
@@ -167,6 +175,15 @@ class ModelEpisode:
         text = message.get("content")
         text = text if isinstance(text, str) else ""
         self._messages.append({"role": "assistant", "content": text})
+        if self._agent.tool_calls == "json":
+            names = [tool.get("function", {}).get("name") for tool in self._tools]
+            for number, call in enumerate(json_tool_calls(text, [n for n in names if n])):
+                function = call["function"]
+                self._pending.append(
+                    (f"call_{self._requests}_{number}", ToolCall(function["name"], function["arguments"]))
+                )
+            if self._pending:
+                return self._play(*self._pending.popleft())
         waits = self._questions < self._agent.max_questions and self._agent.asks_customer(text)
         self._questions += int(waits)
         return Reply(text.strip(), done=not waits)
@@ -194,6 +211,7 @@ def model_agent(
     system_prompt: str = DEFAULT_AGENT_PROMPT,
     send_seed: bool = True,
     max_questions: int = 2,
+    tool_calls: Literal["server", "json"] = "server",
     **settings: Any,
 ) -> ModelAgent:
     """A support agent played by the model ``model`` served at ``base_url`` (OpenAI-compatible, tool calling on).
@@ -205,6 +223,8 @@ def model_agent(
         system_prompt: the system message.
         send_seed: send each request a ``seed`` derived from the rollout's seed and the step.
         max_questions: replies per rollout that may wait for the customer (a reply ending in ``?``).
+        tool_calls: ``"server"`` plays the tool calls the server parsed; ``"json"`` also reads calls written as bare
+            JSON in an answer's text (a server that parses none, such as llama.cpp's for a small model).
         settings: any other field of :class:`~whileai.endpoint.EndpointSettings`, with its default there:
             ``api_key_env`` (the NAME of the variable holding the key; None sends a placeholder, which a local vLLM
             without ``--api-key`` accepts), ``max_tokens``, ``extra_body`` (e.g. ``{"chat_template_kwargs":
@@ -226,10 +246,13 @@ def model_agent(
     """
     if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 0:
         raise BadInput(f"model_agent: max_questions must be a non-negative integer, got {max_questions!r}")
+    if tool_calls not in ("server", "json"):
+        raise BadInput(f"model_agent: tool_calls must be 'server' or 'json', got {tool_calls!r}")
     config = endpoint_config(base_url, model, what="model_agent", temperature=temperature, **settings)
     return ModelAgent(
         ChatClient(config, role="policy"),
         system_prompt=system_prompt,
         send_seed=send_seed,
         max_questions=max_questions,
+        tool_calls=tool_calls,
     )

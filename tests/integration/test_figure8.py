@@ -48,3 +48,35 @@ def test_the_quick_experiment_runs_reproduces_and_writes_its_table(tmp_path: Pat
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count(": reused ") == 4
+
+
+@pytest.mark.slow
+def test_a_stopped_experiment_ends_its_runs_and_starts_no_more(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    runs = tmp_path / "runs"
+    args = [sys.executable, "benchmarks/figure8.py", "--quick", "--runs", str(runs), "--results", str(tmp_path)]
+    with child_processes.spawn(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as bench:
+        deadline = time.monotonic() + 300
+        while not list(runs.glob("echo/*/seed-*/recipe.yaml")):  # a run has started training
+            assert bench.poll() is None and time.monotonic() < deadline, "no run started"
+            time.sleep(0.2)
+        running = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_run(int(p), runs)]
+        assert running
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=120) != 0
+        for pid in running:  # each run ended (and was reaped) before the benchmark exited
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    assert len(list(runs.glob("echo/*/seed-*/recipe.yaml"))) <= 2  # the two under way; none started after
+
+
+def _is_run(pid: int, runs: Path) -> bool:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"train" in command and any(str(runs).encode() in part for part in command)

