@@ -13,7 +13,9 @@ The answer is valid judge JSON derived from the request, a judge that prefers fe
   tied;
 - a score request (the schema has ``scores``, or ``passes`` for the per-pass layout, with one required property per
   label): an integer 0-10 per label, 10 less the rollout's tool calls;
-- anything else (a rubric, a reward-mode score): what ``tests/judge_server.py``'s scripted judge answers.
+- anything else (a rubric, a reward-mode score): what ``tests/judge_server.py``'s scripted judge answers;
+- a request that offers ``tools`` is an agent's: the support script of ``tests/policy_server.py``'s ``json-bot``,
+  its tool calls as bare JSON in the text (llama.cpp's server parses no tool calls for a small model).
 
 Run as a script with the flags of ``python -m llama_cpp.server`` (unknown ones are ignored), so the benchmark's
 ``--server-cmd`` can start it in the server's place::
@@ -40,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import judge_server
+import policy_server
 
 # llama.cpp's refusal of a JSON-schema response_format, word for word.
 JSON_SCHEMA_REFUSAL = 'response_format type must be one of "text" or "json_object", but got: json_schema'
@@ -193,7 +196,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.server.count(f"{answer_kind(body)} {'stream' if body.get('stream') else 'plain'} {form or 'none'}")
         time.sleep(self.server.delay)
-        content = json.dumps(judge_answer(body))
+        if body.get("tools"):
+            content = str(policy_server.policy_answer({**body, "model": "json-bot"}, {})["content"])
+        else:
+            content = json.dumps(judge_answer(body))
         prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
         usage = {
             "prompt_tokens": prompt_tokens,
