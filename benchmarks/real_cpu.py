@@ -13,8 +13,8 @@ problems are the same for every seed.
     python benchmarks/real_cpu.py             # the experiment: about 5 hours on 2 cores
     python benchmarks/real_cpu.py --quick     # a smoke: 1 seed, 2 steps (about 15 minutes)
 
-Writes ``real_cpu.json``, ``real_cpu.md`` and ``real_cpu_word_problems.png`` under ``--results``; the verdict is in
-``results/real_cpu_verdict.md``.
+Writes ``real_cpu.json``, ``real_cpu.md`` and ``real_cpu_word_problems.png`` (``whileai report --plot`` over the
+runs) under ``--results``; the README's section on it reads them.
 """
 
 from __future__ import annotations

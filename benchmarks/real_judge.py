@@ -286,6 +286,22 @@ def start_server(
         raise
 
 
+def open_server(args: argparse.Namespace, work: Path, say: Callable[[str], None]) -> Server:
+    """The server at ``--base-url`` once it answers, or one started for ``--model`` (``--server-cmd``,
+    ``--server-python``, ``--server-args``, ``--n-ctx``), its log in ``work``; said through ``say``."""
+    if args.base_url:
+        url = args.base_url.rstrip("/")
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        return Server(url, wait_ready(url, None, args.server_timeout, None), probe_routes(root))
+    server = start_server(
+        args.server_cmd, args.server_python, str(args.model), args.n_ctx, work / "server.log", args.server_timeout,
+        shlex.split(args.server_args),
+    )  # fmt: skip
+    assert server.process is not None
+    say(f"server pid {server.process.pid} at {server.url}, ready in {server.startup_s:.1f} s ({server.model_id})")
+    return server
+
+
 def stop_server(server: Server) -> None:
     """End the server's process group (nothing to do for a server this benchmark did not start)."""
     if server.process is not None:
@@ -664,18 +680,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
 
     server: Server | None = None
     try:
-        if args.base_url:
-            url = args.base_url.rstrip("/")
-            root = url[: -len("/v1")] if url.endswith("/v1") else url
-            server = Server(url, wait_ready(url, None, args.server_timeout, None), probe_routes(root))
-        else:
-            server = start_server(
-                args.server_cmd, args.server_python, str(model_path), args.n_ctx, work / "server.log",
-                args.server_timeout, shlex.split(args.server_args),
-            )  # fmt: skip
-            assert server.process is not None
-            ready = f"ready in {server.startup_s:.1f} s ({server.model_id})"
-            say(f"server pid {server.process.pid} at {server.url}, {ready}")
+        server = open_server(args, work, say)
         for path, answer in server.probes.items():
             say(f"GET {path}: {json.dumps(answer)[:200]}")
 

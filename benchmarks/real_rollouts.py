@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,17 +39,15 @@ from real_judge import (
     REPO,
     Server,
     last_line,
+    open_server,
     passing_groups,
-    probe_routes,
     run_benchmark,
     run_command,
     run_in_group,
     run_one,
     say_as,
-    start_server,
     stop_server,
     table_row,
-    wait_ready,
     whileai_command,
     write_section,
     write_whole,
@@ -144,16 +141,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
     model_path = Path(args.model)
     server: Server | None = None
     try:
-        if args.base_url:
-            url = args.base_url.rstrip("/")
-            root = url[: -len("/v1")] if url.endswith("/v1") else url
-            server = Server(url, wait_ready(url, None, args.server_timeout, None), probe_routes(root))
-        else:
-            server = start_server(
-                args.server_cmd, args.server_python, str(model_path), args.n_ctx, work / "server.log",
-                args.server_timeout, shlex.split(args.server_args),
-            )  # fmt: skip
-            say(f"server at {server.url} ({server.model_id})")
+        server = open_server(args, work, say)
         raw, rows = work / "rollouts.all.jsonl", work / "rollouts.jsonl"
         summary = simulate_rows(server, raw, args.family, args.scenarios, args.n, args.seed, args.run_timeout)
         say(f"rollouts: {json.dumps(summary)}")

