@@ -11,7 +11,7 @@ from rich.table import Table
 
 from whileai.cli.console import guarded, is_debug, out, say
 from whileai.cli.validate import Overrides
-from whileai.errors import GraderUnavailable
+from whileai.errors import GraderUnavailable, WatchStopped
 
 
 @guarded
@@ -31,7 +31,8 @@ def train(
     Example: whileai train recipes/tiny_cpu_gar.yaml trainer.max_steps=5
 
     Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai[train]');
-    4 grader unavailable; 130 interrupted (Ctrl-C: the message says how to resume).
+    4 grader unavailable; 5 the spread watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C:
+    the message says how to resume).
     """
     from whileai.build import check_references
     from whileai.config import load_recipe
@@ -82,6 +83,13 @@ def train(
             "(raise trainer.max_steps to train on)"
         )
         return
+    if result.watch_stopped is not None:
+        tell(
+            f"whileai: the spread watch stopped training at step {result.watch_stopped['step']} "
+            f"({result.watch_stopped['why']}); checkpoint-{result.watch_stopped['step']} is in {result.output_dir}. "
+            f"Change the recipe's grader, then continue with --resume"
+        )
+        raise typer.Exit(WatchStopped.exit_code)
     tell(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")
 
 

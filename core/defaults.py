@@ -63,6 +63,15 @@ SPREAD_MIN_MEASURED_CONTROLS: Final[float] = 0.9
 # "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.
 SPREAD_BROKEN_FRACTION: Final[float] = 0.9
 
+# The spread watch during training (``whileai.grading.watch``; whileai's convention). A check every 10 optimizer steps
+# reads the groups those steps graded, at no grader call; its controls are its only extra calls, at most 2 a check and
+# never more than 5% of the grader calls training made (the budget a check keeps by sending fewer). Two failed checks
+# in a row stop a run set to stop: one can be a window of unlucky groups.
+WATCH_EVERY_STEPS: Final[int] = 10
+WATCH_CONTROLS: Final[int] = 2
+WATCH_MAX_EXTRA_CALLS: Final[float] = 0.05
+WATCH_PATIENCE: Final[int] = 2
+
 # The grader of a command given no recipe and no --grader: the shipped scripted rule (a file under configs/) that ranks
 # the passes with the fewest tool calls first, the cost that a binary reward lets grow.
 DEFAULT_GRADER_RULE: Final[str] = "grader/tool_calls.yaml"

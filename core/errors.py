@@ -64,6 +64,13 @@ class EndpointUnavailable(WhileaiError, RuntimeError):
     exit_code = 4
 
 
+class WatchStopped(WhileaiError, RuntimeError):
+    """Training stopped at a checkpoint because the spread watch (``spread.watch.on_fail: stop``) failed
+    ``patience`` checks in a row: the grader stopped telling the policy's passes apart, or broke."""
+
+    exit_code = 5
+
+
 def describe(exc: BaseException) -> str:
     """An exception on one line, for a log or a record: its type and the first line of its message."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

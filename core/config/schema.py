@@ -25,6 +25,7 @@ from whileai.defaults import (
 from whileai.errors import BadInput
 from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds
 from whileai.grading.scripted import ScriptedRule
+from whileai.grading.watch import WatchSettings
 from whileai.judge.settings import JudgeConfig
 from whileai.rows import RowFields
 
@@ -164,6 +165,11 @@ class SpreadSection(RecipeThresholds, Section):
         "reads content, not position (one extra grader call each; 0: no controls).",
     )
     seed: int = Field(0, description="Seed of the controls' shuffles.")
+    watch: WatchSettings = Field(
+        default_factory=WatchSettings,
+        description="whileai train: the gate's checks repeated while a grader arm trains "
+        "(whileai.grading.watch): every, window, controls, max_extra_calls, on_fail, patience, enabled.",
+    )
 
     def thresholds(self) -> SpreadThresholds:
         """The gate's thresholds this section sets (the share of controls measured keeps its default)."""

@@ -553,6 +553,7 @@ class GroupwiseGrading:
         *,
         gather: Any = None,
         on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
+        watch: Any = None,
     ) -> Callable[..., list[float]]:
         """A reward function for TRL's ``GRPOTrainer`` that grades each group with this object.
 
@@ -573,6 +574,8 @@ class GroupwiseGrading:
                 A ``BatchGather`` collects the slices in rank order, rank 0 grades whole groups once, and each
                 process gets its slice back (``whileai.training.distributed`` builds one on torch.distributed).
             on_graded: called on the grading process with each batch's groups and TRL's ``trainer_state``.
+            watch: a ``whileai.grading.watch.SpreadWatch`` that sees each training batch's groups on the grading
+                process; its checks' figures are logged with the batch's (``whileai/watch/*``).
 
         Raises (when called):
             ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
@@ -580,4 +583,6 @@ class GroupwiseGrading:
         """
         from whileai.integrations.trl import groupwise_reward_function  # the door to TRL's room
 
-        return groupwise_reward_function(self, verifier, num_generations, gather=gather, on_graded=on_graded)
+        return groupwise_reward_function(
+            self, verifier, num_generations, gather=gather, on_graded=on_graded, watch=watch
+        )

@@ -58,6 +58,7 @@ def groupwise_reward_function(
     *,
     gather: BatchGather | None = None,
     on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
+    watch: Any = None,
 ) -> Callable[..., list[float]]:
     """The reward function of ``grading.trl_reward(verifier, num_generations, ...)`` (see its docstring)."""
     if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
@@ -92,14 +93,16 @@ def groupwise_reward_function(
             assert gather is not None
             texts = (prompts, completions, rewards, task_ids)
             shaped, metrics, offset = _grade_across_processes(
-                gather, grading, texts, size, phase, batch_name, on_graded, kwargs
+                gather, grading, texts, size, phase, batch_name, on_graded, kwargs, watch
             )
         else:
             # One process: the conversations go to grading as they are, and only the groups sent to the grader are
             # rendered (a task falls back to its prompt's text when no column names it).
             shaped, metrics = _grade_for_trl(
-                grading, (prompts, completions, rewards, task_ids), size, phase, batch_name, on_graded, kwargs
+                grading, (prompts, completions, rewards, task_ids), size, phase, batch_name, on_graded, kwargs, watch
             )
+        if watch is not None:
+            watch.note(metrics)  # every process learns the watch's decision from the grading process's figures
         metrics["whileai/verifier_failures"] = float(failures.count - before)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
@@ -125,6 +128,7 @@ def _grade_across_processes(
     batch_name: str,
     on_graded: Callable[[list[GradedGroup], Any], None] | None,
     kwargs: Mapping[str, Any],
+    watch: Any = None,
 ) -> tuple[list[float], dict[str, float], int]:
     """Several processes: each renders its own slice and hands it to rank 0 in rank order (texts, not
     conversations, cross the gather), rank 0 grades whole groups once and every process gets its slice of the shaped
@@ -148,7 +152,7 @@ def _grade_across_processes(
     outcome: Any = None
     if gather.rank == 0:
         try:
-            outcome = _grade_for_trl(grading, batch, size, phase, batch_name, on_graded, kwargs)
+            outcome = _grade_for_trl(grading, batch, size, phase, batch_name, on_graded, kwargs, watch)
         except Exception as exc:  # tell the other processes instead of leaving them waiting
             outcome = exc
     outcome = gather.broadcast(outcome)
@@ -166,6 +170,7 @@ def _grade_for_trl(
     name: str,
     on_graded: Callable[[list[GradedGroup], Any], None] | None,
     kwargs: Mapping[str, Any],
+    watch: Any = None,
 ) -> tuple[list[float], dict[str, float]]:
     prompts, completions, rewards, task_ids = batch
     stats = grading.stats
@@ -177,6 +182,9 @@ def _grade_for_trl(
         on_graded(graded, kwargs.get("trainer_state"))
     metrics = _batch_metrics(graded, before, (stats.grader_calls, stats.failed, stats.hacks_zeroed))
     metrics["whileai/pass_rate"] = sum(sum(g.passed) for g in graded) / max(len(rewards), 1)  # R_i > 0
+    if watch is not None and phase == "train":
+        step = logged_step(kwargs.get("trainer_state"), phase)
+        metrics.update(watch.observe(step, graded, prompts, completions, size))
     return [s for g in graded for s in g.shaped], metrics
 
 

@@ -1,4 +1,5 @@
-"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case.
+"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stop the
+spread watch asks for.
 
 The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest reward, pass rate,
 grader calls and fallbacks; each logging step also prints one table row (step, reward, pass rate, length, grader
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 
-__all__ = ["RichProgress"]
+__all__ = ["RichProgress", "WatchStop"]
 
 _COLUMNS = (
     ("step", "step", "{:>5.0f}"),
@@ -85,3 +86,18 @@ class RichProgress(TrainerCallback):
             width = len(fmt.format(0))
             cells.append(fmt.format(values[key]) if key in values else " " * width)
         self.say("  ".join(cells))
+
+
+class WatchStop(TrainerCallback):
+    """Ends training at a checkpoint once the spread watch asks to stop (``spread.watch.on_fail: stop``), on every
+    process: each reads the decision from the figures the grading process logged (``SpreadWatch.note``)."""
+
+    def __init__(self, watch: Any) -> None:
+        self.watch = watch
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.watch.stop_requested and self.stopped_at is None:
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True

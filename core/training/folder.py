@@ -23,6 +23,7 @@ from whileai.errors import BadInput, json_problem
 
 __all__ = [
     "GradingLog",
+    "WatchLog",
     "forget_after",
     "last_checkpoint",
     "mark_run",
@@ -117,8 +118,9 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
     """Drop what a run logged after step ``step``, before a resume from ``checkpoint-step`` replays it.
 
     ``grading.jsonl`` keeps the groups of steps 1..N (checkpoint-N has trained them, and its evaluation at step N ran
-    before it was saved), and TRL's completion logs of later steps are removed (``completions_NNNNN.parquet`` with
-    NNNNN > N), so a second interruption leaves no stale rows for ``whileai spread`` or ``whileai report``.
+    before it was saved), ``watch.jsonl`` the checks of those steps, and TRL's completion logs of later steps are
+    removed (``completions_NNNNN.parquet`` with NNNNN > N), so a second interruption leaves no stale rows for
+    ``whileai spread`` or ``whileai report``.
 
     Returns:
         The groups kept, as records.
@@ -135,6 +137,19 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
         number = path.stem.rpartition("_")[2]
         if number.isdigit() and int(number) > step:
             path.unlink()
+    watch = out / "watch.jsonl"
+    if watch.is_file():  # the checks of the steps replayed run again
+        checks = [line for line in watch.read_text().splitlines() if line.strip()]
+        kept_checks = []
+        for line in checks:
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept_checks.append(line)
+            except ValueError:
+                continue  # a last line cut short by a killed process
+        partial = watch.with_suffix(".jsonl.partial")
+        partial.write_text("".join(line + "\n" for line in kept_checks))
+        partial.replace(watch)
     if dropped:
         say(f"whileai: {dropped} graded group(s) after step {step} will be graded again")
     return kept
@@ -175,6 +190,18 @@ class GradingLog:
                 handle.write(json.dumps({"step": logged_step(state, group.phase), **group.as_dict()}) + "\n")
 
 
+class WatchLog:
+    """Appends each check of the spread watch to ``watch.jsonl`` (a resumed run continues the same file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
 # What the spread gate reads: a resume whose recipe agrees with the run's on these sections keeps its verdict. The
 # trainer's generation settings shape a gate on the initial model's completions, so they count there too.
 _GATE_SECTIONS = ("grader", "grading", "spread", "simulate", "verifier", "model", "data")
@@ -197,13 +224,22 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
         return None, "the run folder keeps no verdict"
     if not isinstance(gate, dict) or "verdict" not in gate or not isinstance(before, dict):
         return None, "the run folder keeps no verdict"
-    changed = [name for name in _GATE_SECTIONS if before.get(name) != recipe.get(name)]
+    changed = [name for name in _GATE_SECTIONS if _gate_part(name, before) != _gate_part(name, recipe)]
     if gate.get("source") == "sample":
         then, now = before.get("trainer") or {}, recipe.get("trainer") or {}
         changed += [f"trainer.{f}" for f in _SAMPLE_FIELDS if then.get(f) != now.get(f)]
     if changed:
         return None, f"the recipe's {', '.join(changed)} changed since the verdict"
     return gate, ""
+
+
+def _gate_part(section: str, recipe: dict[str, Any]) -> Any:
+    """What the gate reads of a recipe's section: all of it, but for the spread section's watch, which only acts
+    during training (a resume with another watch keeps the verdict)."""
+    value = recipe.get(section)
+    if section == "spread" and isinstance(value, dict):
+        return {key: item for key, item in value.items() if key != "watch"}
+    return value
 
 
 def grader_recipe_of(rows: Path | None) -> Path | None:

@@ -61,6 +61,7 @@ class TrainingResult:
     grader: dict[str, Any] = field(default_factory=dict)
     spread_verdict: str | None = None
     finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
+    watch_stopped: dict[str, Any] | None = None  # the spread watch ended training: its step and why
 
 
 @dataclass
@@ -284,6 +285,8 @@ class _Run:
     graded_before: list[dict[str, Any]] = field(default_factory=list)
     grading: GroupwiseGrading | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    watch: Any = None  # the spread watch (whileai.grading.watch.SpreadWatch), for a grader arm
+    watch_stop: Any = None  # its callback, which ends training when the watch asks
 
     @property
     def out(self) -> Path:
@@ -415,11 +418,20 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     from whileai.training.distributed import TorchGather
 
     grading = run.grading
+    watching: list[Any] = []
     if grading is not None:
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
         log = GradingLog(run.out / "grading.jsonl")
-        reward = grading.trl_reward(verifier, args.num_generations, gather=TorchGather(), on_graded=log)
+        run.watch = _watch(run)
+        if run.watch is not None:
+            from whileai.training.callbacks import WatchStop
+
+            run.watch_stop = WatchStop(run.watch)
+            watching.append(run.watch_stop)
+        reward = grading.trl_reward(
+            verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch
+        )
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
     path, model = _model_path(run.loaded), run.loaded.recipe.model
@@ -437,7 +449,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         eval_rows=task.eval_rows,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
-        callbacks=[RichProgress(run.say), *callbacks],
+        callbacks=[RichProgress(run.say), *watching, *callbacks],
         grader_arm=grading is not None,
         where=str(run.loaded.path),
         say=run.say if run.main else None,
@@ -446,15 +458,42 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     )
 
 
+def _watch(run: _Run) -> Any:
+    """The run's spread watch (``spread.watch``), on every process: the grading process checks, the others learn its
+    decision from the figures it logs. None when the recipe turns it off."""
+    from whileai.grading.watch import SpreadWatch
+    from whileai.training.folder import WatchLog
+
+    settings = run.loaded.recipe.spread.watch
+    if not settings.enabled:
+        return None
+    record = WatchLog(run.out / "watch.jsonl") if run.main else None
+    return SpreadWatch(run.grading, settings, say=run.say, on_check=record, seed=run.loaded.recipe.spread.seed)
+
+
 def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any]) -> TrainingResult:
-    """Step 6: train, save the final model and ``whileai_run.json``, and say how it went."""
+    """Step 6: train, save the final model (not after a stop the watch asked for: the checkpoint it saved is where a
+    resume goes on) and ``whileai_run.json``, and say how it went."""
     out, grading, checkpoint = run.out, run.grading, run.checkpoint
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
-    trainer.save_model(str(out / "final"))
+    stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
+    if not stopped:
+        trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
+    if run.watch is not None and run.watch.checks:
+        run.summary["watch"] = {
+            "checks": len(run.watch.checks),
+            "failed": sum(c.failed for c in run.watch.checks),
+            "extra_grader_calls": run.watch.checks[-1].figures["extra_calls"],
+            "last": run.watch.checks[-1].as_dict(),
+        }
+    if stopped:
+        assert run.watch is not None
+        last = run.watch.checks[-1]
+        run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": last.why}
     run.summary.update(
-        status="finished",
+        status="stopped by the watch" if stopped else "finished",
         started=True,
         steps=trainer.state.global_step,
         seconds=round(time.perf_counter() - started, 1),
@@ -469,7 +508,9 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     if grading is not None and run.main:
         run.say(str(grading.stats))
     steps = trainer.state.global_step
-    return TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
+    result = TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
+    result.watch_stopped = run.summary.get("stopped_by_watch")
+    return result
 
 
 def quiet_libraries(command: str = "whileai train") -> None:

@@ -1,0 +1,344 @@
+"""The spread gate kept watching while a run trains: is the grader still telling the policy's passes apart?
+
+The gate refuses a grader before training, but what the grader sees changes as the policy learns: passes grow
+alike (the scores stop varying and group normalization erases them, so GAR turns back into plain GRPO), a judge
+server is swapped or degraded, a grader starts failing. :class:`SpreadWatch` checks the grading the run already does,
+every ``every_steps`` optimizer steps, the way the gate checks:
+
+- **spread**, on the groups graded over the last ``window`` steps (those with two passes or more, as the gate reads):
+  the scores' std and the share within ``tolerance`` of their median, against the recipe's ``spread`` thresholds. No
+  grader call: these are the scores training used;
+- **controls**, on up to ``controls`` of the newest of those groups: shown to the grader again, shuffled and
+  relabeled with a copy of one pass (``whileai.grading.controls``, a judge asked past its cache in reward mode),
+  kept out of the run's counters and its rewards. These are the watch's only extra grader calls, and a check sends
+  no more of them than keeps the run's extra calls within ``max_extra_calls`` of the grader calls training made;
+- **broken**: groups that fell back, as a share of those attempted; and the confirmed hacks among the passes.
+
+A check's verdict is the gate's (``whileai.grading.gate.spread_report``): ``yes``, ``no`` (no spread, or controls that
+refuse), ``broken`` (the grader failing on ``broken_fraction`` of the groups) or ``too few`` (not enough scores or
+controls to judge, which neither passes nor fails). ``no`` and ``broken`` fail. The policy: ``warn`` says what failed
+once each time the verdict or what failed changes; ``stop`` also asks the run to stop, at a checkpoint, after
+``patience`` failed checks in a row, with a message that says what changed since the last passing check.
+
+Each check's figures come back as TRL metrics (``whileai/watch/*``) and as one record for the run folder's
+``watch.jsonl``. This module grades and counts; writing the file and stopping the trainer are the training run's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from whileai.defaults import WATCH_CONTROLS, WATCH_EVERY_STEPS, WATCH_MAX_EXTRA_CALLS, WATCH_PATIENCE
+from whileai.grading.controls import ControlsTally
+from whileai.grading.gate import SpreadReport, spread_report
+from whileai.grading.group import GradedGroup
+
+__all__ = ["SpreadWatch", "WatchCheck", "WatchSettings"]
+
+
+class WatchSettings(BaseModel):
+    """``spread.watch``: the spread gate's checks repeated during training (the module docstring says what each
+    check does and costs)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    enabled: bool = Field(True, description="Watch a grader arm's grading while it trains (a binary arm has none).")
+    every_steps: int = Field(WATCH_EVERY_STEPS, ge=1, description="A check every this many optimizer steps.")
+    window: int | None = Field(
+        None, ge=1, description="The steps of graded groups a check reads (default: every_steps, each group once)."
+    )
+    controls: int = Field(
+        WATCH_CONTROLS,
+        ge=0,
+        description="Control groups per check: graded groups shown to the grader again, shuffled, with a copy of "
+        "one pass (one extra grader call each; 0: spread only).",
+    )
+    max_extra_calls: float = Field(
+        WATCH_MAX_EXTRA_CALLS,
+        ge=0,
+        le=1,
+        description="The controls' grader calls stay within this share of the grader calls training made; a check "
+        "sends fewer controls, or none, to keep it.",
+    )
+    on_fail: Literal["warn", "stop"] = Field(
+        "warn",
+        description="'warn': say what failed, once per change; 'stop': also end the run at a checkpoint after "
+        "patience failed checks in a row (whileai train exits 5).",
+    )
+    patience: int = Field(WATCH_PATIENCE, ge=1, description="Failed checks in a row that stop the run (on_fail: stop).")
+
+    @model_validator(mode="after")
+    def _window(self) -> WatchSettings:
+        if self.window is None:
+            object.__setattr__(self, "window", self.every_steps)
+        return self
+
+
+@dataclass
+class WatchCheck:
+    """One check: its steps, verdict and figures, and where the policy stands after it."""
+
+    step: int
+    first_step: int
+    verdict: str
+    why: str
+    figures: dict[str, float]
+    failed_in_a_row: int
+    controls_sent: int
+    stop: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in ("no", "broken")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "steps": [self.first_step, self.step],
+            "verdict": self.verdict,
+            "failed": self.failed,
+            "why": self.why,
+            "failed_in_a_row": self.failed_in_a_row,
+            "controls_sent": self.controls_sent,
+            "stop": self.stop,
+            **{name: (None if math.isnan(v) else v) for name, v in self.figures.items()},
+        }
+
+
+@dataclass
+class _Seen:
+    """A graded group kept for the window: its step, and what a control needs to show it again."""
+
+    step: int
+    key: str
+    graded: GradedGroup
+    prompts: Sequence[Any]
+    completions: Sequence[Any]
+
+
+@dataclass
+class SpreadWatch:
+    """The checks of one run (the module docstring).
+
+    Args:
+        grading: the run's ``GroupwiseGrading``: its grader answers the controls, its ``spread`` thresholds judge.
+        settings: ``spread.watch``.
+        say: where a failed check's message goes.
+        on_check: called with each check's record (the run writes it to ``watch.jsonl``).
+        seed: seeds the controls' shuffles (with the step).
+
+    Example:
+        >>> from whileai.grading.groupwise import GroupwiseGrading
+        >>> flat = GroupwiseGrading(grader=lambda group: {"factors": {g["index"]: 0.5 for g in group if g["passed"]}})
+        >>> watch = SpreadWatch(flat, WatchSettings(every_steps=2, on_fail="stop", patience=1), say=print)
+        >>> texts = ["a", "bb", "ccc", "x"]
+        >>> for step in (1, 2):
+        ...     graded = flat.grade_batch([1, 1, 1, 0], ["p"] * 4, texts, 4)
+        ...     figures = watch.observe(step, graded, ["p"] * 4, texts, 4)
+        whileai: the watch failed at step 2 (steps 1-2): no spread: std 0.000 ... stopping the run (on_fail: stop)
+        >>> figures["whileai/watch/std"], watch.stop_requested
+        (0.0, True)
+    """
+
+    grading: Any
+    settings: WatchSettings = field(default_factory=WatchSettings)
+    say: Callable[[str], None] = print
+    on_check: Callable[[dict[str, Any]], None] | None = None
+    seed: int = 0
+    stop_requested: bool = False
+    checks: list[WatchCheck] = field(default_factory=list)
+    _seen: deque[_Seen] = field(default_factory=deque)
+    _calls: int = 0  # grader calls training made (what the controls' budget is a share of)
+    _extra: int = 0  # controls sent
+    _last_told: tuple[str, str] | None = None
+    _last_passed: WatchCheck | None = None
+
+    def observe(
+        self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
+    ) -> dict[str, float]:
+        """Keep a training batch's graded groups (``prompts`` and ``completions`` the batch's, ``size`` a group's
+        members); at a step that is a multiple of ``every_steps``, check. Returns the check's TRL metrics, or {}."""
+        for index, group in enumerate(graded):
+            self._calls += group.grader_calls
+            members = slice(index * size, (index + 1) * size)
+            self._seen.append(
+                _Seen(step, f"{step}:{index}:{group.task_id}", group, prompts[members], completions[members])
+            )
+        window = self.settings.window or self.settings.every_steps
+        while self._seen and self._seen[0].step <= step - window:
+            self._seen.popleft()
+        if step % self.settings.every_steps or (self.checks and self.checks[-1].step >= step):
+            return {}
+        check = self._check(step, max(1, step - window + 1))
+        self.checks.append(check)
+        self._tell(check)
+        if self.on_check is not None:
+            self.on_check(check.as_dict())
+        return {f"whileai/watch/{name}": value for name, value in check.figures.items() if not math.isnan(value)} | {
+            "whileai/watch/failed": float(check.failed),
+            "whileai/watch/failed_in_a_row": float(check.failed_in_a_row),
+        }
+
+    def note(self, metrics: dict[str, float]) -> None:
+        """On a process that does not grade: take the stop decision from the metrics rank 0 logged."""
+        streak = metrics.get("whileai/watch/failed_in_a_row")
+        if streak is not None and self.settings.on_fail == "stop" and streak >= self.settings.patience:
+            self.stop_requested = True
+
+    def _check(self, step: int, first: int) -> WatchCheck:
+        mode = self.grading.mode
+        limits = self.grading.spread
+        per_group: dict[str, list[float]] = {}
+        failed: dict[str, int] = {}
+        first_failures: dict[str, str] = {}
+        hacks: dict[str, list[int]] = {}
+        passes = hacked = 0
+        eligible: list[_Seen] = []
+        for seen in self._seen:
+            group = seen.graded
+            passes += sum(group.passed)
+            hacked += len(group.hacks)
+            if sum(group.passed) < 2:  # what the gate skips: nothing for a grader to tell apart
+                continue
+            if group.reason is not None:
+                kind = group.failure or group.reason.split(":", 1)[0]
+                failed[kind] = failed.get(kind, 0) + 1
+                first_failures.setdefault(kind, group.reason)
+                continue
+            per_group[seen.key] = list(group.scores)
+            if group.hacks:
+                hacks[seen.key] = list(group.hacks)
+            eligible.append(seen)
+        controls, sent = self._controls(step, eligible)
+        report = spread_report(
+            per_group,
+            thresholds=limits,
+            mode=mode,
+            failed=failed,
+            hacks=hacks,
+            first_failures=first_failures,
+            controls=controls,
+        )
+        figures = self._figures(report, failed, passes, hacked)
+        streak = (
+            (self.checks[-1].failed_in_a_row if self.checks else 0) + 1 if report.verdict in ("no", "broken") else 0
+        )
+        check = WatchCheck(step, first, report.verdict, _why(report), figures, streak, sent)
+        check.stop = check.failed and self.settings.on_fail == "stop" and streak >= self.settings.patience
+        self.stop_requested = self.stop_requested or check.stop
+        return check
+
+    def _controls(self, step: int, eligible: list[_Seen]) -> tuple[Any, int]:
+        """The controls of a check on the newest eligible groups, within the budget; (report or None, groups sent)."""
+        budget = math.floor(self.settings.max_extra_calls * self._calls) - self._extra
+        wanted = min(self.settings.controls, max(0, budget))
+        tally = ControlsTally(wanted, self.grading.mode, seed=f"watch:{self.seed}:{step}")
+        requests = []
+        for seen in reversed(eligible):
+            control = tally.see(seen.key, seen.graded, seen.completions)
+            if control is None:
+                continue
+            members = control.members
+            requests.append(
+                (
+                    [seen.graded.rewards[m] for m in members],
+                    [seen.prompts[m] for m in members],
+                    [seen.completions[m] for m in members],
+                    seen.graded.task_id,
+                    None,
+                    True,
+                )
+            )
+        if requests:
+            fresh = self.grading.mode == "reward"  # a pass scored alone is the same prompt again: past the cache
+            tally.answered(self.grading.grade_many(requests, record=False, shape=False, fresh=fresh))
+            self._extra += len(requests)
+        if not requests and not tally.existing:
+            return None, 0
+        limits = self.grading.spread
+        report = tally.report(
+            min_agreement=limits.min_agreement,
+            max_ordered_copies=limits.max_ordered_copies,
+            min_measured=limits.min_measured_controls,
+        )
+        return report, len(requests)
+
+    def _figures(self, report: SpreadReport, failed: dict[str, int], passes: int, hacked: int) -> dict[str, float]:
+        controls = report.controls
+        tied = math.nan
+        if controls is not None and controls.checks:
+            tied = sum(controls.checks) / len(controls.checks)
+        attempted = report.groups + sum(failed.values())
+        return {
+            "std": report.std if report.scores else math.nan,
+            "near_median": report.near_median if report.scores else math.nan,
+            "control_tau": math.nan if controls is None or controls.agreement is None else controls.agreement,
+            "copies_tied": tied,
+            "fallback_rate": sum(failed.values()) / attempted if attempted else math.nan,
+            "hack_rate": hacked / passes if passes else math.nan,
+            "groups": float(report.groups),
+            "extra_calls": float(self._extra),
+            "grader_calls": float(self._calls),
+        }
+
+    def _tell(self, check: WatchCheck) -> None:
+        """Say a failed check once per change of verdict and of what failed (spread, controls, a broken grader),
+        with where the figures were when it last passed; say when the watch passes after failing."""
+        told = (check.verdict, check.why.split(":", 1)[0])  # what failed, not its figures, which move every check
+        if check.failed and (told != self._last_told or check.stop):
+            since = ""
+            good = self._last_passed
+            if good is not None:
+                moved = [
+                    f"{name} {good.figures[name]:.2f} at step {good.step} -> {check.figures[name]:.2f}"
+                    for name in ("std", "near_median", "control_tau", "fallback_rate")
+                    if not math.isnan(good.figures[name]) and not math.isnan(check.figures[name])
+                    and abs(good.figures[name] - check.figures[name]) >= 0.005
+                ]  # fmt: skip
+                since = f"; since the last passing check: {', '.join(moved)}" if moved else ""
+            action = (
+                "; stopping the run (on_fail: stop)"
+                if check.stop
+                else f" ({check.failed_in_a_row} in a row; on_fail: {self.settings.on_fail})"
+            )
+            self.say(
+                f"whileai: the watch failed at step {check.step} (steps {check.first_step}-{check.step}): "
+                f"{check.why}{since}{action}"
+            )
+        elif not check.failed and self._last_told is not None and self._last_told[0] in ("no", "broken"):
+            self.say(f"whileai: the watch passed again at step {check.step}: {check.why}")
+        if check.verdict != "too few":
+            self._last_told = told
+        if check.verdict == "yes":
+            self._last_passed = check
+
+
+def _why(report: SpreadReport) -> str:
+    """A check's verdict in one line, with the figure behind it."""
+    limits, controls = report.thresholds, report.controls
+    scores = f"{len(report.scores)} scores in {report.groups} groups"
+    if report.verdict == "broken":
+        kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(report.failed.items()))
+        return f"broken: the grader fell back on {sum(report.failed.values())} of {report.attempted} groups ({kinds})"
+    if report.verdict == "too few":
+        if controls is not None and not controls.enough and len(report.scores) >= 2:
+            return f"too few: {controls.shortfall}"
+        return f"too few: {scores}"
+    if report.verdict == "no":
+        if report.std < limits.min_std:
+            return f"no spread: std {report.std:.3f} below {limits.min_std:g} ({scores})"
+        if report.near_median > limits.max_near_median:
+            return (
+                f"no spread: {report.near_median:.0%} of {scores} within {limits.tolerance:g} of the median "
+                f"(at most {limits.max_near_median:.0%})"
+            )
+        assert controls is not None
+        return f"controls: {controls.why}"
+    tau = "" if controls is None or controls.agreement is None else f", control tau {controls.agreement:.2f}"
+    return f"spread: std {report.std:.3f}, {report.near_median:.0%} near the median{tau} ({scores})"
