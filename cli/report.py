@@ -77,7 +77,7 @@ def report(
     Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing;
     130 interrupted (Ctrl-C).
     """
-    from whileai.reports import GradingFolder, RunHistory, load_report, reports_data
+    from whileai.reports import RunHistory, load_report, reports_data
 
     loaded = [load_report(p) for p in paths]
     runs = [r for r in loaded if isinstance(r, RunHistory)]
@@ -100,20 +100,7 @@ def report(
     for number, (item, entry) in enumerate(zip(loaded, data["reports"], strict=True)):
         if number:
             out.print()
-        if isinstance(item, GradingFolder):
-            _heading(f"grading {item.path}", f"the grader's figures of a {item.figures.get('trainer', 'verl')} run")
-            rows = _grader_rows(entry["grader"], item.figures)
-            for key, label in _VERL_ROWS:
-                if key in item.figures:
-                    rows.append((label, str(item.figures[key])))
-            out.print(_figures(rows))
-        elif isinstance(item, RunHistory):
-            _print_summary(item, entry)
-            if steps:
-                out.print()
-                _print_steps(item, entry)
-        else:
-            _print_spread(item.path, item.data)
+        _print_report(item, entry, steps)
     if len(runs) == 2:
         scales = [(r.extra or {}).get("scale_rewards") for r in runs]
         if None not in scales and scales[0] != scales[1]:
@@ -130,6 +117,30 @@ def report(
 
 
 # ---------------------------------------------------------------- the default summary
+
+
+def _print_report(item: Any, entry: dict[str, Any], steps: bool) -> None:
+    """One path's report: a verl grading folder's figures, a run's summary (its spread watch and, with ``steps``,
+    its per-step table), or a spread report."""
+    from whileai.reports import GradingFolder, RunHistory
+
+    if isinstance(item, GradingFolder):
+        _heading(f"grading {item.path}", f"the grader's figures of a {item.figures.get('trainer', 'verl')} run")
+        rows = _grader_rows(entry["grader"], item.figures)
+        for key, label in _VERL_ROWS:
+            if key in item.figures:
+                rows.append((label, str(item.figures[key])))
+        out.print(_figures(rows))
+    elif isinstance(item, RunHistory):
+        _print_summary(item, entry)
+        if entry.get("watch"):
+            out.print()
+            _print_watch(item.path, entry["watch"], every=steps)
+        if steps:
+            out.print()
+            _print_steps(item, entry)
+    else:
+        _print_spread(item.path, item.data)
 
 
 def _heading(text: str, detail: str = "", joiner: str = ": ") -> None:
@@ -286,6 +297,50 @@ def _print_arms(experiment: dict[str, Any]) -> None:
         shown = [value.replace("-", "\u2212") for value in shown]
         table.add_row(metric, shown[0], f"{shown[1]} to {shown[2]}", shown[3].lstrip("+"))
     out.print(table)
+
+
+# ---------------------------------------------------------------- the spread watch
+
+
+# Checks shown in full up to this many; beyond it, the failed ones and the last (--steps: every one).
+_WATCH_ROWS = 12
+
+
+def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) -> None:
+    """The spread watch over steps: one row per check (its window, verdict and figures), then what each failed
+    check said."""
+    failed = [c for c in checks if c.get("failed")]
+    shown = checks
+    if len(checks) > _WATCH_ROWS and not every:
+        shown = [c for c in checks if c.get("failed") or c is checks[-1]][-_WATCH_ROWS:]
+    detail = f"{len(checks)} checks, {len(failed)} failed"
+    if len(shown) < len(checks):
+        detail += f"; the failed ones and the last shown (--steps: all {len(checks)})"
+    _heading(f"spread watch of {path}", detail)
+
+    def number(value: Any, form: str) -> str:
+        return "" if value is None else form.format(value)
+
+    table = Table(show_edge=False)
+    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks"):
+        table.add_column(title, justify="right")
+    for check in shown:
+        low, high = check.get("steps") or [check["step"], check["step"]]
+        table.add_row(
+            f"{low}-{high}",
+            str(check.get("verdict")) + (" stop" if check.get("stop") else ""),
+            number(check.get("std"), "{:.3f}"),
+            number(check.get("near_median"), "{:.0%}"),
+            number(check.get("control_tau"), "{:.2f}"),
+            number(check.get("copies_tied"), "{:.0%}"),
+            number(check.get("fallback_rate"), "{:.0%}"),
+            number(check.get("hack_rate"), "{:.0%}"),
+        )
+    out.print(table)
+    for check in failed[:3]:
+        out.print(Text(f"step {check['step']}: {check.get('why', '')}"), soft_wrap=False, overflow="fold")
+    if len(failed) > 3:
+        out.print(Text(f"... and {len(failed) - 3} more failed checks (--json has each)"))
 
 
 # ---------------------------------------------------------------- --steps: the per-step table

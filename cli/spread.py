@@ -23,6 +23,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as on
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")]
 
 
+# Typer declares each option in the signature: the function is long by its options, its body is one screen.
 @guarded
 def spread(
     arguments: Annotated[
@@ -47,6 +48,15 @@ def spread(
         bool, typer.Option("--skip-bad-rows", help="Skip malformed rows (counted) instead of failing.")
     ] = False,
     no_cache: NoCacheOption = False,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            metavar="A:B",
+            help="A training run's own completions of steps A to B only (its completions/completions_NNNNN.parquet); "
+            "A: or :B leaves that end open.",
+        ),
+    ] = None,
 ) -> None:
     """Grade the passes of ROWS and say whether the grader tells them apart.
 
@@ -57,6 +67,9 @@ def spread(
 
     Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
     copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
+
+    A run's own rollouts: whileai spread runs/tiny_cpu_gar --window 40:60 (the run's grader unless --recipe or --grader
+    names another), where the run's spread watch (watch.jsonl) says the grading went wrong.
 
     Exit codes: 0 spread; 1 no spread, or too few scores or controls measured; 2 bad input; 3 missing install; 4
     grader unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%: --json lists the
@@ -77,11 +90,12 @@ def spread(
     loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
     settings = loaded.recipe.spread
     rows = rows_to_grade(loaded, given)
+    steps = _steps(window)
     tables: list[Table] = []
     fields, skip_bad = settings.row_fields(group_key, reward_key, text_key), skip_bad_rows or settings.skip_bad_rows
     try:
         with show_log(verbose):
-            run = _check(rows, grading, settings, fields, skip_bad, tables if verbose else None)
+            run = _check(rows, grading, settings, fields, skip_bad, tables if verbose else None, steps)
     except GraderUnavailable as error:
         if not as_json:
             raise  # the one line on stderr and exit 4 (console.guarded)
@@ -106,9 +120,32 @@ def spread(
         raise typer.Exit(1)
 
 
-def _check(rows: Path, grading: Any, settings: Any, fields: Any, skip_bad: bool, tables: list[Table] | None) -> Any:
-    """The gate on ``rows``, with a bar of the groups judged on a terminal (a judge's tokens per second beside it) and,
-    when ``tables`` is given, a table per graded group collected into it."""
+def _steps(window: str | None) -> tuple[int, int] | None:
+    """``--window A:B`` as ``(A, B)``; an open end is the first or the last step."""
+    if window is None:
+        return None
+    first, colon, last = window.partition(":")
+    try:
+        steps = (int(first) if first.strip() else 0, int(last) if last.strip() else 10**9)
+    except ValueError:
+        steps = None
+    if not colon or steps is None or steps[0] > steps[1] or steps[0] < 0:
+        raise BadInput(f"--window {window!r}: give steps as A:B with 0 <= A <= B (A: or :B leaves an end open)")
+    return steps
+
+
+def _check(
+    rows: Path,
+    grading: Any,
+    settings: Any,
+    fields: Any,
+    skip_bad: bool,
+    tables: list[Table] | None,
+    steps: tuple[int, int] | None = None,
+) -> Any:
+    """The gate on ``rows`` (only the completion logs of ``steps``, when given), with a bar of the groups judged on a
+    terminal (a judge's tokens per second beside it) and, when ``tables`` is given, a table per graded group
+    collected into it."""
     from whileai.grading.gate import check_spread_file
     from whileai.progress import CounterRateColumn, phase_bar
 
@@ -138,6 +175,7 @@ def _check(rows: Path, grading: Any, settings: Any, fields: Any, skip_bad: bool,
             on_graded=None if tables is None else lambda group: tables.append(_group_table(group)),
             on_restart=on_restart,
             controls=settings.controls,
+            steps=steps,
             seed=settings.seed,
         )
 

@@ -16,8 +16,9 @@ For each arm and metric:
 
 The metrics are TRL's logged figures per step (``FIGURE_METRICS``): the verifier's pass rate (``whileai/pass_rate``),
 the mean completion length in tokens (``completions/mean_length``), tool calls per completion
-(``tools/call_frequency``, multi-turn runs only) and the share of completions cut off at the length limit
-(``completions/clipped_ratio``).
+(``tools/call_frequency``, multi-turn runs only), the share of completions cut off at the length limit
+(``completions/clipped_ratio``) and the std of the grader's scores at each check of the spread watch
+(``whileai/watch/std``, grader arms).
 
 What this module does not do: the interval arithmetic (``whileai.stats``: :func:`~whileai.stats.t_interval`,
 :func:`~whileai.stats.welch_interval`, :func:`~whileai.stats.detectable_difference`), read a run's log history itself
@@ -54,6 +55,7 @@ FIGURE_METRICS: dict[str, str] = {
     "length": "completions/mean_length",
     "tool calls": "tools/call_frequency",
     "cut off": "completions/clipped_ratio",
+    "watch std": "whileai/watch/std",
 }
 # The metrics that are shares of completions: printed in percent, their bands drawn within [0, 1].
 SHARES = ("pass rate", "cut off")

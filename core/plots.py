@@ -27,7 +27,11 @@ PANEL_TITLES = {
     "length": "completion length (tokens)",
     "tool calls": "tool calls per rollout",
     "cut off": "share cut off at the length limit",
+    "watch std": "grader scores' std (spread watch)",
 }
+
+
+_WATCH_FAILED = "whileai/watch/failed"
 
 
 def pyplot(purpose: str = "drawing figures") -> Any:
@@ -47,8 +51,8 @@ def pyplot(purpose: str = "drawing figures") -> Any:
 
 
 def plot_runs(runs: list[RunHistory], path: Path) -> Path:
-    """Pass rate, completion length, tool calls and the share cut off against step, one panel each (those the runs
-    logged), written to ``path`` as a PNG.
+    """Pass rate, completion length, tool calls, the share cut off and the spread watch's std of the grader's scores
+    against step, one panel each (those the runs logged), written to ``path`` as a PNG.
 
     Runs of one arm repeated over seeds (``whileai.experiments``: the arm and seed each run folder records) are drawn
     as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
@@ -121,4 +125,8 @@ def _plot_each(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
             key = FIGURE_METRICS[name]
             points = [(row["step"], row[key]) for row in run.steps if key in row]
             if points:
-                axes[column].plot(*zip(*points, strict=True), label=label)
+                (line,) = axes[column].plot(*zip(*points, strict=True), label=label)
+            if points and name == "watch std":  # the checks that failed, marked where they were made
+                failed = [(row["step"], row[key]) for row in run.steps if key in row and row.get(_WATCH_FAILED)]
+                if failed:
+                    axes[column].scatter(*zip(*failed, strict=True), marker="x", color=line.get_color(), zorder=3)

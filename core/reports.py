@@ -416,6 +416,23 @@ def _last_groups(folder: Path, window: int) -> list[tuple[int, int]]:
     return [g for step in sorted(groups)[-window:] for g in groups[step]]
 
 
+def watch_checks(folder: Path) -> list[dict[str, Any]] | None:
+    """The spread watch's checks of a run (``watch.jsonl``, one per check), or None where it kept none. A last line
+    cut short by a killed run is left out."""
+    path = folder / "watch.jsonl"
+    if not path.is_file():
+        return None
+    checks = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            checks.append(record)
+    return checks
+
+
 def held_out_summary(folder: Path) -> dict[str, Any] | None:
     """What ``whileai eval`` measured on the run's final model (``eval.json``), or None where it has not run."""
     from whileai.training.held_out import EVAL_FORMAT, eval_file
@@ -450,6 +467,7 @@ def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> 
                 "grader": grading_summary(item.path, say),
                 "run": item.extra,
                 "held_out": held_out_summary(item.path),
+                "watch": watch_checks(item.path),
             }
         else:
             entry = {"path": str(item.path), "kind": "spread", "report": item.data}

@@ -540,18 +540,19 @@ def check_spread_file(
     on_restart: Callable[[], None] | None = None,
     controls: int = 0,
     seed: int = 0,
+    steps: tuple[int, int] | None = None,
 ) -> SpreadRun:
     """Grade the groups of a rows file or folder with ``grading`` and return the spread verdict (never raises on
     no spread; ``BadInput`` on bad rows unless ``skip_bad``; ``GraderUnavailable`` when the grader cannot be reached).
     ``on_restart`` is called when the file is read a second time, so per-group output can be reset. ``controls``
-    and ``seed``: :func:`check_spread_rows`'s.
+    and ``seed``: :func:`check_spread_rows`'s; ``steps``: only a training run's completion logs of those steps.
     """
     # Rows usually come grouped (TRL logs, simulate, most exports): read once. If a group turns out to be split,
     # forget what was counted and read again by index (a judge then answers from its cache).
     before = grading.stats.snapshot()
     stats = RowStats()
     try:
-        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=True)
+        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=True, steps=steps)
         report = check_spread_groups(
             grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
         )
@@ -560,7 +561,7 @@ def check_spread_file(
         if on_restart is not None:
             on_restart()
         stats = RowStats()
-        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats)
+        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, steps=steps)
         report = check_spread_groups(
             grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
         )

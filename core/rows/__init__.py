@@ -237,6 +237,7 @@ def iter_groups(
     skip_bad: bool = False,
     stats: RowStats | None = None,
     contiguous: bool = False,
+    steps: tuple[int, int] | None = None,
 ) -> Iterator[tuple[str, list[Member]]]:
     """Stream ``(group id, [(reward, prompt, text), ...])`` from a rows file or folder.
 
@@ -251,6 +252,7 @@ def iter_groups(
         fields: the field names; defaults depend on the file's format (see ``RowFields.for_columns``).
         skip_bad: skip malformed rows (counted in ``stats``) instead of raising.
         stats: filled with rows read and skipped.
+        steps: ``(first, last)``: only the completion logs of those steps of a training run.
 
     Raises:
         BadInput: a missing file, an unreadable file, or (without ``skip_bad``) a bad row, naming file, line, field.
@@ -258,7 +260,7 @@ def iter_groups(
     """
     fields = fields or RowFields()
     stats = stats if stats is not None else RowStats()
-    files = list_row_files(path, stats.left_out)
+    files = list_row_files(path, stats.left_out, steps)
     seen: set[bytes] = set()  # digests of the TRL-log groups read so far
     for file in files:
         stats.files += 1

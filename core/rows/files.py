@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,23 @@ def parse_line(line: bytes) -> Any:
         return err
 
 
-def list_row_files(path: str | Path, left_out: list[str] | None = None) -> list[Path]:
+_LOG_STEP = re.compile(r"completions_(\d+)\.parquet")
+
+
+def log_step(path: Path) -> int | None:
+    """The step of one of TRL's completion logs (``completions_00012.parquet`` is step 12), None for another file."""
+    match = _LOG_STEP.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
+def list_row_files(
+    path: str | Path, left_out: list[str] | None = None, steps: tuple[int, int] | None = None
+) -> list[Path]:
     """The row files at ``path``: the file itself, or every row file under a folder, sorted.
 
     In a folder, a ``.json`` file counts only if it holds rows (a run folder also has ``config.json``,
     ``trainer_state.json`` and the like), and other suffixes are not rows; each file left out is appended to
-    ``left_out`` as ``"name (why)"``.
+    ``left_out`` as ``"name (why)"``. ``steps`` (first, last) keeps only TRL's completion logs of those steps.
     """
     root = Path(path)
     run_markers = ("trainer_state.json", "whileai_run.json")
@@ -96,11 +108,15 @@ def list_row_files(path: str | Path, left_out: list[str] | None = None) -> list[
                 why = "unreadable" if not os.access(p, os.R_OK) else "a .json file that holds no rows"
             elif not os.access(p, os.R_OK):
                 why = "unreadable"
+            elif steps is not None and not steps[0] <= (log_step(p) or -1) <= steps[1]:
+                continue  # another step's log, or no completion log at all: outside the window asked for
             else:
                 files.append(p)
                 continue
             if left_out is not None:
                 left_out.append(f"{p.relative_to(root).as_posix()} ({why})")
+        if not files and steps is not None:
+            raise BadInput(f"{root}: no completion log (completions_NNNNN.parquet) of steps {steps[0]}-{steps[1]}")
         if not files:
             raise BadInput(f"{root}: no .jsonl, .json or .parquet rows files in this folder")
         return files
@@ -108,6 +124,8 @@ def list_row_files(path: str | Path, left_out: list[str] | None = None) -> list[
         raise BadInput(f"{root}: no such file or folder")
     if root.suffix not in SUFFIXES:
         raise BadInput(f"{root}: rows must be .jsonl, .json or .parquet, not {root.suffix or 'a file without suffix'}")
+    if steps is not None:
+        raise BadInput(f"{root}: a window of steps reads a training run's folder (or its completions/), not one file")
     return [root]
 
 

@@ -88,7 +88,7 @@ def test_grader_beside_a_recipe_says_which_one_grades() -> None:
         ("model.tiny.hidden_size=66", "hidden_size 66 is not divisible by num_attention_heads 4"),
         ("model.tiny.widht=64", "model.tiny.widht: unknown key"),
         ("data.dataset=builtin:nope", "unknown built-in task 'builtin:nope' (allowed: builtin:echo_digits"),
-        ("verifier.builtin=nope", "unknown built-in verifier 'nope' (allowed: echoes_digits, support)"),
+        ("verifier.builtin=nope", "unknown built-in verifier 'nope' (allowed: echoes_digits, support, word_problems)"),
         ("trainer.per_device_train_batch_size=12", "must be divisible by num_generations 8"),
         ("trainer.per_device_train_batch_size=4 trainer.steps_per_generation=3", "= 12, must be divisible"),
         ("trainer.generation_batch_size=40", "generation_batch_size 40 must be divisible by the global batch size 32"),

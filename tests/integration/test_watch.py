@@ -90,7 +90,7 @@ def test_a_resume_with_a_good_grader_goes_on_from_the_watch_s_checkpoint(tmp_pat
 
 
 @pytest.mark.slow
-def test_warn_says_it_once_per_change_and_trains_on(tmp_path: Path, monkeypatch) -> None:
+def test_warn_says_it_once_per_change_trains_on_and_the_run_reports_it(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "warn"
     result = _train(out, "constant", monkeypatch)
     assert result.exit_code == 0, result.stderr
@@ -103,6 +103,24 @@ def test_warn_says_it_once_per_change_and_trains_on(tmp_path: Path, monkeypatch)
             kinds.append(kind)
     assert result.stderr.count("the watch failed at step") == len(kinds) < len(failed)
     assert json.loads((out / "whileai_run.json").read_text())["status"] == "finished"
+    # whileai report shows the checks (and draws them); whileai spread reruns the gate on a window of the run
+    checks = _checks(out)
+    data = json.loads(runner.invoke(app, ["report", str(out), "--json"]).stdout)
+    assert data["reports"][0]["watch"] == checks
+    shown = runner.invoke(app, ["report", str(out)], env={"COLUMNS": "80"})
+    failed = sum(c["failed"] for c in checks)
+    assert f"{len(checks)} checks, {failed} failed" in shown.stdout and "no spread: std 0.000" in shown.stdout
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 80
+    plot = tmp_path / "watch.png"
+    assert runner.invoke(app, ["report", str(out), "--plot", str(plot)]).exit_code == 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    # the gate again on the run's own rollouts of steps 1-4, with the recipe's rule (the run's grader went bad)
+    window = runner.invoke(app, ["spread", str(out), "--window", "1:4", "--recipe", str(RECIPE), "--json"])
+    assert window.exit_code in (0, 1), window.stderr
+    assert json.loads(window.stdout)["rows"]["read"] == 4 * 32
+    assert runner.invoke(app, ["spread", str(out), "--window", "4", "--recipe", str(RECIPE)]).exit_code == 2
+    outside = runner.invoke(app, ["spread", str(out), "--window", "50:", "--recipe", str(RECIPE)])
+    assert outside.exit_code == 2 and "no completion log" in outside.stderr
 
 
 @pytest.mark.slow
