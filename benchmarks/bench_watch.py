@@ -8,7 +8,7 @@ the extra calls are a share of the run's grader calls: the figure a judge's bill
 check every step and 2 controls each, no budget, to show what an eager watch would cost.
 
     python benchmarks/bench_watch.py                # about 5 minutes on 2 cores
-    python benchmarks/bench_watch.py --repeats 1    # quicker
+    python benchmarks/bench_watch.py --repeats 1 --steps 20    # quicker
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ SETTINGS = {
 }
 
 
-def train(overrides: list[str], folder: Path) -> dict[str, float]:
+def train(overrides: list[str], folder: Path, steps: int) -> dict[str, float]:
     """One run's training seconds and, when watched, its checks, controls and grader calls."""
-    done = run_in_group(
-        whileai_command("train", str(RECIPE), "model.threads=1", f"output_dir={folder}", *overrides), timeout_s=1800
-    )
+    command = ("train", str(RECIPE), "model.threads=1", f"trainer.max_steps={steps}", f"output_dir={folder}")
+    done = run_in_group(whileai_command(*command, *overrides), timeout_s=1800)
     if done.returncode != 0:
         raise SystemExit(f"whileai train {' '.join(overrides)} exited {done.returncode}: {done.stderr[-1500:]}")
     figures = {"seconds": json.loads((folder / "whileai_run.json").read_text())["seconds"]}
@@ -59,6 +58,7 @@ def train(overrides: list[str], folder: Path) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60, help="steps a run (the main job's 60)")
     options = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="whileai-watch-") as scratch:
@@ -66,15 +66,15 @@ def main() -> int:
             for index, (name, overrides) in enumerate(SETTINGS.items()):
                 if index == 2 and repeat:  # the eager watch once: its cost is in calls, not in noise
                     continue
-                runs[name].append(train(overrides, Path(scratch) / f"run-{repeat}-{index}"))
+                runs[name].append(train(overrides, Path(scratch) / f"run-{repeat}-{index}", options.steps))
                 print(f"{name}: {runs[name][-1]}", file=sys.stderr, flush=True)
     base = statistics.median(r["seconds"] for r in runs["watch off"])
-    print("60 steps of recipes/tiny_cpu_gar.yaml, one torch thread; median over runs")
+    print(f"{options.steps} steps of recipes/tiny_cpu_gar.yaml, one torch thread; median over runs")
     print(f"{'setting':36} {'train s':>8} {'vs off':>7} {'checks':>7} {'controls':>9} {'calls':>6} {'extra':>7}")
     for name, measured in runs.items():
         seconds = statistics.median(r["seconds"] for r in measured)
         last = measured[-1]
-        extra = last["controls"] / last["grader_calls"] if last.get("grader_calls") else None
+        extra = last.get("controls", 0) / last["grader_calls"] if last.get("grader_calls") else None
         print(
             f"{name:36} {seconds:8.1f} {seconds / base:6.2f}x {last.get('checks', 0):7.0f} "
             f"{last.get('controls', 0):9.0f} {last.get('grader_calls', 0):6.0f} "

@@ -69,8 +69,8 @@ DESIGN: dict[str, Any] = {
 QUICK = {"seeds": [1, 2], "steps": 3, "window": 2, "tasks": ["echo"]}
 
 
-def run_args(recipe: str, seed: int, steps: int, folder: Path, threads: int) -> list[str]:
-    """The ``whileai train`` overrides of one run (the same for both arms)."""
+def run_args(recipe: str, seed: int, steps: int, folder: Path, threads: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``whileai train`` overrides of one run (the same for both arms; ``extra``, from ``--set``, last)."""
     return [
         str(REPO / recipe),
         f"trainer.seed={seed}",
@@ -78,6 +78,7 @@ def run_args(recipe: str, seed: int, steps: int, folder: Path, threads: int) -> 
         f"trainer.save_steps={steps}",
         f"model.threads={threads}",
         f"output_dir={folder}",
+        *extra,
     ]
 
 
@@ -153,6 +154,10 @@ def main(
     )
     parser.add_argument("--fresh", action="store_true", help="run every run again, even a finished one")
     parser.add_argument("--no-reproduce", action="store_true", help="skip the rerun of one seed")
+    parser.add_argument(
+        "--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+        help="one more recipe override for every run of both arms, e.g. model.name_or_path=DIR (repeatable)",
+    )  # fmt: skip
     options = parser.parse_args()
     tasks = {name: dict(design["tasks"][name]) for name in options.tasks}
     seeds = options.seeds
@@ -166,8 +171,11 @@ def main(
 
     grid = [(task, arm, seed) for task in tasks for seed in seeds for arm in tasks[task]["arms"]]
     folders = {key: options.runs / key[0] / key[1] / f"seed-{key[2]}" for key in grid}
+    extra = tuple(options.extra)
     arguments = {
-        key: run_args(tasks[key[0]]["arms"][key[1]], key[2], tasks[key[0]]["steps"], folders[key], design["threads"])
+        key: run_args(
+            tasks[key[0]]["arms"][key[1]], key[2], tasks[key[0]]["steps"], folders[key], design["threads"], extra
+        )
         for key in grid
     }
     seconds: dict[tuple[str, str, int], float] = {}
@@ -210,7 +218,9 @@ def main(
         task = design["reproduce"]["task"] if design["reproduce"]["task"] in tasks else next(iter(tasks))
         key = (task, design["reproduce"]["arm"], seeds[0])
         again = options.runs / "reproduce" / f"{key[0]}-{key[1]}-seed-{key[2]}"
-        args = run_args(tasks[task]["arms"][key[1]], key[2], tasks[task]["steps"], again, design["threads"])
+        args = run_args(
+            tasks[task]["arms"][key[1]], key[2], tasks[task]["steps"], again, design["threads"], tuple(options.extra)
+        )
         train(args, again, again.parent / f"{again.name}.log")
         recorded, rerun = series(folders[key]), series(again)
         same = json.dumps(recorded, sort_keys=True) == json.dumps(rerun, sort_keys=True)

@@ -71,11 +71,15 @@ def measure(name: str, overrides: list[str], steps: int, folder: Path) -> dict[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+        help="one more recipe override for every setting, e.g. model.name_or_path=DIR (repeatable)",
+    )  # fmt: skip
     options = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="whileai-step-") as scratch:
         for index, (name, overrides) in enumerate(SETTINGS.items()):
-            results[name] = measure(name, overrides, options.steps, Path(scratch) / f"run-{index}")
+            results[name] = measure(name, [*options.extra, *overrides], options.steps, Path(scratch) / f"run-{index}")
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
     base = results["full fine-tuning, float32"]["s_per_1k_tokens"]
     print("| setting | step s | tokens a step | s per 1k tokens | vs full float32 | peak GB | steps timed |")

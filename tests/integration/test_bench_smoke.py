@@ -22,6 +22,14 @@ def bench(script: str, *args: str) -> str:
 
 
 @pytest.mark.slow
+def test_bench_watch_small() -> None:
+    pytest.importorskip("trl")
+    out = bench("bench_watch.py", "--repeats", "1", "--steps", "10")
+    assert "10 steps of recipes/tiny_cpu_gar.yaml" in out
+    assert "watch off" in out and "watch as shipped" in out and "every step, 2 controls, no budget" in out
+
+
+@pytest.mark.slow
 def test_bench_spread_small() -> None:
     out = bench("bench_spread.py", "--rows", "4000", "--repeats", "1")
     assert "whileai spread (whole process)" in out and "vs json floor" in out

@@ -39,3 +39,26 @@ def test_one_step_of_the_real_policy_on_word_problems(tmp_path: Path, real_polic
     assert json.loads((out / "whileai_run.json").read_text())["steps"] == 1
     assert (out / "final" / "adapter_config.json").is_file()
     trl_signal.assert_equation_3(out, size=8)
+
+
+@pytest.mark.slow
+def test_the_real_model_benchmarks_run(real_policy: Path, tmp_path: Path) -> None:
+    """``benchmarks/real_cpu_step.py`` (one step per setting) and ``benchmarks/real_cpu.py --quick`` (one seed, 2
+    steps per arm) on the converted model: each prints or writes its table."""
+    import sys
+
+    import child_processes
+
+    model = f"model.name_or_path={real_policy}"
+    step = child_processes.run(
+        [sys.executable, "benchmarks/real_cpu_step.py", "--steps", "1", "--set", model], cwd=REPO, timeout=3600
+    )
+    assert step.returncode == 0, step.stderr[-3000:]
+    assert "| LoRA, bfloat16 |" in step.stdout and "| full fine-tuning, float32 |" in step.stdout
+    quick = child_processes.run(
+        [sys.executable, "benchmarks/real_cpu.py", "--quick", "--runs", str(tmp_path / "runs"),
+         "--results", str(tmp_path), "--set", model],
+        cwd=REPO, timeout=3600,
+    )  # fmt: skip
+    assert quick.returncode == 0, quick.stderr[-3000:]
+    assert "word_problems: 2 steps, 1 seeds per arm" in (tmp_path / "real_cpu_quick.md").read_text()
