@@ -154,6 +154,7 @@ class SpreadWatch:
     stop_requested: bool = False
     checks: list[WatchCheck] = field(default_factory=list)
     _seen: deque[_Seen] = field(default_factory=deque)
+    _first_step: int = 1 << 62  # the first step whose groups it kept
     _calls: int = 0  # grader calls training made (what the controls' budget is a share of)
     _extra: int = 0  # controls sent
     _last_told: tuple[str, str] | None = None
@@ -162,28 +163,50 @@ class SpreadWatch:
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
     ) -> dict[str, float]:
-        """Keep a training batch's graded groups (``prompts`` and ``completions`` the batch's, ``size`` a group's
-        members); at a step that is a multiple of ``every_steps``, check. Returns the check's TRL metrics, or {}."""
+        """A training batch of ``step`` graded (TRL's: one batch completes its step): :meth:`keep`, then
+        :meth:`check_through` the step. Returns the check's TRL metrics, or {}."""
+        self.keep(step, graded, prompts, completions, size)
+        return self.check_through(step)
+
+    def keep(
+        self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
+    ) -> None:
+        """Keep a batch's graded groups of ``step`` for the checks (``prompts`` and ``completions`` the batch's,
+        ``size`` a group's members)."""
+        self._first_step = min(self._first_step, step)
         for index, group in enumerate(graded):
             self._calls += group.grader_calls
             members = slice(index * size, (index + 1) * size)
-            self._seen.append(
-                _Seen(step, f"{step}:{index}:{group.task_id}", group, prompts[members], completions[members])
+            key = f"{step}:{len(self._seen)}:{group.task_id}"
+            self._seen.append(_Seen(step, key, group, prompts[members], completions[members]))
+
+    def check_through(self, step: int) -> dict[str, float]:
+        """Make the checks due by ``step``, a completed step: one at each multiple of ``every_steps`` not yet
+        checked, on the groups of the ``window`` steps up to it. Returns the last check's TRL metrics, or {}."""
+        every = self.settings.every_steps
+        window = self.settings.window or every
+        metrics: dict[str, float] = {}
+        while True:
+            # The next multiple of every_steps: after the last check, or after the steps before the first group
+            # seen (a resumed run's watch starts at its checkpoint, with no empty checks of the steps before).
+            done = self.checks[-1].step if self.checks else (self._first_step - 1) // every * every
+            due = done + every
+            while self._seen and self._seen[0].step <= due - window:  # before the next check's window
+                self._seen.popleft()
+            if step < due:
+                return metrics
+            check = self._check(due, max(1, due - window + 1))
+            self.checks.append(check)
+            self._tell(check)
+            if self.on_check is not None:
+                self.on_check(check.as_dict())
+            metrics = {f"whileai/watch/{k}": v for k, v in check.figures.items() if not math.isnan(v)}
+            metrics.update(
+                {
+                    "whileai/watch/failed": float(check.failed),
+                    "whileai/watch/failed_in_a_row": float(check.failed_in_a_row),
+                }
             )
-        window = self.settings.window or self.settings.every_steps
-        while self._seen and self._seen[0].step <= step - window:
-            self._seen.popleft()
-        if step % self.settings.every_steps or (self.checks and self.checks[-1].step >= step):
-            return {}
-        check = self._check(step, max(1, step - window + 1))
-        self.checks.append(check)
-        self._tell(check)
-        if self.on_check is not None:
-            self.on_check(check.as_dict())
-        return {f"whileai/watch/{name}": value for name, value in check.figures.items() if not math.isnan(value)} | {
-            "whileai/watch/failed": float(check.failed),
-            "whileai/watch/failed_in_a_row": float(check.failed_in_a_row),
-        }
 
     def note(self, metrics: dict[str, float]) -> None:
         """On a process that does not grade: take the stop decision from the metrics rank 0 logged."""
@@ -201,6 +224,8 @@ class SpreadWatch:
         passes = hacked = 0
         eligible: list[_Seen] = []
         for seen in self._seen:
+            if not first <= seen.step <= step:  # a later step's groups, kept for the next check
+                continue
             group = seen.graded
             passes += sum(group.passed)
             hacked += len(group.hacks)

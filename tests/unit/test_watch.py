@@ -1,0 +1,107 @@
+"""``whileai.grading.watch``: when the spread watch checks, what a check reads and costs, and its policy."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from whileai.grading.groupwise import GroupwiseGrading
+from whileai.grading.watch import SpreadWatch, WatchSettings
+
+TEXTS = ["a", "bb", "ccc", "x"]  # three passes of different lengths, one failure
+
+
+def by_length(group: list[dict[str, Any]]) -> dict[str, Any]:
+    passes = sorted((g for g in group if g["passed"]), key=lambda g: len(g["completion"]))
+    return {"ranking": [g["index"] for g in passes]}
+
+
+def step(watch: SpreadWatch, grading: GroupwiseGrading, number: int, groups: int = 2) -> dict[str, float]:
+    rewards, prompts, texts = [1, 1, 1, 0] * groups, ["p"] * 4 * groups, TEXTS * groups
+    return watch.observe(number, grading.grade_batch(rewards, prompts, texts, 4), prompts, texts, 4)
+
+
+def test_checks_fall_on_multiples_of_every_steps_and_a_resume_makes_no_empty_checks() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    watch = SpreadWatch(grading, WatchSettings(every_steps=3), say=lambda _: None)
+    logged = [bool(step(watch, grading, n)) for n in range(1, 8)]
+    assert logged == [False, False, True, False, False, True, False]
+    assert [c.step for c in watch.checks] == [3, 6] and all(c.verdict == "yes" for c in watch.checks)
+    assert [c.first_step for c in watch.checks] == [1, 4]  # each window its own steps
+    resumed = SpreadWatch(grading, WatchSettings(every_steps=3), say=lambda _: None)
+    for n in range(8, 13):  # a run resumed from checkpoint-7
+        step(resumed, grading, n)
+    assert [c.step for c in resumed.checks] == [9, 12]
+
+
+def test_a_completion_that_jumps_steps_makes_every_check_due() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    watch = SpreadWatch(grading, WatchSettings(every_steps=2), say=lambda _: None)
+    for n in range(1, 6):
+        watch.keep(n, grading.grade_batch([1, 1, 1, 0], ["p"] * 4, TEXTS, 4), ["p"] * 4, TEXTS, 4)
+    watch.check_through(5)  # groups of steps 1-5 in at once (verl counts steps by groups)
+    assert [(c.first_step, c.step, c.figures["groups"]) for c in watch.checks] == [(1, 2, 2.0), (3, 4, 2.0)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.floats(0.0, 1.0), st.integers(1, 4))
+def test_the_controls_never_cost_more_than_their_budget(controls: int, budget: float, groups: int) -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    watch = SpreadWatch(
+        grading, WatchSettings(every_steps=1, controls=controls, max_extra_calls=budget), say=lambda _: None
+    )
+    for n in range(1, 13):
+        step(watch, grading, n, groups)
+    extra = watch.checks[-1].figures["extra_calls"]
+    assert extra <= budget * watch.checks[-1].figures["grader_calls"] + 1e-9
+    assert grading.stats.grader_calls == 12 * groups  # the controls are kept out of the run's counters
+
+
+def test_a_check_counts_fallbacks_and_hacks_and_stop_waits_for_patience() -> None:
+    calls = {"n": 0}
+
+    def flaky(group: list[dict[str, Any]]) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise RuntimeError("down")
+        return {**by_length(group), "hacks": [group[0]["index"]]}
+
+    grading = GroupwiseGrading(grader=flaky)
+    said: list[str] = []
+    watch = SpreadWatch(grading, WatchSettings(every_steps=2, on_fail="stop", patience=2), say=said.append)
+    first = {}
+    for n in range(1, 3):
+        first = step(watch, grading, n)
+    assert first["whileai/watch/hack_rate"] == pytest.approx(4 / 12) and first["whileai/watch/fallback_rate"] == 0
+    for n in range(3, 7):
+        step(watch, grading, n)
+    broken = watch.checks[1:]
+    assert [c.verdict for c in broken] == ["broken", "broken"] and [c.failed_in_a_row for c in broken] == [1, 2]
+    assert broken[0].figures["fallback_rate"] == 1.0 and not broken[0].stop and broken[1].stop
+    assert watch.stop_requested and len(said) == 2 and "stopping the run" in said[1]
+
+
+def test_another_process_takes_the_decision_from_the_logged_figures() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    peer = SpreadWatch(grading, WatchSettings(on_fail="stop", patience=2))
+    peer.note({"whileai/watch/failed_in_a_row": 1.0})
+    assert not peer.stop_requested
+    peer.note({"whileai/watch/failed_in_a_row": 2.0})
+    assert peer.stop_requested
+    warned = SpreadWatch(grading, WatchSettings(on_fail="warn", patience=1))
+    warned.note({"whileai/watch/failed_in_a_row": 5.0})
+    assert not warned.stop_requested
+
+
+def test_the_record_is_json_ready() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    records: list[dict[str, Any]] = []
+    watch = SpreadWatch(grading, WatchSettings(every_steps=1, controls=0), say=lambda _: None, on_check=records.append)
+    step(watch, grading, 1)
+    (record,) = records
+    assert record["control_tau"] is None and record["steps"] == [1, 1] and record["verdict"] == "yes"
+    assert all(not (isinstance(v, float) and math.isnan(v)) for v in record.values())
