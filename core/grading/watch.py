@@ -21,15 +21,18 @@ once each time the verdict or what failed changes; ``stop`` also asks the run to
 ``patience`` failed checks in a row, with a message that says what changed since the last passing check.
 
 Each check's figures come back as TRL metrics (``whileai/watch/*``) and as one record for the run folder's
-``watch.jsonl``. This module grades and counts; writing the file and stopping the trainer are the training run's.
+``watch.jsonl`` (:class:`WatchLog` appends it). Stopping the trainer is the training run's (TRL) or the reward
+manager's (verl).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -39,7 +42,7 @@ from whileai.grading.controls import ControlsTally
 from whileai.grading.gate import SpreadReport, spread_report
 from whileai.grading.group import GradedGroup
 
-__all__ = ["SpreadWatch", "WatchCheck", "WatchSettings"]
+__all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
 
 
 class WatchSettings(BaseModel):
@@ -342,6 +345,18 @@ class SpreadWatch:
             self._last_told = told
         if check.verdict == "yes":
             self._last_passed = check
+
+
+class WatchLog:
+    """Appends each check's record to a run's ``watch.jsonl`` (a resumed run continues the same file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
 
 
 def _why(report: SpreadReport) -> str:

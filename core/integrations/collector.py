@@ -68,6 +68,7 @@ class Shaped:
     group: str
     member: int = -1
     fallback: str = ""
+    stop: str = ""  # why the spread watch asks the run to stop (``spread.watch.on_fail: stop``), or empty
 
 
 @dataclass
@@ -100,6 +101,8 @@ class GroupCollector:
         wait_s: how long a group may wait for its last response, from its first.
         on_graded: called on the grading thread with each batch of answered groups (the ``grading.jsonl`` log);
             what it raises is reported through ``say`` and does not stop anything.
+        watch: called on the grading thread after ``on_graded`` with the batch's groups, prompts and completions
+            (the spread watch, which may grade control groups there); what it raises is said and stops nothing.
         say: where the collector's own warnings go (a log line).
 
     Example:
@@ -123,6 +126,7 @@ class GroupCollector:
         wait_s: float = 900.0,
         on_graded: Callable[[list[GradedGroup]], None] | None = None,
         say: Callable[[str], None] | None = None,
+        watch: Callable[[list[GradedGroup], list[Any], list[Any]], None] | None = None,
     ) -> None:
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
@@ -132,6 +136,7 @@ class GroupCollector:
         self.group_size = group_size
         self.wait_s = float(wait_s)
         self.on_graded = on_graded
+        self.watch = watch
         self.say = say or (lambda message: None)
         self.late = 0
         self.repeated = 0
@@ -313,6 +318,11 @@ class GroupCollector:
         for (key, _), record in zip(batch, graded, strict=True):
             record.label = key
         self._log(graded)
+        if self.watch is not None:
+            try:
+                self.watch(graded, [r.prompt for r in responses], [r.completion for r in responses])
+            except Exception as error:  # the watch watches; it never costs the groups their grading
+                self.say(f"whileai: the spread watch could not read {len(graded)} group(s): {describe(error)}")
         return graded
 
     def _fallback(self, key: str, group: _Open, error: BaseException) -> GradedGroup:

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,10 @@ from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from whileai.config.guard import config_value, verl_signal_problems
-from whileai.errors import BadInput, describe
+from whileai.errors import BadInput, WatchStopped, describe
 from whileai.grading.group import GradedGroup
 from whileai.grading.groupwise import GroupwiseGrading
+from whileai.grading.watch import SpreadWatch, WatchLog, WatchSettings
 from whileai.integrations.collector import GroupCollector, Response, Shaped
 from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
 
@@ -133,6 +135,7 @@ def _settings(config: Any) -> dict[str, Any]:
         "out": str(Path(str(out)).resolve()),
         "group_wait_s": float(wait),
         "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
+        "groups_per_step": int(config_value(config, "data.train_batch_size", 1) or 1),
         "verifier_keys": _verifier_keys(options.get("verifier_keys")),
     }
 
@@ -209,7 +212,12 @@ class Groups:
         grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python).
     """
 
-    def __init__(self, settings: Mapping[str, Any], grading: GroupwiseGrading | None = None) -> None:
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        grading: GroupwiseGrading | None = None,
+        watch: WatchSettings | None = None,
+    ) -> None:
         out = Path(settings["out"])
         if grading is None:
             from whileai.build import build_grading
@@ -218,14 +226,17 @@ class Groups:
             # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
             loaded = load_recipe(Path(settings["recipe"]), [])
             grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
+            watch = loaded.recipe.spread.watch
         self.grading = grading
         self.log = _GradingLog(out, self.figures)
+        self.watch = _VerlWatch(grading, watch, settings, out) if watch is not None and watch.enabled else None
         self.collector = GroupCollector(
             grading,
             int(settings["group_size"]),
             wait_s=float(settings["group_wait_s"]),
             on_graded=self.log,
             say=print,
+            watch=None if self.watch is None else self._watch_batch,
         )
         self.verifier_failures = 0
         self.actor_lost = 0
@@ -253,7 +264,15 @@ class Groups:
         shaped = await self.collector.reward(key, response)
         if shaped.member < 0 or answered:  # no group's log line counts it
             self._write_figures()
+        if self.watch is not None and self.watch.watch.stop_requested:
+            return replace(shaped, stop=self.watch.stop_reason())
         return shaped
+
+    def _watch_batch(self, graded: list[GradedGroup], prompts: list[Any], completions: list[Any]) -> None:
+        """The watch's turn after a batch is logged (on the grading thread), then the figures with its checks."""
+        assert self.watch is not None
+        self.watch(graded, prompts, completions)
+        self._write_figures()
 
     def _write_figures(self) -> None:
         try:
@@ -264,7 +283,39 @@ class Groups:
     def figures(self) -> dict[str, Any]:
         figures = self.collector.figures()
         figures.update(verifier_failures=self.verifier_failures, groups_actor_lost=self.actor_lost)
+        if self.watch is not None and self.watch.watch.checks:
+            checks = self.watch.watch.checks
+            figures["watch"] = {
+                "checks": len(checks),
+                "failed": sum(c.failed for c in checks),
+                "extra_grader_calls": checks[-1].figures["extra_calls"],
+                "last": checks[-1].as_dict(),
+            }
         return figures
+
+
+class _VerlWatch:
+    """The spread watch in verl (``whileai.grading.watch``): verl hands a reward manager no step, so a step is
+    ``data.train_batch_size`` graded groups, in the order the groups actor grades them (validation groups count as
+    well); the checks go to ``watch.jsonl`` beside ``grading.jsonl`` and into ``whileai_verl.json``."""
+
+    def __init__(self, grading: GroupwiseGrading, settings: WatchSettings, options: Mapping[str, Any], out: Path):
+        self.per_step = max(1, int(options.get("groups_per_step") or 1))
+        self.size = int(options["group_size"])
+        self.groups = 0
+        self.watch = SpreadWatch(grading, settings, say=print, on_check=WatchLog(out / "watch.jsonl"))
+
+    def __call__(self, graded: list[GradedGroup], prompts: list[Any], completions: list[Any]) -> None:
+        for index, group in enumerate(graded):
+            members = slice(index * self.size, (index + 1) * self.size)
+            step = self.groups // self.per_step + 1
+            self.watch.keep(step, [group], prompts[members], completions[members], self.size)
+            self.groups += 1
+        self.watch.check_through(self.groups // self.per_step)
+
+    def stop_reason(self) -> str:
+        first = next((c for c in self.watch.checks if c.stop), self.watch.checks[-1])  # when it first asked
+        return f"step {first.step}: {first.why}"
 
 
 def _inside_ray() -> bool:
@@ -378,6 +429,11 @@ class WhileaiRewardManager(RewardManagerBase):
             shaped = await self._remote_reward(arguments, bool(verdict.error))
         else:
             shaped = await self.groups.reward(*arguments, bool(verdict.error))
+        if shaped.stop:  # spread.watch.on_fail: stop, patience failed checks in a row: the run ends here
+            raise WatchStopped(
+                f"whileai: the spread watch stopped training ({shaped.stop}); watch.jsonl in {self.settings['out']} "
+                "has each check. Change the recipe's grader, then resume from verl's last checkpoint"
+            )
         return {"reward_score": shaped.value, "reward_extra_info": self._fields(verdict, shaped)}
 
     async def _remote_reward(self, arguments: tuple[Any, ...], failed: bool) -> Shaped:

@@ -23,7 +23,6 @@ from whileai.errors import BadInput, json_problem
 
 __all__ = [
     "GradingLog",
-    "WatchLog",
     "forget_after",
     "last_checkpoint",
     "mark_run",
@@ -188,18 +187,6 @@ class GradingLog:
         with self.path.open("a") as handle:
             for group in groups:
                 handle.write(json.dumps({"step": logged_step(state, group.phase), **group.as_dict()}) + "\n")
-
-
-class WatchLog:
-    """Appends each check of the spread watch to ``watch.jsonl`` (a resumed run continues the same file)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
 
 
 # What the spread gate reads: a resume whose recipe agrees with the run's on these sections keeps its verdict. The

@@ -461,8 +461,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
 def _watch(run: _Run) -> Any:
     """The run's spread watch (``spread.watch``), on every process: the grading process checks, the others learn its
     decision from the figures it logs. None when the recipe turns it off."""
-    from whileai.grading.watch import SpreadWatch
-    from whileai.training.folder import WatchLog
+    from whileai.grading.watch import SpreadWatch, WatchLog
 
     settings = run.loaded.recipe.spread.watch
     if not settings.enabled:

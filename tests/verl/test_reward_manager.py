@@ -736,3 +736,46 @@ def test_through_verl_s_agent_loop_with_a_judge_over_http(tmp_path, tokenizer_di
     assert seen["figures"] == {"verifier_failures": 0, "repeated_uid_responses": 0, "groups_actor_lost": 2}
     answers, groups = seen["judge_answers"]
     assert answers == groups and groups[0] == 4 and groups[1] >= 1  # the judge graded on both actors
+
+
+# ---------------------------------------------------------------- the spread watch
+
+
+def _watched_recipe(folder: Path, grader: str, **watch: object) -> Path:
+    """The scripted recipe, or a Python grader of ``watch_grader.py`` in its place, with ``spread.watch`` set."""
+    lines = "".join(f"    {key}: {value}\n" for key, value in watch.items())
+    text = SCRIPTED
+    if grader != "scripted":
+        (folder / "watch_grader.py").write_text(
+            "def constant(group):\n    return {'factors': {g['index']: 0.8 for g in group if g['passed']}}\n"
+        )
+        function = f"{folder / 'watch_grader.py'}:{grader}"
+        text = f"grader:\n  kind: python\n  function: {function}\ngrading:\n  mode: advantage\n"
+    return _recipe(folder, f"{text}spread:\n  watch:\n{lines}")
+
+
+def test_the_watch_checks_each_step_s_groups_and_writes_its_checks(tmp_path, tokenizer_dir) -> None:
+    """verl hands the manager no step: a step is data.train_batch_size groups (here 2 of the 6), each check reads
+    its step's groups, and the checks land in watch.jsonl and whileai_verl.json."""
+    _watched_recipe(tmp_path, "scripted", every_steps=1, controls=1, max_extra_calls=1.0)
+    config = verl_config(tmp_path, tokenizer_dir, 4, "data.train_batch_size=2")
+    data, _ = rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()))
+    assert_equation_3(data, _out(tmp_path))  # the watch changed no reward
+    checks = [json.loads(line) for line in (_out(tmp_path) / "watch.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in checks] == [1, 2, 3] and sum(c["groups"] for c in checks) == 4  # 4 graded, 2+ passes
+    assert not any(c["failed"] for c in checks)
+    figures = json.loads((_out(tmp_path) / "whileai_verl.json").read_text())
+    assert figures["watch"]["checks"] == 3 and figures["grader_calls"] == 4  # the controls not among them
+
+
+def test_a_watch_set_to_stop_ends_the_run_through_verl_s_reward_loop(tmp_path, tokenizer_dir) -> None:
+    """A grader whose scores do not vary: the first check fails, and with on_fail: stop and patience 1 the reward
+    worker raises with why, which ends verl's step (verl's last checkpoint is where a resume goes on)."""
+    from whileai.errors import WatchStopped
+
+    _watched_recipe(tmp_path, "constant", every_steps=1, on_fail="stop", patience=1)
+    config = verl_config(tmp_path, tokenizer_dir, 4, "data.train_batch_size=2")
+    with pytest.raises(WatchStopped, match=r"the spread watch stopped training \(step 1: no spread: std 0\.000"):
+        rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()))
+    (check, *_) = [json.loads(line) for line in (_out(tmp_path) / "watch.jsonl").read_text().splitlines()]
+    assert check["stop"] and check["verdict"] == "no"
