@@ -131,6 +131,9 @@ def _print_report(item: Any, entry: dict[str, Any], steps: bool) -> None:
             if key in item.figures:
                 rows.append((label, str(item.figures[key])))
         out.print(_figures(rows))
+        if entry.get("watch"):
+            out.print()
+            _print_watch(item.path, entry["watch"], every=steps)
     elif isinstance(item, RunHistory):
         _print_summary(item, entry)
         if entry.get("watch"):

@@ -455,6 +455,7 @@ def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> 
         if isinstance(item, GradingFolder):
             entry = {"path": str(item.path), "kind": "grading", "grader": grading_summary(item.path, say)}
             entry["figures"] = item.figures
+            entry["watch"] = watch_checks(item.path)
         elif isinstance(item, RunHistory):
             rates = [{**asdict(r), "rate": r.rate} for r in step_pass_rates(item.path)]
             entry = {

@@ -766,6 +766,12 @@ def test_the_watch_checks_each_step_s_groups_and_writes_its_checks(tmp_path, tok
     assert not any(c["failed"] for c in checks)
     figures = json.loads((_out(tmp_path) / "whileai_verl.json").read_text())
     assert figures["watch"]["checks"] == 3 and figures["grader_calls"] == 4  # the controls not among them
+    from typer.testing import CliRunner
+
+    from whileai.cli.main import app
+
+    shown = CliRunner().invoke(app, ["report", str(_out(tmp_path))])
+    assert shown.exit_code == 0 and "3 checks, 0 failed" in shown.stdout
 
 
 def test_a_watch_set_to_stop_ends_the_run_through_verl_s_reward_loop(tmp_path, tokenizer_dir) -> None:
