@@ -254,9 +254,9 @@ class SpreadWatch:
             controls=controls,
         )
         figures = self._figures(report, failed, passes, hacked)
-        streak = (
-            (self.checks[-1].failed_in_a_row if self.checks else 0) + 1 if report.verdict in ("no", "broken") else 0
-        )
+        before = self.checks[-1].failed_in_a_row if self.checks else 0
+        # "too few" neither passes nor fails: a window too thin to judge leaves the count of failures in a row as is
+        streak = {"no": before + 1, "broken": before + 1, "too few": before}.get(report.verdict, 0)
         check = WatchCheck(step, first, report.verdict, _why(report), figures, streak, sent)
         check.stop = check.failed and self.settings.on_fail == "stop" and streak >= self.settings.patience
         self.stop_requested = self.stop_requested or check.stop

@@ -105,3 +105,14 @@ def test_the_record_is_json_ready() -> None:
     (record,) = records
     assert record["control_tau"] is None and record["steps"] == [1, 1] and record["verdict"] == "yes"
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in record.values())
+
+
+def test_a_window_too_thin_to_judge_neither_breaks_nor_adds_to_the_failures_in_a_row() -> None:
+    grading = GroupwiseGrading(grader=lambda group: {"factors": {g["index"]: 0.5 for g in group if g["passed"]}})
+    watch = SpreadWatch(grading, WatchSettings(every_steps=1, on_fail="stop", patience=2), say=lambda _: None)
+    flat, thin = ([1, 1, 1, 0], TEXTS), ([1, 0, 0, 0], TEXTS)  # three alike passes; one pass: nothing to tell
+    for number, (rewards, texts) in enumerate([flat, thin, flat], start=1):
+        watch.observe(number, grading.grade_batch(rewards, ["p"] * 4, texts, 4), ["p"] * 4, texts, 4)
+    assert [(c.verdict, c.failed_in_a_row, c.stop) for c in watch.checks] == [
+        ("no", 1, False), ("too few", 1, False), ("no", 2, True),
+    ]  # fmt: skip
