@@ -622,11 +622,10 @@ def write_whole(path: Path, text: str) -> None:
 # ---------------------------------------------------------------------------------------------------- main
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", required=True, help="the GGUF file (its name and size go in the table)")
+def add_server_options(parser: argparse.ArgumentParser, model_help: str) -> None:
+    """The options of the llama.cpp server a benchmark starts (or finds at ``--base-url``), read by
+    :func:`open_server`."""
+    parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--server-python", default=sys.executable, help="the python that has llama_cpp.server")
     parser.add_argument(
         "--server-cmd",
@@ -637,6 +636,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--base-url", default=None, help="a server already up (up to /v1): start none")
     parser.add_argument("--n-ctx", type=int, default=8192, help="the server's context size [8192]")
     parser.add_argument("--server-timeout", type=float, default=600.0, help="seconds the server may take to load")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_server_options(parser, "the GGUF file (its name and size go in the table)")
     parser.add_argument("--forms", default="scores,ranking", help="answer forms, comma-separated [scores,ranking]")
     parser.add_argument("--prompts", default="v1,v2", help="prompt versions, comma-separated [v1,v2]")
     parser.add_argument("--permutations", type=int, default=1, help="display orders per group [1]")

@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_judge import (
     DEFAULT_OUT,
-    DEFAULT_SERVER_CMD,
     REPO,
     Server,
+    add_server_options,
     last_line,
     open_server,
     passing_groups,
@@ -173,17 +173,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the GGUF file the server serves (agent and judge)")
-    parser.add_argument("--server-python", default=sys.executable, help="the python that has llama_cpp.server")
-    parser.add_argument(
-        "--server-cmd",
-        default=DEFAULT_SERVER_CMD,
-        help="the server's command line, placeholders {python} {model} {host} {port} {n_ctx} [%(default)s]",
-    )
-    parser.add_argument("--server-args", default="", help="more arguments for the server")
-    parser.add_argument("--base-url", default=None, help="a server already up (up to /v1): start none")
-    parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--server-timeout", type=float, default=600.0)
+    add_server_options(parser, "the GGUF file the server serves (agent and judge)")
     parser.add_argument("--family", default="builtin:all", help="the scenarios' family [builtin:all]")
     parser.add_argument("--scenarios", type=int, default=24, help="scenarios the model plays [24]")
     parser.add_argument("--n", type=int, default=4, help="rollouts per scenario [4]")
