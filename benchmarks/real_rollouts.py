@@ -53,6 +53,8 @@ from real_judge import (
     write_whole,
 )
 
+from whileai.simulations.rollouts import MAX_AGENT_STEPS
+
 say = say_as("real_rollouts")
 RULES = {
     "rule: fewest tool calls (built-in)": None,
@@ -77,19 +79,25 @@ def simulate_rows(
         raise RuntimeError(f"whileai simulate failed ({done.returncode}): {last_line(done.stderr)}")
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     passes = [r for r in rows if r["passed"]]
-    return {
-        "command": "whileai " + " ".join(done.args[3:]),
+    summary = {
+        # the command as anyone would type it: no port of this run's server, no path of this machine
+        "command": f"whileai simulate --agent model --model {server.model_id} --tool-calls json --scenarios {family} "
+        f"--n {n} --num-scenarios {scenarios} --seed {seed}",
         "seconds": round(done.seconds, 1),
         "rollouts": len(rows),
         "pass_at_1": done.stdout.strip(),
         "with_a_tool_call": sum(r["tool_calls"] > 0 for r in rows),
+        "at_the_step_limit": sum(r["turns"] >= MAX_AGENT_STEPS for r in rows),
         "tool_calls_per_pass": round(sum(r["tool_calls"] for r in passes) / len(passes), 2) if passes else None,
         "pass_flaws": dict(Counter(flaw for r in passes for flaw in r["flaws"]).most_common()),
+        "all_flaws": dict(Counter(flaw for r in rows for flaw in r["flaws"]).most_common()),
         "hacks": sum(bool(r.get("hack")) for r in rows),
         "fail_reasons": dict(
             Counter((r["reason"] or "").split(";")[0][:60] for r in rows if not r["passed"]).most_common(5)
         ),
     }
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
 
 
 def keep_graded_groups(raw: Path, out: Path) -> list[str]:
@@ -119,15 +127,26 @@ def render(model: str, summary: dict[str, Any], groups: list[str], rows: list[di
         "hack recall (flagged/ref)", "unusable", "calls", "p50 s", "wall min", "error",
     ]  # fmt: skip
     flaws = ", ".join(f"{name} {count}" for name, count in summary["pass_flaws"].items()) or "none"
+    everyone = ", ".join(f"{name} {count}" for name, count in summary.get("all_flaws", {}).items()) or "none"
     lines = [
         f"## Graders on {model}'s own rollouts",
         "",
         "Written by `benchmarks/real_rollouts.py` (its docstring says how); the raw results are in",
         "`real_judge.rollouts.json`. The rows are the model's own support conversations, served by llama.cpp",
         f"(`{summary['command']}`, {summary['seconds'] / 60:.0f} min): {summary['rollouts']} rollouts, "
-        f"{summary['pass_at_1']}; {summary['with_a_tool_call']} made a tool call; a pass made "
-        f"{summary['tool_calls_per_pass']} calls on average; flaws among the passes (read off the transcripts): "
-        f"{flaws}; {summary['hacks']} hacks. The graders read the {len(groups)} groups with two passes or more.",
+        f"{summary['pass_at_1']}; {summary['with_a_tool_call']} made a tool call and "
+        f"{summary.get('at_the_step_limit', '-')} ran to the step limit; flaws read off the transcripts, of every "
+        f"rollout: {everyone}; of the passes: {flaws}; {summary['hacks']} hacks.",
+        "",
+    ]
+    if not rows:
+        lines.append(
+            f"The graders had {len(groups)} group(s) with two passes or more to read: too few to measure a grader "
+            "against the reference, so none was run."
+        )
+        return "\n".join(lines) + "\n"
+    lines += [
+        f"The graders read the {len(groups)} groups with two passes or more.",
         "",
         "| grader | " + " | ".join(columns[1:]) + " |",
         "|" + "---|" * len(columns),
@@ -143,12 +162,20 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
     try:
         server = open_server(args, work, say)
         raw, rows = work / "rollouts.all.jsonl", work / "rollouts.jsonl"
-        summary = simulate_rows(server, raw, args.family, args.scenarios, args.n, args.seed, args.run_timeout)
+        kept = raw.with_suffix(".summary.json")
+        if args.reuse and raw.is_file() and kept.is_file():
+            summary = json.loads(kept.read_text())
+            say(f"rollouts of an earlier run in {work}, reused")
+        else:
+            summary = simulate_rows(server, raw, args.family, args.scenarios, args.n, args.seed, args.run_timeout)
         say(f"rollouts: {json.dumps(summary)}")
         groups = keep_graded_groups(raw, rows)
-        if len(groups) < 2:
-            raise RuntimeError(f"only {len(groups)} group(s) with two passes: simulate more scenarios (--scenarios)")
-        results = []
+        results: list[tuple[str, dict[str, Any]]] = []
+        if len(groups) < 2:  # a result too: the model's own rollouts leave the graders nothing to tell apart
+            write_section(args.out, "real-rollouts", render(model_path.name, summary, groups, []))
+            write_whole(args.out.with_suffix(".rollouts.json"), json.dumps({"summary": summary, "groups": groups}))
+            say(f"only {len(groups)} group(s) with two passes: no grader run; wrote the section to {args.out}")
+            return 0
         for name, recipe in RULES.items():
             say(f"run: {name}")
             results.append((name, run_rule(rows, recipe, args.run_timeout)))
@@ -182,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=float, default=14400.0, help="seconds one whileai command may take")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--work-dir", type=Path, default=None, help="rows, caches, server log [a temporary folder]")
+    parser.add_argument("--reuse", action="store_true", help="the rollouts an earlier run left in --work-dir")
     return run_benchmark(parser.parse_args(argv), benchmark, "real_rollouts")
 
 

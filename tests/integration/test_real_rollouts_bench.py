@@ -60,3 +60,21 @@ def _serving(model: Path) -> bool:
         if str(FAKE).encode() in command and str(model).encode() in command:
             return True
     return False
+
+
+@pytest.mark.slow
+def test_rollouts_that_leave_nothing_to_grade_are_a_result_too(tmp_path: Path) -> None:
+    out = tmp_path / "real_judge.md"
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    done = child_processes.run(
+        [sys.executable, "benchmarks/real_rollouts.py", "--model", str(model), "--scenarios", "1", "--n", "1",
+         "--server-cmd", f"{{python}} {FAKE} --model {{model}} --host {{host}} --port {{port}} --n_ctx {{n_ctx}}",
+         "--out", str(out), "--work-dir", str(tmp_path / "work")],
+        cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    section = out.read_text()
+    assert "1 rollouts" in section and "The graders had 0 group(s) with two passes or more" in section
+    assert "none was run" in section and "| rule" not in section
+    assert json.loads(out.with_suffix(".rollouts.json").read_text())["groups"] == []
