@@ -147,6 +147,18 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         if recipe.spread.controls and (recipe.spread.rows or recipe.spread.sample or recipe.simulate):
             rows += f"; controls on {recipe.spread.controls} groups (reordered, one pass copied)"
         plan.steps.append(("spread gate", rows))
+        watch = recipe.spread.watch
+        if watch.enabled:
+            plan.steps.append(
+                (
+                    "spread watch",
+                    f"every {watch.every_steps} steps on the last {watch.window} steps' groups, {watch.controls} "
+                    f"controls a check within {watch.max_extra_calls:.0%} of the grader calls; on_fail "
+                    f"{watch.on_fail}" + (f" after {watch.patience} in a row" if watch.on_fail == "stop" else ""),
+                )
+            )
+        else:
+            plan.steps.append(("spread watch", "off (spread.watch.enabled: false)"))
     verifier = recipe.verifier
     if verifier is not None:
         plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
