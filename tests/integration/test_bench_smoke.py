@@ -24,8 +24,8 @@ def bench(script: str, *args: str) -> str:
 @pytest.mark.slow
 def test_bench_watch_small() -> None:
     pytest.importorskip("trl")
-    out = bench("bench_watch.py", "--repeats", "1", "--steps", "10")
-    assert "10 steps of recipes/tiny_cpu_gar.yaml" in out
+    out = bench("bench_watch.py", "--repeats", "1", "--steps", "4")
+    assert "4 steps of recipes/tiny_cpu_gar.yaml" in out
     assert "watch off" in out and "watch as shipped" in out and "every step, 2 controls, no budget" in out
 
 
