@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_judge import run_in_group, whileai_command  # the runner that ends a command's process group on every exit
+from processes import run_in_group, whileai_command  # the runner that ends a command's process group on every exit
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"

@@ -42,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from real_judge import end_group, raise_interrupted  # noqa: E402  (the process-group handling the benchmarks share)
+from processes import end_group, raise_interrupted  # noqa: E402  (the process-group handling the benchmarks share)
 
 # Chosen before any arm comparison and never changed per arm: the shipped recipes as they are, run longer. The echo
 # task's 200 steps are "a few hundred steps" at about half a second a step; the agent task's 40 steps come from a

@@ -1,6 +1,6 @@
 """Benchmark: whileai's judge and ART's RULER, side by side, on the same model, the same server and the same groups.
 
-Both ask one llama.cpp server (started here, as ``real_judge.py`` starts it) through one local proxy, which:
+Both ask one llama.cpp server (started here by ``processes.py``, as every benchmark starts one) through one local proxy, which:
 
 - steps ``response_format`` down as whileai's client does: a ``json_schema`` the server refuses (a status whose
   text names structured output, ``whileai.judge.client.names_structured_output``) is sent again as ``json_object``
@@ -50,7 +50,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from real_judge import (
+from processes import (
     DEFAULT_SERVER_CMD,
     REPO,
     Server,
@@ -60,9 +60,8 @@ from real_judge import (
     start_server,
     stop_server,
     whileai_command,
-    write_section,
-    write_whole,
 )
+from real_judge import write_section, write_whole
 
 from whileai.build import build_grading
 from whileai.config import load_recipe

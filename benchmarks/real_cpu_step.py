@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_judge import run_in_group  # the runner that ends a command's process group on every way out
+from processes import run_in_group  # the runner that ends a command's process group on every way out
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "real_cpu_word_problems_binary.yaml"

@@ -4,7 +4,7 @@ model as the judge through ``whileai judge-eval``.
 
 What it does, in order:
 
-1. starts llama.cpp's OpenAI-compatible server for ``--model`` (``benchmarks/real_judge.py``'s server handling: its own
+1. starts llama.cpp's OpenAI-compatible server for ``--model`` (``benchmarks/processes.py``'s server handling: its own
    process group on a free port, ended on every way out), or uses ``--base-url``;
 2. ``whileai simulate --agent model --tool-calls json --scenarios FAMILY --n N --num-scenarios S``: the model
    plays the agent (its bare JSON tool calls read as training reads them), each row's ``flaws``, ``quality`` and
@@ -33,22 +33,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_judge import (
-    DEFAULT_OUT,
+from processes import (
     REPO,
     Server,
     add_server_options,
-    last_line,
     open_server,
-    passing_groups,
     run_benchmark,
-    run_command,
     run_in_group,
-    run_one,
     say_as,
     stop_server,
-    table_row,
     whileai_command,
+)
+from real_judge import (
+    DEFAULT_OUT,
+    last_line,
+    passing_groups,
+    run_command,
+    run_one,
+    table_row,
     write_section,
     write_whole,
 )

@@ -140,7 +140,7 @@ def test_the_sample_is_ordered_groups_from_both_families(ran) -> None:
 
 
 def test_the_server_group_is_gone(ran) -> None:
-    from real_judge import group_alive
+    from processes import group_alive
 
     assert not group_alive(ran["pid"])
 
@@ -166,7 +166,7 @@ def test_sigterm_while_the_judge_is_asked_ends_the_run_and_the_server(tmp_path: 
     import threading
     import time
 
-    from real_judge import group_alive
+    from processes import group_alive
 
     model = tmp_path / "fake-judge.gguf"
     model.write_bytes(b"GGUF")

@@ -44,6 +44,7 @@ def _load_benchmark() -> ModuleType:
 
 
 bench = _load_benchmark()
+processes = sys.modules["processes"]  # the process groups and the server, beside the script, which loads them
 
 
 def bench_args(tmp_path: Path, *extra: str, server_args: str = "") -> list[str]:
@@ -72,7 +73,7 @@ def server_pid(stderr: str) -> int:
 
 def assert_group_gone(pgid: int) -> None:
     """Fail if the process group ``pgid`` is still there, after ending it (a failing test leaves nothing behind)."""
-    if bench.group_alive(pgid):
+    if processes.group_alive(pgid):
         os.killpg(pgid, signal.SIGKILL)
         raise AssertionError(f"the server's group {pgid} outlived the benchmark")
 
@@ -112,15 +113,15 @@ def read_results(tmp_path: Path) -> tuple[list[list[str]], list[dict[str, Any]]]
 
 def test_fake_server_answers_as_llama_cpp(tmp_path: Path) -> None:
     """Streamed and plain answers carry valid judge JSON; a json_schema response_format gets llama.cpp's 500."""
-    port = bench.free_port()
+    port = processes.free_port()
     command = [sys.executable, str(FAKE), "--host", "127.0.0.1", "--port", str(port), "--model", "m.gguf"]
     with child_processes.spawn(command, stdout=subprocess.PIPE, text=True) as process:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("fake llama.cpp server on")
         root = f"http://127.0.0.1:{port}"
-        assert bench.http_get(root + "/props")[0] == 200
-        assert json.loads(bench.http_get(root + "/props")[1])["total_slots"] == 1
-        assert bench.wait_ready(root + "/v1", process, 60, None) == "m.gguf"
+        assert processes.http_get(root + "/props")[0] == 200
+        assert json.loads(processes.http_get(root + "/props")[1])["total_slots"] == 1
+        assert processes.wait_ready(root + "/v1", process, 60, None) == "m.gguf"
 
         user = (
             'Rank.\n<rollout label="A" verdict="pass">\n&lt;tool_call&gt;x&lt;/tool_call&gt;'
@@ -215,7 +216,7 @@ def test_a_failing_command_is_an_error_row_and_the_runs_go_on(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_base_url_uses_a_running_server_and_leaves_it_running(tmp_path: Path) -> None:
-    port = bench.free_port()
+    port = processes.free_port()
     command = [sys.executable, str(FAKE), "--host", "127.0.0.1", "--port", str(port), "--model", "served.gguf"]
     with child_processes.spawn(command, stdout=subprocess.PIPE, text=True) as server:
         assert server.stdout is not None and server.stdout.readline().startswith("fake llama.cpp server on")
@@ -343,7 +344,7 @@ def test_parse_json_output_and_server_command() -> None:
     assert bench.parse_json_output('{"verdict": "yes"}') == {"verdict": "yes"}
     assert bench.parse_json_output('progress\n{"verdict": "no"}\n') == {"verdict": "no"}
     assert bench.parse_json_output("Error: No such command") is None
-    assert bench.server_command(bench.DEFAULT_SERVER_CMD, "/venv/bin/python", "/m/a b.gguf", 8123, 4096) == [
+    assert processes.server_command(processes.DEFAULT_SERVER_CMD, "/venv/bin/python", "/m/a b.gguf", 8123, 4096) == [
         "/venv/bin/python", "-m", "llama_cpp.server", "--model", "/m/a b.gguf", "--host", "127.0.0.1",
         "--port", "8123", "--n_ctx", "4096",
     ]  # fmt: skip
