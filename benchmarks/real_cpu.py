@@ -14,11 +14,15 @@ problems are the same for every seed.
     python benchmarks/real_cpu.py --quick     # a smoke: 1 seed, 2 steps (about 15 minutes)
 
 Writes ``real_cpu.json``, ``real_cpu.md`` and ``real_cpu_word_problems.png`` (``whileai report --plot`` over the
-runs) under ``--results``; the README's section on it reads them.
+runs) under ``--results``; the README's section on it reads them. A secondary table, chosen after the first seed had
+run and so not part of the design, reads what the grader reads: the working of the passes each arm wrote in its first
+and final window (TRL's logged completions), with the same paired interval.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,5 +53,111 @@ DESIGN: dict[str, Any] = {
 }
 QUICK = {"seeds": [1], "steps": 2, "window": 1, "tasks": ["word_problems"]}
 
+# The secondary table's figures, per pass: how many passes a window holds; the share of them with a wrong calculation
+# (what the grader ranks first); the share whose boxed answer their working never reaches (what it calls a hack);
+# calculations written per pass; characters per pass (what it ranks by among equal working).
+WORKING = ("passes", "wrong working", "unreached box", "calculations", "characters")
+
+
+def working_of_passes(folder: Path, steps: range) -> dict[str, float]:
+    """The ``WORKING`` figures of one run's passing completions over ``steps``, from its completion logs."""
+    import pyarrow.parquet as pq
+
+    from whileai.training.word_problems import check_working, working_errors
+
+    texts = []
+    for path in sorted((folder / "completions").glob("completions_*.parquet")):
+        for row in pq.read_table(path, columns=["step", "completion", "whileai_reward"]).to_pylist():
+            if row["step"] in steps and (row["whileai_reward"] or 0) > 0:
+                completion = row["completion"]  # the assistant's words, without the role a grader's text adds
+                texts.append(completion if isinstance(completion, str) else "\n".join(m["content"] for m in completion))
+    if not texts:
+        return {name: (0.0 if name == "passes" else math.nan) for name in WORKING}
+    counts = [working_errors(text) for text in texts]
+    group = [{"index": i, "passed": True, "completion": text} for i, text in enumerate(texts)]
+    unreached = len(check_working(group)["hacks"])
+    return {
+        "passes": float(len(texts)),
+        "wrong working": sum(wrong > 0 for _, wrong in counts) / len(texts),
+        "unreached box": unreached / len(texts),
+        "calculations": sum(calculations for calculations, _ in counts) / len(texts),
+        "characters": sum(len(text.strip()) for text in texts) / len(texts),
+    }
+
+
+def working_table(results: Path, repo: Path = figure8.REPO) -> str:
+    """Add the secondary table to ``real_cpu.json`` and ``real_cpu.md`` under ``results`` (the runs as the json names
+    them, relative to ``repo``); returns its Markdown."""
+    from whileai.experiments import seed_difference
+
+    record = json.loads((results / "real_cpu.json").read_text())
+    lines = []
+    for task, experiment in record["tasks"].items():
+        steps, window = record["design"]["tasks"][task]["steps"], experiment["window"]
+        windows = {"first": range(1, window + 1), "final": range(steps - window + 1, steps + 1)}
+        figures = {
+            arm: {
+                seed: {which: working_of_passes(repo / folder, span) for which, span in windows.items()}
+                for seed, folder in spec["runs"].items()
+            }
+            for arm, spec in experiment["arms"].items()
+        }
+        lines += [
+            f"### {task}: the working of the passes (secondary, chosen after seed 1 had run)",
+            "",
+            "| figure | binary first → final | gar first → final | difference (gar − binary) [95% CI] | n |",
+            "|---|---|---|---|---|",
+        ]
+        differences = {}
+        for name in WORKING:
+            cells = []
+            for arm in ("binary", "gar"):
+                first, final = (
+                    [figures[arm][seed][which][name] for seed in figures[arm]] for which in ("first", "final")
+                )
+                cells.append(f"{_figure(name, _mean(first))} → {_figure(name, _mean(final))}")
+            diff = seed_difference(
+                {seed: value["final"][name] for seed, value in figures["binary"].items()},
+                {seed: value["final"][name] for seed, value in figures["gar"].items()},
+                ("binary", "gar"),
+            )
+            differences[name] = diff.as_dict()
+            interval = f"{_figure(name, diff.difference, True)} [{_figure(name, diff.low, True)}, "
+            interval += f"{_figure(name, diff.high, True)}]"
+            lines.append(f"| {name} | {cells[0]} | {cells[1]} | {interval} | {diff.n_a} seeds |")
+        lines.append("")
+        experiment["working"] = {"figures": figures, "differences": differences}
+    (results / "real_cpu.json").write_text(json.dumps(record, indent=1) + "\n")
+    table = "\n".join(lines)
+    markdown = (results / "real_cpu.md").read_text()
+    marker = markdown.find(f"### {next(iter(record['tasks']))}: the working of the passes")
+    (results / "real_cpu.md").write_text((markdown[:marker] if marker >= 0 else markdown).rstrip() + "\n\n" + table)
+    return table
+
+
+def _mean(values: list[float]) -> float:
+    finite = [value for value in values if math.isfinite(value)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def _figure(name: str, value: float, signed: bool = False) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    if name in ("wrong working", "unreached box"):
+        return f"{value * 100:+.1f} pts" if signed else f"{value * 100:.1f}%"
+    if name in ("passes", "characters"):
+        return f"{value:+.0f}" if signed else f"{value:.0f}"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
 if __name__ == "__main__":
-    sys.exit(figure8.main(DESIGN, QUICK, prefix="real_cpu", description=__doc__.splitlines()[0]))
+    import argparse
+
+    code = figure8.main(DESIGN, QUICK, prefix="real_cpu", description=__doc__.splitlines()[0])
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--results", type=Path, default=figure8.REPO / "benchmarks" / "results")
+    where.add_argument("--quick", action="store_true")
+    known = where.parse_known_args()[0]
+    if code == 0 and not known.quick:
+        print(working_table(known.results))
+    sys.exit(code)
