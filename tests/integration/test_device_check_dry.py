@@ -44,6 +44,11 @@ def device_check() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
+def device_workers() -> ModuleType:
+    return _load("device_workers")
+
+
+@pytest.fixture(scope="module")
 def prepare_wheels() -> ModuleType:
     return _load("prepare_wheels")
 
@@ -88,10 +93,10 @@ def test_dry_run_passes_and_writes_the_documented_json(dry_run, device_check: Mo
 
 
 @pytest.mark.slow
-def test_dry_run_checked_the_shapes_it_promises(dry_run, device_check: ModuleType) -> None:
+def test_dry_run_checked_the_shapes_it_promises(dry_run, device_workers: ModuleType) -> None:
     _, out = dry_run
     checks = json.loads((out / "device_check.json").read_text())["dry_checks"]
-    assert checks["model_config"]["detail"]["parameters"] == device_check.QWEN25_05B_PARAMETERS == 494_032_768
+    assert checks["model_config"]["detail"]["parameters"] == device_workers.QWEN25_05B_PARAMETERS == 494_032_768
     assert checks["wheels"]["detail"]["checked"] == "list against pyproject"
     trainer = checks["agent_recipe"]["detail"]["trainer"]
     assert (trainer["num_generations"], trainer["per_device_train_batch_size"], trainer["max_completion_length"]) == (
@@ -112,16 +117,16 @@ def test_arguments_need_an_output_folder() -> None:
     assert result.returncode == 2 and "--out" in result.stderr
 
 
-def test_the_float64_references_match_a_hand_computed_row(device_check: ModuleType) -> None:
+def test_the_float64_references_match_a_hand_computed_row(device_workers: ModuleType) -> None:
     """7.1's row: the lambda = 0 advantage of position 1 bootstraps from V(c5) = 0.6 across the tool span."""
     mask = [[1, 1, 0, 0, 0, 1, 1, 0, 0, 1]]
     rewards = [[0, -0.1, 0, 0, 0, 0, -0.1, 0, 0, 1.0]]
     values = [[0.5, 0.4, 9, 9, 9, 0.6, 0.7, 9, 9, 0.8]]
-    advantages, targets = device_check.numpy_gae(rewards, values, mask, 1.0, 0.0)
+    advantages, targets = device_workers.numpy_gae(rewards, values, mask, 1.0, 0.0)
     assert advantages[0, 1] == pytest.approx(0.1) and advantages[0, 2] == 0.0
     assert targets[0, 9] == pytest.approx(1.0)  # the last policy token: its reward, nothing after it
-    grpo = device_check.numpy_groups([1, 0, 0, 0, 0, 0, 0, 0], 8, "grpo")
-    rloo = device_check.numpy_groups([1, 0, 0, 0, 0, 0, 0, 0], 8, "rloo")
+    grpo = device_workers.numpy_groups([1, 0, 0, 0, 0, 0, 0, 0], 8, "grpo")
+    rloo = device_workers.numpy_groups([1, 0, 0, 0, 0, 0, 0, 0], 8, "rloo")
     assert grpo[0] == pytest.approx(2.4742, abs=1e-4) and rloo[1] == pytest.approx(-1 / 7)
 
 
