@@ -135,6 +135,8 @@ class SpreadWatch:
         say: where a failed check's message goes.
         on_check: called with each check's record (the run writes it to ``watch.jsonl``).
         seed: seeds the controls' shuffles (with the step).
+        batches_per_step: how many graded batches make one step (TRL scores several when it generates more than once
+            an optimizer step); a step is checked once all of them are in.
 
     Example:
         >>> from whileai.grading.groupwise import GroupwiseGrading
@@ -154,22 +156,28 @@ class SpreadWatch:
     say: Callable[[str], None] = print
     on_check: Callable[[dict[str, Any]], None] | None = None
     seed: int = 0
+    batches_per_step: int = 1  # graded batches that make up one step (TRL: generations per optimizer step)
     stop_requested: bool = False
     checks: list[WatchCheck] = field(default_factory=list)
     _seen: deque[_Seen] = field(default_factory=deque)
     _first_step: int = 1 << 62  # the first step whose groups it kept
     _calls: int = 0  # grader calls training made (what the controls' budget is a share of)
     _extra: int = 0  # controls sent
+    _kept: int = 0  # groups kept so far, for keys that stay unique as old groups are let go
+    _batches: dict[int, int] = field(default_factory=dict)  # graded batches seen of the latest step
     _last_told: tuple[str, str] | None = None
     _last_passed: WatchCheck | None = None
 
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
     ) -> dict[str, float]:
-        """A training batch of ``step`` graded (TRL's: one batch completes its step): :meth:`keep`, then
-        :meth:`check_through` the step. Returns the check's TRL metrics, or {}."""
+        """A training batch of ``step`` graded: :meth:`keep`, then, once ``batches_per_step`` batches of the step are
+        in (before that, through the step before it: a batch of a later step completes every earlier one). Returns
+        the check's TRL metrics, or {}."""
         self.keep(step, graded, prompts, completions, size)
-        return self.check_through(step)
+        seen = self._batches.get(step, 0) + 1
+        self._batches = {step: seen}
+        return self.check_through(step if seen >= self.batches_per_step else step - 1)
 
     def keep(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
@@ -180,7 +188,8 @@ class SpreadWatch:
         for index, group in enumerate(graded):
             self._calls += group.grader_calls
             members = slice(index * size, (index + 1) * size)
-            key = f"{step}:{len(self._seen)}:{group.task_id}"
+            key = f"{step}:{self._kept}:{group.task_id}"
+            self._kept += 1
             self._seen.append(_Seen(step, key, group, prompts[members], completions[members]))
 
     def check_through(self, step: int) -> dict[str, float]:

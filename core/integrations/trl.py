@@ -207,6 +207,22 @@ def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:
     return phase, size
 
 
+def generations_per_step(args: Any) -> int:
+    """How many batches TRL generates and scores in one optimizer step: ``gradient_accumulation_steps`` over
+    ``steps_per_generation * num_iterations`` micro-steps between generations, at least one (TRL 1.16's
+    ``_prepare_inputs`` generates when its micro-step count is a multiple of the latter).
+
+    Example:
+        >>> from types import SimpleNamespace as A
+        >>> generations_per_step(A(gradient_accumulation_steps=4, steps_per_generation=2, num_iterations=1))
+        2
+        >>> generations_per_step(A(gradient_accumulation_steps=1, steps_per_generation=4, num_iterations=1))
+        1
+    """
+    every = (getattr(args, "steps_per_generation", None) or 1) * (getattr(args, "num_iterations", None) or 1)
+    return max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1) // every)
+
+
 def logged_step(trainer_state: Any, phase: str) -> int:
     """The step TRL logs a batch's completions under: in training the step the batch trains (``global_step + 1``, so
     the first generation is step 1, as TRL's logs and ``completions_00001.parquet`` count), in evaluation the step

@@ -219,6 +219,7 @@ class Groups:
         watch: WatchSettings | None = None,
     ) -> None:
         out = Path(settings["out"])
+        seed = 0  # the controls' shuffles, as the recipe's spread.seed sets them in TRL's runs
         if grading is None:
             from whileai.build import build_grading
             from whileai.config import load_recipe
@@ -226,10 +227,10 @@ class Groups:
             # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
             loaded = load_recipe(Path(settings["recipe"]), [])
             grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
-            watch = loaded.recipe.spread.watch
+            watch, seed = loaded.recipe.spread.watch, loaded.recipe.spread.seed
         self.grading = grading
         self.log = _GradingLog(out, self.figures)
-        self.watch = _VerlWatch(grading, watch, settings, out) if watch is not None and watch.enabled else None
+        self.watch = _VerlWatch(grading, watch, settings, out, seed) if watch is not None and watch.enabled else None
         self.collector = GroupCollector(
             grading,
             int(settings["group_size"]),
@@ -299,11 +300,13 @@ class _VerlWatch:
     ``data.train_batch_size`` graded groups, in the order the groups actor grades them (validation groups count as
     well); the checks go to ``watch.jsonl`` beside ``grading.jsonl`` and into ``whileai_verl.json``."""
 
-    def __init__(self, grading: GroupwiseGrading, settings: WatchSettings, options: Mapping[str, Any], out: Path):
+    def __init__(
+        self, grading: GroupwiseGrading, settings: WatchSettings, options: Mapping[str, Any], out: Path, seed: int = 0
+    ) -> None:
         self.per_step = max(1, int(options.get("groups_per_step") or 1))
         self.size = int(options["group_size"])
         self.groups = 0
-        self.watch = SpreadWatch(grading, settings, say=print, on_check=WatchLog(out / "watch.jsonl"))
+        self.watch = SpreadWatch(grading, settings, say=print, on_check=WatchLog(out / "watch.jsonl"), seed=seed)
 
     def __call__(self, graded: list[GradedGroup], prompts: list[Any], completions: list[Any]) -> None:
         for index, group in enumerate(graded):

@@ -149,12 +149,16 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         plan.steps.append(("spread gate", rows))
         watch = recipe.spread.watch
         if watch.enabled:
+            steps = (recipe.trainer.model_extra or {}).get("max_steps")
+            never = isinstance(steps, int) and 0 < steps < watch.every_steps
             plan.steps.append(
                 (
                     "spread watch",
-                    f"every {watch.every_steps} steps on the last {watch.window} steps' groups, {watch.controls} "
-                    f"controls a check within {watch.max_extra_calls:.0%} of the grader calls; on_fail "
-                    f"{watch.on_fail}" + (f" after {watch.patience} in a row" if watch.on_fail == "stop" else ""),
+                    f"every {watch.every_steps} steps on the last {watch.window} steps' groups, up to "
+                    f"{watch.controls} controls a check while their calls stay within {watch.max_extra_calls:.0%} of "
+                    f"the grader's; on_fail {watch.on_fail}"
+                    + (f" after {watch.patience} in a row" if watch.on_fail == "stop" else "")
+                    + (f"; no check will run: max_steps {steps} < every_steps" if never else ""),
                 )
             )
         else:

@@ -35,7 +35,7 @@ from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.tool_calls import recipe_tool_calls
-from whileai.integrations.trl import binary_reward
+from whileai.integrations.trl import binary_reward, generations_per_step
 from whileai.training.folder import (
     GradingLog,
     finished_steps,
@@ -423,7 +423,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
         log = GradingLog(run.out / "grading.jsonl")
-        run.watch = _watch(run)
+        run.watch = _watch(run, args)
         if run.watch is not None:
             from whileai.training.callbacks import WatchStop
 
@@ -458,7 +458,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     )
 
 
-def _watch(run: _Run) -> Any:
+def _watch(run: _Run, args: Any) -> Any:
     """The run's spread watch (``spread.watch``), on every process: the grading process checks, the others learn its
     decision from the figures it logs. None when the recipe turns it off."""
     from whileai.grading.watch import SpreadWatch, WatchLog
@@ -467,7 +467,10 @@ def _watch(run: _Run) -> Any:
     if not settings.enabled:
         return None
     record = WatchLog(run.out / "watch.jsonl") if run.main else None
-    return SpreadWatch(run.grading, settings, say=run.say, on_check=record, seed=run.loaded.recipe.spread.seed)
+    return SpreadWatch(
+        run.grading, settings, say=run.say, on_check=record, seed=run.loaded.recipe.spread.seed,
+        batches_per_step=generations_per_step(args),
+    )  # fmt: skip
 
 
 def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any]) -> TrainingResult:
@@ -477,6 +480,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
+    if run.watch is not None and run.main and not stopped:  # a check due at the last step whose batches came early
+        run.watch.check_through(trainer.state.global_step)
     if not stopped:
         trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
@@ -489,8 +494,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
         }
     if stopped:
         assert run.watch is not None
-        last = run.watch.checks[-1]
-        run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": last.why}
+        why = run.watch.checks[-1].why if run.watch.checks else "the grading process's watch asked to stop"
+        run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": why}
     run.summary.update(
         status="stopped by the watch" if stopped else "finished",
         started=True,

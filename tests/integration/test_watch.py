@@ -138,3 +138,30 @@ def test_the_watch_changes_nothing_that_trains(tmp_path: Path) -> None:
     assert any(c["controls_sent"] for c in _checks(tmp_path / "watched"))  # the controls did call the grader
     assert watched == history(tmp_path / "plain", "spread.watch.enabled=false")
     assert not (tmp_path / "plain" / "watch.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_step_trl_scores_in_two_generations_is_checked_whole(tmp_path: Path) -> None:
+    out = tmp_path / "two"
+    args = ["train", str(RECIPE), "trainer.max_steps=4", "data.num_prompts=16", "spread.sample.prompts=8", *WATCH,
+            "trainer.gradient_accumulation_steps=2", "trainer.steps_per_generation=1", f"output_dir={out}"]  # fmt: skip
+    assert runner.invoke(app, args, catch_exceptions=False).exit_code == 0
+    graded = [json.loads(line) for line in (out / "grading.jsonl").read_text().splitlines()]
+    assert sum(g["step"] == 1 for g in graded) == 8  # two generations of 4 groups in one step
+    checks = _checks(out)
+    assert [c["step"] for c in checks] == [2, 4]
+    for check in checks:  # each read every group of its two steps that a grader could tell apart
+        first, last = check["steps"]
+        gradable = [g for g in graded if first <= g["step"] <= last and sum(g["passed"]) >= 2 and not g["reason"]]
+        assert sum(first <= g["step"] <= last for g in graded) == 16
+        assert check["groups"] == len(gradable), check
+
+
+@pytest.mark.slow
+def test_a_check_due_after_the_last_generation_is_made_when_training_ends(tmp_path: Path) -> None:
+    out = tmp_path / "once"  # one generation serves steps 1-4: the checks of steps 2 and 4 come due after it
+    args = ["train", str(RECIPE), "trainer.max_steps=4", "data.num_prompts=16", "spread.sample.prompts=8", *WATCH,
+            "trainer.steps_per_generation=4", f"output_dir={out}"]  # fmt: skip
+    assert runner.invoke(app, args, catch_exceptions=False).exit_code == 0
+    checks = _checks(out)
+    assert [(c["step"], c["verdict"]) for c in checks] == [(2, "yes"), (4, "too few")]

@@ -116,3 +116,31 @@ def test_a_window_too_thin_to_judge_neither_breaks_nor_adds_to_the_failures_in_a
     assert [(c.verdict, c.failed_in_a_row, c.stop) for c in watch.checks] == [
         ("no", 1, False), ("too few", 1, False), ("no", 2, True),
     ]  # fmt: skip
+
+
+def test_a_step_scored_in_several_batches_is_checked_once_all_are_in() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    watch = SpreadWatch(grading, WatchSettings(every_steps=2), say=lambda _: None, batches_per_step=2)
+    for number in (1, 1, 2):
+        assert step(watch, grading, number) == {}  # step 2's second batch is not in yet
+    assert step(watch, grading, 2)["whileai/watch/groups"] == 8.0  # both batches of steps 1 and 2, 2 groups each
+    # a count set too high delays a check by one batch, never skips it: step 3's batch completes step 2
+    late = SpreadWatch(grading, WatchSettings(every_steps=2), say=lambda _: None, batches_per_step=5)
+    for number in (1, 2, 3):
+        step(late, grading, number)
+    assert [(c.step, c.figures["groups"]) for c in late.checks] == [(2, 4.0)]
+
+
+def test_keys_stay_unique_as_old_groups_are_let_go() -> None:
+    grading = GroupwiseGrading(grader=by_length)
+    watch = SpreadWatch(grading, WatchSettings(every_steps=2, window=1), say=lambda _: None)
+
+    def keep(number: int) -> None:
+        watch.keep(number, grading.grade_batch([1, 1, 1, 0], ["p"] * 4, TEXTS, 4), ["p"] * 4, TEXTS, 4)
+
+    keep(3)
+    keep(4)  # step 4's groups come in two calls (verl counts steps by groups), step 3's let go between them
+    watch.check_through(3)
+    keep(4)
+    watch.check_through(4)
+    assert [(c.step, c.figures["groups"]) for c in watch.checks] == [(4, 2.0)]
