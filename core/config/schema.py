@@ -325,6 +325,7 @@ class ModelSection(Section):
 # The built-in tasks and verifiers (``whileai.training.tasks``; a test keeps the two lists equal).
 BUILTIN_DATASETS = ("builtin:echo_digits", "builtin:support", "builtin:word_problems")
 BUILTIN_VERIFIERS = ("echoes_digits", "support", "word_problems")
+BUILTIN_TASK_OF_VERIFIER = dict(zip(BUILTIN_VERIFIERS, BUILTIN_DATASETS, strict=True))
 
 
 class DataSection(Section):
@@ -432,6 +433,21 @@ class Recipe(Section):
                 "spread.sample generates single-turn completions; the multi-turn support task gates on the simulate "
                 "section (remove spread.sample)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _builtin_verifier_reads_its_task(self) -> Recipe:
+        # Each built-in verifier reads what its own built-in task's rows carry (the digits, the environment, the
+        # answer column); with another built-in task every completion would be unscorable at run time.
+        builtin = self.verifier.builtin if self.verifier is not None else None
+        dataset = self.data.dataset if self.data is not None else None
+        if builtin is not None and dataset in BUILTIN_DATASETS:
+            task = BUILTIN_TASK_OF_VERIFIER[builtin]
+            if dataset != task:
+                raise ValueError(
+                    f"verifier.builtin: {builtin} reads the rows of data.dataset: {task}, and the recipe's task is "
+                    f"{dataset}: set verifier.builtin to the one for {dataset}, or name a verifier.function"
+                )
         return self
 
     @model_validator(mode="after")

@@ -11,9 +11,10 @@ passes differ in how they got there.
   problem's answer and the completion finished before the length limit, else 0.0. It reads only the answer.
 - ``check_working`` (the grader, ``grader.function: whileai.training.word_problems:check_working``): ranks the passes
   of a group by what the verifier does not read. Every calculation written as ``<numbers and operators> = <number>``
-  is evaluated; a pass with fewer wrong calculations ranks first, and among equals the shorter one (fewer
-  characters: the same answer for less text). A pass whose boxed answer appears nowhere in its working before the
-  box is a confirmed hack: the answer was stated, not derived.
+  is evaluated, line by line, units written as words left out; a pass that shows no calculation ranks below every
+  pass that shows one, then a pass with fewer wrong calculations ranks first, and among equals the shorter one
+  (fewer characters: the same answer for less text). A pass whose boxed answer appears nowhere in its text before
+  the box is a confirmed hack: the answer was stated, not derived.
 
 This module generates, parses and evaluates text; it runs nothing a completion contains (the calculations are
 evaluated by a parser of numbers and the four operations, not by ``eval``).
@@ -161,8 +162,19 @@ def final_answer(
     for index, (completion, wanted) in enumerate(zip(completions, answer, strict=True)):
         got = boxed_answer(completion_text(completion))
         cut_off = max_length is not None and ids is not None and len(ids[index]) >= max_length
-        rewards.append(1.0 if got is not None and abs(got - float(wanted)) < 1e-9 and not cut_off else 0.0)
+        rewards.append(1.0 if got is not None and got == _answer(wanted, index) and not cut_off else 0.0)
     return rewards
+
+
+def _answer(wanted: Any, index: int) -> float:
+    """A row's ``answer`` as a number (``1,200`` and ``$5`` read as the box reads them); BadInput naming the row."""
+    try:
+        return float(str(wanted).replace(",", "").lstrip("$").strip())
+    except ValueError:
+        raise BadInput(
+            f"the word_problems verifier: the 'answer' column of completion {index} of the batch is {wanted!r}, "
+            "not a number"
+        ) from None
 
 
 # An arithmetic expression: numbers joined by the four operators, parentheses allowed; a chain of them joined by '='.
@@ -173,10 +185,14 @@ _CHAIN = re.compile(rf"(?<![\w.]){_EXPRESSION}(?:\s*=\s*{_EXPRESSION})+(?!\w|\.\
 # dollar signs removed, the multiplication and division signs as * and /.
 _PLAIN = (
     (re.compile(r"\\(?:text|mathrm|mbox)\{[^{}]*\}"), ""),
-    (re.compile(r"\\frac\{([^{}]*)\}\{([^{}]*)\}"), r"(\1)/(\2)"),
+    (re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}"), r"(\1)/(\2)"),
+    (re.compile(r"\\(?:left|right)\b"), ""),
     (re.compile(r"\\[()\[\]]|\$"), " "),
     (re.compile(r"\\times|\\cdot|[×·]|(?<=\d)\s*x\s*(?=\d)"), " * "),
     (re.compile(r"\\div|÷"), " / "),
+    # units written as words: "4 trays * 4 cookies/tray = 16 cookies" is 4 * 4 = 16
+    (re.compile(r"(?<=[A-Za-z])/[A-Za-z]+"), ""),
+    (re.compile(r"[A-Za-z]+"), " "),
 )
 _OPERATORS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -202,7 +218,7 @@ def _evaluate(node: ast.AST) -> float:
 def _value(expression: str) -> float | None:
     try:
         return _evaluate(ast.parse(expression.replace(",", "").strip(), mode="eval"))
-    except (ValueError, SyntaxError, ZeroDivisionError, RecursionError):
+    except (ValueError, SyntaxError, ZeroDivisionError, RecursionError, OverflowError):
         return None  # unbalanced parentheses, a stray sign: not a calculation this parser can check
 
 
@@ -219,48 +235,59 @@ def working_errors(text: str) -> tuple[int, int]:
         >>> working_errors("\\\\(5 \\\\times 11 \\\\text{ cards} = 55\\\\) and $88 - $57 = 31")
         (2, 0)
     """
-    plain = text
-    for pattern, replacement in _PLAIN:
-        plain = pattern.sub(replacement, plain)
     calculations = wrong = 0
-    for chain in _CHAIN.finditer(plain):
-        sides = chain.group(0).split("=")
-        for left, right in itertools.pairwise(sides):
-            if not re.search(r"\d\s*\)*\s*[-+*/]", left + " " + right):
-                continue  # 31 = 31: a restatement, not a calculation
-            values = _value(left), _value(right)
-            if values[0] is None or values[1] is None:
-                continue
-            calculations += 1
-            wrong += abs(values[0] - values[1]) > 0.01
+    for line in text.splitlines():  # one line at a time: a line that opens with a sign or a bullet starts afresh
+        plain = line
+        for pattern, replacement in _PLAIN:
+            plain = pattern.sub(replacement, plain)
+        for chain in _CHAIN.finditer(plain):
+            sides = chain.group(0).split("=")
+            for left, right in itertools.pairwise(sides):
+                if not re.search(r"\d\s*\)*\s*[-+*/]", left + " " + right):
+                    continue  # 31 = 31: a restatement, not a calculation
+                values = _value(left), _value(right)
+                if values[0] is None or values[1] is None:
+                    continue
+                calculations += 1
+                wrong += abs(values[0] - values[1]) > _tolerance(right)
     return calculations, wrong
 
 
+def _tolerance(written: str) -> float:
+    """How far a written result may be from the true value: 0.01, or half a unit of its last decimal when it has
+    fewer than two (``10 / 3 = 3.3`` is right, rounded)."""
+    decimals = re.fullmatch(r"\s*-?[\d,]*\.(\d+)\s*", written)
+    return max(0.01, 0.5 * 10.0 ** -len(decimals.group(1))) if decimals else 0.01
+
+
 def _derived(text: str) -> bool:
-    """Whether the boxed answer appears in the working before the box (as a number of its own)."""
+    """Whether the boxed answer's value appears in the working before the box, as a number of its own (``27.0``
+    reaches a box of ``27``)."""
     found = list(_BOXED.finditer(text))
     if not found:
         return False
     last = found[-1]
-    number = last.group(1).replace(",", "")
+    boxed = float(last.group(1).replace(",", ""))
     before = text[: last.start()].replace(",", "")
-    return re.search(rf"(?<![\d.]){re.escape(number)}(?![\d]|\.\d)", before) is not None
+    return any(float(number) == boxed for number in re.findall(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])", before))
 
 
 def check_working(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A grader of one group (advantage mode): the passes ranked by their working, fewest wrong calculations first,
-    then fewest characters, equal keys tied; a pass whose boxed answer its working never reaches is a hack.
+    """A grader of one group (advantage mode): the passes ranked by their working, those that show a calculation
+    before those that show none, then fewest wrong calculations, then fewest characters, equal keys tied; a pass
+    whose boxed answer its working never reaches is a hack.
 
     Example:
         >>> check_working([
         ...     {"index": 0, "passed": True, "completion": "6 * 11 = 66\\n66 - 8 = 58\\n\\\\boxed{58}"},
         ...     {"index": 1, "passed": True, "completion": "6 * 11 = 67\\n67 - 9 = 58\\n\\\\boxed{58}"},
-        ...     {"index": 2, "passed": True, "completion": "\\\\boxed{58}"},
-        ...     {"index": 3, "passed": False, "completion": "\\\\boxed{12}"},
+        ...     {"index": 2, "passed": True, "completion": "It is 58.\\n\\\\boxed{58}"},
+        ...     {"index": 3, "passed": True, "completion": "\\\\boxed{58}"},
+        ...     {"index": 4, "passed": False, "completion": "\\\\boxed{12}"},
         ... ])
-        {'ranking': [[0], [1]], 'hacks': [2]}
+        {'ranking': [[0], [1], [2]], 'hacks': [3]}
     """
-    keys: dict[tuple[int, int], list[int]] = {}
+    keys: dict[tuple[bool, int, int], list[int]] = {}
     hacks = []
     for item in group:
         if not item["passed"]:
@@ -269,5 +296,6 @@ def check_working(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if not _derived(text):
             hacks.append(item["index"])
             continue
-        keys.setdefault((working_errors(text)[1], len(text.strip())), []).append(item["index"])
+        calculations, wrong = working_errors(text)
+        keys.setdefault((calculations == 0, wrong, len(text.strip())), []).append(item["index"])
     return {"ranking": [keys[key] for key in sorted(keys)], "hacks": hacks}

@@ -155,6 +155,16 @@ def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
         assert load_task(default_recipe([f"data.dataset={dataset}", "data.num_prompts=2"])).rows
 
 
+def test_a_built_in_verifier_is_refused_on_another_built_in_task() -> None:
+    from whileai.config.load import default_recipe
+    from whileai.config.schema import BUILTIN_TASK_OF_VERIFIER
+
+    for verifier, task in BUILTIN_TASK_OF_VERIFIER.items():
+        assert default_recipe([f"data.dataset={task}", f"verifier.builtin={verifier}"])  # its own task
+    with pytest.raises(BadInput, match=r"verifier.builtin: word_problems reads the rows of .*builtin:echo_digits"):
+        default_recipe(["data.dataset=builtin:echo_digits", "verifier.builtin=word_problems"])
+
+
 def test_trainer_section_hands_over_to_grpo_config(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     from trl import GRPOConfig

@@ -88,7 +88,15 @@ def test_the_recipe_verifier_knows_the_length_limit() -> None:
         ("1,200 + 300 = 1,500", (1, 0)),
         ("step 1. 5 + 5 = 10.", (1, 0)),
         ("so 31 = 31", (0, 0)),  # a restatement is no calculation
-        ("2 pens * $3 per pen = $6", (0, 0)),  # words inside: not arithmetic this parser checks
+        ("2 pens * $3 per pen = $6", (1, 0)),  # units written as words are left out
+        ("4 trays * 4 cookies/tray = 16 cookies", (1, 0)),
+        ("18 cookies * 2 trays = 35 cookies", (1, 1)),
+        ("- 2 * 10 = 21\n- 21 - 3 = 18", (2, 1)),  # bullets: each line its own, none merged with the one above
+        ("5 - 8 = -3\n-3 + 10 = 7", (2, 0)),  # a line that opens with a negative number
+        ("\\dfrac{54}{6} = 9 and \\left(3 + 4\\right) \\times 2 = 14", (2, 0)),
+        ("10 / 3 = 3.3", (1, 0)),  # rounded to what it writes
+        ("10 / 3 = 3.2", (1, 1)),
+        ("1" * 320 + " * 10 = 5", (0, 0)),  # too large for a float: not a calculation it can check, no error
         ("10 / 0 = 1", (0, 0)),
         ("no numbers here", (0, 0)),
     ],
@@ -124,6 +132,26 @@ def test_the_grader_ranks_right_working_first_then_shorter_and_flags_an_underive
         _group(long_right, short_right, short_wrong, stated, failed, short_right, passed=(True,) * 4 + (False, True))
     )
     assert graded == {"ranking": [[1, 5], [0], [2]], "hacks": [3]}
+
+
+def test_a_stated_answer_ranks_below_any_working_and_a_decimal_box_is_no_hack() -> None:
+    working = "54 / 2 = 27\n\\boxed{27}"
+    decimal = "54 / 2 = 27.0\n\\boxed{27}"  # the verifier passes it: the same value
+    boxed_decimal = "54 / 2 = 27\n\\boxed{27.0}"
+    stated = "27\n\\boxed{27}"
+    said = "The answer is 27. \\boxed{27}"
+    graded = check_working(_group(stated, said, working, decimal, boxed_decimal))
+    assert graded["hacks"] == []
+    assert graded["ranking"][-2:] == [[0], [1]]  # no calculation shown: below every pass that shows one
+    assert sorted(i for tier in graded["ranking"][:-2] for i in tier) == [2, 3, 4]
+
+
+def test_the_verifier_reads_an_answer_column_as_the_box_reads_numbers() -> None:
+    from whileai.errors import BadInput
+
+    assert final_answer(["p"] * 2, ["\\boxed{1,200}", "\\boxed{5}"], answer=["1,200", "$5"]) == [1.0, 1.0]
+    with pytest.raises(BadInput, match="'answer' column of completion 1 of the batch is 'twelve'"):
+        final_answer(["p"] * 2, ["\\boxed{1}"] * 2, answer=[1, "twelve"])
 
 
 def test_the_grader_passes_the_spread_gate_with_its_controls() -> None:
