@@ -258,8 +258,11 @@ def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any],
     def signed(value: float) -> str:
         return f"{value * 100:+.1f}".replace("-", "\u2212")
 
+    from whileai.experiments import run_labels
+
     where = f"last {window} logged steps" if what == "final pass rate" else "whileai eval, the same prompts"
-    _heading(f"{what}, {b.name} minus {a.name}", where, ", ")
+    first, second = run_labels([a, b])
+    _heading(f"{what}, {second} minus {first}", where, ", ")
     paired = comparison["paired"]
     how = "bootstrap over tasks" if paired else "Newcombe, groups as clusters"
     completions = f"{comparison['n_a']} and {comparison['n_b']} completions"
@@ -267,6 +270,7 @@ def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any],
         ("difference", f"{signed(comparison['difference'])} points"),
         ("95% CI", f"{signed(comparison['low'])} to {signed(comparison['high'])} ({how})"),
         ("n", f"paired over {comparison['tasks']} tasks ({completions})" if paired else completions),
+        ("note", "one run an arm: an interval over tasks, not seeds"),
     ]
     out.print(_figures(rows))
 

@@ -88,6 +88,21 @@ def run_arm(folder: Path) -> str:
     return {"advantage": "gar", "reward": "grs"}.get(mode, str(mode))
 
 
+def run_labels(folders: Sequence[Path]) -> list[str]:
+    """What a table or a legend calls each run: its folder's name, or, where two share a name (``gar/seed-1`` and
+    ``binary/seed-1``), its arm and the name.
+
+    Example:
+        >>> run_labels([Path("runs/a"), Path("runs/b")])
+        ['a', 'b']
+    """
+    names = [folder.name for folder in folders]
+    if len(set(names)) == len(names):
+        return names
+    labels = [f"{run_arm(folder)}/{folder.name}" for folder in folders]
+    return labels if len(set(labels)) == len(labels) else [str(folder) for folder in folders]
+
+
 def run_seed(folder: Path) -> str:
     """The seed of a run folder (the recipe's ``trainer.seed``), else the folder's name."""
     recipe = _recipe(folder) or {}

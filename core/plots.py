@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import MissingExtra
-from whileai.experiments import FIGURE_METRICS, SHARES, run_arm, seed_experiment
+from whileai.experiments import FIGURE_METRICS, SHARES, run_arm, run_labels, seed_experiment
 from whileai.reports import RunHistory, step_pass_rates
 
 __all__ = ["plot_runs", "pyplot"]
@@ -109,8 +109,7 @@ def _plot_arms(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
 def _plot_each(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
     """One line per run in each panel; the pass rate with its clustered interval when the run has completion logs,
     else as logged."""
-    for run in runs:
-        label = run.path.name
+    for run, label in zip(runs, run_labels([run.path for run in runs]), strict=True):
         rates = step_pass_rates(run.path)
         if rates:
             xs = [r.step for r in rates]

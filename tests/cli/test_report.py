@@ -283,7 +283,7 @@ def test_two_arms_get_a_block_with_the_paired_difference(tmp_path: Path) -> None
     assert result.exit_code == 0, result.stderr
     block = result.stdout.split("final pass rate, ")[1].splitlines()
     assert block[0] == "tiny_cpu_gar minus tiny_cpu_binary, last 3 logged steps"
-    assert [line.split("  ")[0] for line in block[1:]] == ["difference", "95% CI", "n"]
+    assert [line.split("  ")[0] for line in block[1:]] == ["difference", "95% CI", "n", "note"]
     data = json.loads(runner.invoke(app, ["report", str(binary), str(gar), "--json"]).stdout)["comparison"]
     assert data["paired"] and data["tasks"] == 5 and data["n_a"] == data["n_b"] == 96 and data["window"] == 3
     sign = "\u2212" if data["difference"] < 0 else "+"
