@@ -1,6 +1,6 @@
 """Benchmark: whileai's judge and ART's RULER, side by side, on the same model, the same server and the same groups.
 
-Both ask one llama.cpp server (started here by ``processes.py``, as every benchmark starts one) through one local proxy, which:
+Both ask one llama.cpp server (started by ``processes.py``, as every benchmark starts one) through one proxy, which:
 
 - steps ``response_format`` down as whileai's client does: a ``json_schema`` the server refuses (a status whose
   text names structured output, ``whileai.judge.client.names_structured_output``) is sent again as ``json_object``
