@@ -85,6 +85,41 @@ def working_of_passes(folder: Path, steps: range) -> dict[str, float]:
     }
 
 
+def regraded(folder: Path) -> tuple[int, int]:
+    """``(groups, same)``: of the mixed groups with two passes or more a grader arm's run graded
+    (``grading.jsonl``), how many the grader as it is now ranks and flags exactly as the run's grader did (the order
+    of the logged factors, the logged hacks), re-read from the run's completion logs."""
+    import pyarrow.parquet as pq
+
+    from whileai.training.word_problems import check_working
+
+    members: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((folder / "completions").glob("completions_*.parquet")):
+        for row in pq.read_table(path, columns=["completion", "whileai_group", "whileai_reward"]).to_pylist():
+            members.setdefault(row["whileai_group"], []).append(row)
+    groups = same = 0
+    for line in (folder / "grading.jsonl").read_text().splitlines():
+        logged = json.loads(line)
+        if not logged.get("graded") or sum(logged["passed"]) < 2 or logged.get("reason"):
+            continue
+        items = [
+            {"index": i, "passed": (row["whileai_reward"] or 0) > 0, "completion": row["completion"]}
+            for i, row in enumerate(members[logged["group"]])
+        ]
+        now = check_working(items)
+        tier = {index: rank for rank, tied in enumerate(now["ranking"]) for index in tied}
+        factors = {int(k): v for k, v in logged["factors"].items() if int(k) not in logged["hacks"]}
+        agree = sorted(now["hacks"]) == sorted(logged["hacks"]) and set(tier) == set(factors)
+        agree = agree and all(
+            (factors[a] > factors[b]) == (tier[a] < tier[b]) and (factors[a] == factors[b]) == (tier[a] == tier[b])
+            for a in factors
+            for b in factors
+            if a != b
+        )
+        groups, same = groups + 1, same + agree
+    return groups, same
+
+
 def working_table(results: Path, repo: Path = figure8.REPO) -> str:
     """Add the secondary table to ``real_cpu.json`` and ``real_cpu.md`` under ``results`` (the runs as the json names
     them, relative to ``repo``); returns its Markdown."""
@@ -125,8 +160,15 @@ def working_table(results: Path, repo: Path = figure8.REPO) -> str:
             interval = f"{_figure(name, diff.difference, True)} [{_figure(name, diff.low, True)}, "
             interval += f"{_figure(name, diff.high, True)}]"
             lines.append(f"| {name} | {cells[0]} | {cells[1]} | {interval} | {diff.n_a} seeds |")
-        lines.append("")
-        experiment["working"] = {"figures": figures, "differences": differences}
+        again = {seed: regraded(repo / folder) for seed, folder in experiment["arms"]["gar"]["runs"].items()}
+        graded, same = sum(g for g, _ in again.values()), sum(s for _, s in again.values())
+        lines += [
+            "",
+            f"The grader as it is now ranks and flags {same} of the {graded} groups with two passes or more that the "
+            "gar runs graded exactly as their grader did (re-read from the completion logs).",
+            "",
+        ]
+        experiment["working"] = {"figures": figures, "differences": differences, "regraded": again}
     (results / "real_cpu.json").write_text(json.dumps(record, indent=1) + "\n")
     table = "\n".join(lines)
     markdown = (results / "real_cpu.md").read_text()

@@ -31,6 +31,7 @@ def log(folder: Path, step: int, completions: list[tuple[str, float]]) -> None:
             "step": [step] * len(completions),
             "completion": [[{"role": "assistant", "content": text}] for text, _ in completions],
             "whileai_reward": [reward for _, reward in completions],
+            "whileai_group": [f"{step}.0:0"] * len(completions),
         }
     )
     pq.write_table(table, folder / "completions" / f"completions_{step:05d}.parquet")
@@ -50,6 +51,21 @@ def test_the_table_reads_each_window_s_passes_and_pairs_the_arms_by_seed(tmp_pat
             final = [(RIGHT, 1.0), (RIGHT, 1.0)] if arm == "gar" or seed == "1" else [(RIGHT, 1.0), (WRONG, 1.0)]
             log(folder, 4, final)
             log(folder, 5, [(WRONG, 0.0)])
+            if arm == "gar":  # what its grader logged: seed 2's ranked the wrong working first at step 1
+                first = {"0": 0.5, "1": 1.0} if seed == "1" else {"0": 1.0, "1": 0.5}
+                logged = [
+                    {"step": 1, "group": "1.0:0", "passed": [True, True, False], "graded": True, "factors": first},
+                    {
+                        "step": 4,
+                        "group": "4.0:0",
+                        "passed": [True, True],
+                        "graded": True,
+                        "factors": {"0": 0.75, "1": 0.75},
+                    },
+                    {"step": 3, "group": "3.0:0", "passed": [True], "graded": True, "factors": {"0": 1.0}},
+                ]
+                lines = [json.dumps({"hacks": [], "reason": None, **record}) for record in logged]
+                (folder / "grading.jsonl").write_text("\n".join(lines) + "\n")
     results = tmp_path / "results"
     results.mkdir()
     record = {
@@ -74,6 +90,8 @@ def test_the_table_reads_each_window_s_passes_and_pairs_the_arms_by_seed(tmp_pat
     assert wrong["paired"] and wrong["n_a"] == 2
     assert wrong["difference"] == pytest.approx(-0.25)  # gar 0 in both seeds, binary 0 and 0.5
     assert "| wrong working | 33.3% → 25.0% | 33.3% → 0.0% | -25.0 pts" in table
+    assert working["regraded"] == {"1": [2, 2], "2": [2, 1]}  # groups with two passes, and those ranked alike
+    assert "ranks and flags 3 of the 4 groups" in table
     markdown = (results / "real_cpu.md").read_text()
     assert markdown.startswith("### word_problems: 5 steps\n")
     assert markdown.count("the working of the passes") == 1
