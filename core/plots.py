@@ -65,7 +65,11 @@ def plot_runs(runs: list[RunHistory], path: Path) -> Path:
         MissingExtra: matplotlib is not installed (``pip install 'whileai[plot]'``).
     """
     plt = pyplot("report --plot")
-    present = [name for name, key in FIGURE_METRICS.items() if any(key in row for run in runs for row in run.steps)]
+    present = [
+        name
+        for name, key in FIGURE_METRICS.items()
+        if any(key in row or (name == "watch std" and _WATCH_FAILED in row) for run in runs for row in run.steps)
+    ]
     arms = [run_arm(run.path) for run in runs]
     by_seed = len(set(arms)) < len(arms)
     if by_seed:
@@ -123,9 +127,11 @@ def _plot_each(runs: list[RunHistory], panels: list[str], axes: Any) -> None:
         for column, name in enumerate(panels[1:], start=1):
             key = FIGURE_METRICS[name]
             points = [(row["step"], row[key]) for row in run.steps if key in row]
+            color = None
             if points:
                 (line,) = axes[column].plot(*zip(*points, strict=True), label=label)
-            if points and name == "watch std":  # the checks that failed, marked where they were made
-                failed = [(row["step"], row[key]) for row in run.steps if key in row and row.get(_WATCH_FAILED)]
+                color = line.get_color()
+            if name == "watch std":  # the checks that failed, marked where they were made (a broken one, no std, at 0)
+                failed = [(row["step"], row.get(key, 0.0)) for row in run.steps if row.get(_WATCH_FAILED)]
                 if failed:
-                    axes[column].scatter(*zip(*failed, strict=True), marker="x", color=line.get_color(), zorder=3)
+                    axes[column].scatter(*zip(*failed, strict=True), marker="x", color=color, zorder=3)

@@ -55,3 +55,25 @@ def test_a_missing_matplotlib_names_the_plot_extra(tmp_path: Path, monkeypatch: 
     result = CliRunner().invoke(app, ["report", str(run), "--plot", str(tmp_path / "figure.png")])
     assert result.exit_code == 3
     assert "pip install 'whileai[plot]'" in result.stderr and not (tmp_path / "figure.png").exists()
+
+
+def test_a_run_whose_checks_all_broke_still_gets_the_watch_panel_with_its_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    from whileai.plots import plot_runs
+    from whileai.reports import load_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 1, "whileai/pass_rate": 0.5}, {"step": 2, "whileai/pass_rate": 0.6, "whileai/watch/failed": 1.0}]
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": rows}))  # a broken check logs no std
+    marked: list[tuple] = []
+    scatter = matplotlib.axes.Axes.scatter
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "scatter", lambda self, *a, **k: marked.append(a) or scatter(self, *a, **k)
+    )
+    plot_runs([load_report(run)], tmp_path / "figure.png")
+    assert marked == [((2,), (0.0,))]
