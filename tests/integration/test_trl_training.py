@@ -143,11 +143,11 @@ def test_report_compares_two_arms_and_plots(run_dir: Path, tmp_path: Path, trl_s
     assert comparison["paired"] and comparison["low"] <= comparison["difference"] <= comparison["high"]
     assert "points, 95%" in comparison["text"]
     assert comparison["n_a"] == comparison["n_b"] == 64 and comparison["window"] == 3
-    # on the terminal, the difference is a block of three short lines under its heading
+    # on the terminal, the difference is a block of four short lines under its heading
     shown = runner.invoke(app, ["report", str(binary), str(run_dir)], env={"COLUMNS": "80"})
     assert shown.exit_code == 0 and max(len(line) for line in shown.stdout.splitlines()) <= 80, shown.stdout
     block = shown.stdout.split(f"final pass rate, {run_dir.name} minus {binary.name}, last 3 logged steps\n")[1]
-    assert [line.split("  ")[0] for line in block.splitlines()] == ["difference", "95% CI", "n"]
+    assert [line.split("  ")[0] for line in block.splitlines()] == ["difference", "95% CI", "n", "note"]
     assert f"paired over {comparison['tasks']} tasks (64 and 64 completions)" in block
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
 
