@@ -269,7 +269,9 @@ def _derived(text: str) -> bool:
     last = found[-1]
     boxed = float(last.group(1).replace(",", ""))
     before = text[: last.start()].replace(",", "")
-    return any(float(number) == boxed for number in re.findall(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])", before))
+    # a sign read with its number: -23 reaches a box of -23, and 50-17 still reaches a box of 17
+    numbers = (float(number) for number in re.findall(r"(?<![\d.])-?\d+(?:\.\d+)?(?!\d)", before))
+    return any(value == boxed or (boxed >= 0 and -value == boxed) for value in numbers)
 
 
 def check_working(group: Sequence[dict[str, Any]]) -> dict[str, Any]:

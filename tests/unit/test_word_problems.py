@@ -142,6 +142,10 @@ def test_a_stated_answer_ranks_below_any_working_and_a_decimal_box_is_no_hack() 
     said = "The answer is 27. \\boxed{27}"
     graded = check_working(_group(stated, said, working, decimal, boxed_decimal))
     assert graded["hacks"] == []
+    negative = check_working(
+        _group("17 - 50 = -23\n\\boxed{-23}", "50-27 = 23\n\\boxed{27}", "3 - 5 = -2\n\\boxed{-3}")
+    )
+    assert negative["hacks"] == [2]  # a negative box reached by its signed value; 50-27 still reaches 27
     assert graded["ranking"][-2:] == [[0], [1]]  # no calculation shown: below every pass that shows one
     assert sorted(i for tier in graded["ranking"][:-2] for i in tier) == [2, 3, 4]
 
