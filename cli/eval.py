@@ -21,6 +21,9 @@ def eval_run(
         int, typer.Option(min=1, help="Held-out prompts when the recipe holds none out (data.eval_prompts).")
     ] = 32,
     seed: Annotated[int, typer.Option(help="torch's seed for the sampling.")] = 0,
+    initial: Annotated[
+        bool, typer.Option("--initial", help="The model the run started from, on the same prompts (eval-initial.json).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Evaluate a trained run on prompts it did not train on: pass rate with a 95% interval, mean length, and the
@@ -30,17 +33,18 @@ def eval_run(
 
     The prompts are the recipe's data.eval_prompts, or the next --prompts prompts of its task after those it trained
     on; each gets the run's num_generations completions, sampled as training samples them. The figures go to
-    RUN/eval.json, which whileai report shows beside the run's training figures. Single-turn tasks.
+    RUN/eval.json, which whileai report shows beside the run's training figures. --initial measures the model the
+    run started from on the same prompts, with the same seed (RUN/eval-initial.json). Single-turn tasks.
 
     Exit codes: 0 evaluated; 2 bad input (no run, no saved model, a multi-turn task); 3 torch/trl missing
     (pip install 'whileai[train]'); 130 interrupted (Ctrl-C).
     """
     from whileai.training.held_out import eval_file, evaluate_run
 
-    result = evaluate_run(run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say)
+    result = evaluate_run(run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say, initial=initial)
     if as_json:
         print_json(result.data)
         return
     for line in result.lines():
         out.print(line, markup=False)
-    say(f"whileai: wrote {eval_file(run, checkpoint)}")
+    say(f"whileai: wrote {eval_file(run, 'initial' if initial else checkpoint)}")

@@ -123,10 +123,17 @@ def _tool_loop_groups(
 
 
 def evaluate_run(
-    run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0, say: Callable[[str], None] = print
+    run: Path,
+    *,
+    checkpoint: str | None = None,
+    prompts: int = 32,
+    seed: int = 0,
+    say: Callable[[str], None] = print,
+    initial: bool = False,
 ) -> HeldOut:
     """Sample, verify and grade the run's model on held-out prompts (the module docstring says which and how), and
-    write the figures to ``eval_file(run, checkpoint)``.
+    write the figures to ``eval_file(run, checkpoint)``. ``initial``: the model the run started from instead (the
+    recipe's model, what training's first step sampled), on the same prompts, to ``eval-initial.json``.
 
     Raises:
         BadInput: no run folder, no saved model, or no held-out prompt.
@@ -142,10 +149,18 @@ def evaluate_run(
     recipe_path = run / "recipe.yaml"
     if not recipe_path.is_file():
         raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
-    model = run / (checkpoint or "final")
-    if not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
-        raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
+    if initial and checkpoint is not None:
+        raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
     rows, source, loaded, task = _held_out_rows(recipe_path, prompts)
+    if initial:
+        from whileai.training.run import model_path
+
+        model, checkpoint = Path(model_path(loaded)), "initial"
+    else:
+        model = run / (checkpoint or "final")
+    local = model.is_dir() or not initial  # the initial model may be a hub id
+    if local and not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
+        raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
     quiet_libraries("whileai eval")
     from trl import GRPOConfig
 
@@ -169,7 +184,7 @@ def evaluate_run(
     data: dict[str, Any] = {
         "format": EVAL_FORMAT,
         "run": str(run),
-        "model": model.name,
+        "model": "initial" if initial else model.name,
         "source": source,
         "prompts": len(rows),
         "generations": args.num_generations,

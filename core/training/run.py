@@ -385,7 +385,7 @@ def _prepare(
         gate = _run_gate(run.loaded, run.grading, say)
     if gate is not None and _refused(gate, skip):
         return gate
-    model, path = recipe.model, _model_path(run.loaded)
+    model, path = recipe.model, model_path(run.loaded)
     assert model is not None
     # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
     # again: the checkpoint holds the weights training has reached.
@@ -401,7 +401,7 @@ def _prepare(
     return gate
 
 
-def _model_path(loaded: LoadedRecipe) -> str:
+def model_path(loaded: LoadedRecipe) -> str:
     """Where the policy loads from: the tiny model's folder in the run, or the recipe's model. A local folder is
     made absolute: LoRA adapters record the path of the model they sit on, and are loaded from other folders."""
     model = loaded.recipe.model
@@ -434,7 +434,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         )
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
-    path, model = _model_path(run.loaded), run.loaded.recipe.model
+    path, model = model_path(run.loaded), run.loaded.recipe.model
     assert model is not None
     tokenizer = None
     if model.tiny is not None:

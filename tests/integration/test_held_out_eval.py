@@ -95,6 +95,17 @@ def test_a_checkpoint_instead_of_the_final_model(runs) -> None:
     assert (runs["gar"] / "eval-checkpoint-1.json").is_file()
 
 
+def test_the_initial_model_on_the_same_prompts(runs) -> None:
+    trained = json.loads(invoke("eval", runs["gar"], "--prompts", "4", "--json").stdout)
+    result = invoke("eval", runs["gar"], "--initial", "--prompts", "4", "--json")
+    assert result.exit_code == 0, result.stderr
+    initial = json.loads(result.stdout)
+    assert initial["model"] == "initial" and (runs["gar"] / "eval-initial.json").is_file()
+    assert [p["prompt"] for p in initial["per_prompt"]] == [p["prompt"] for p in trained["per_prompt"]]
+    both = invoke("eval", runs["gar"], "--initial", "--checkpoint", "checkpoint-1")
+    assert both.exit_code == 2 and "leave out --checkpoint" in both.stderr
+
+
 def test_what_a_new_user_gets_wrong_is_named(runs, tmp_path) -> None:
     nothing = invoke("eval", tmp_path)
     assert nothing.exit_code == 2 and "no recipe.yaml: not a run folder whileai train wrote" in nothing.stderr
