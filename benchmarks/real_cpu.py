@@ -8,7 +8,7 @@ the grader. The harness is ``benchmarks/figure8.py``'s (each run ``whileai train
 trainer.max_steps=N model.threads=1 ...`` in its own process, two at once; per seed GAR minus binary over the final
 window; over seeds the mean difference with a 95% t interval and the smallest difference the design could detect), on
 the design below, fixed before any arm comparison. The seed sets the adapters' initial weights and the sampling; the
-problems are the same for every seed.
+two arms of a seed see the same problems at each step (the seed sets their order).
 
     python benchmarks/real_cpu.py             # the experiment: about 5 hours on 2 cores
     python benchmarks/real_cpu.py --quick     # a smoke: 1 seed, 2 steps (about 15 minutes)
@@ -16,7 +16,9 @@ problems are the same for every seed.
 Writes ``real_cpu.json``, ``real_cpu.md`` and ``real_cpu_word_problems.png`` (``whileai report --plot`` over the
 runs) under ``--results``; the README's section on it reads them. A secondary table, chosen after the first seed had
 run and so not part of the design, reads what the grader reads: the working of the passes each arm wrote in its first
-and final window (TRL's logged completions), with the same paired interval.
+and final window (TRL's logged completions), with the same paired interval. Last, ``whileai eval`` measures every
+run's final model and the model they all started from (``--initial``) on the same 8 held-out problems: the training
+windows hold different problems, so only this compares the models on the same ones.
 """
 
 from __future__ import annotations
@@ -177,6 +179,54 @@ def working_table(results: Path, repo: Path = figure8.REPO) -> str:
     return table
 
 
+def held_out_table(results: Path, repo: Path = figure8.REPO, prompts: int = 8) -> str:
+    """``whileai eval`` of every run's final model and of the model they started from, on the same ``prompts``
+    held-out problems (the ones after those they trained on) with the same sampling seed: added to ``real_cpu.json``
+    and ``real_cpu.md`` under ``results``; returns its Markdown. Each eval is a command in its own process group."""
+    from processes import run_in_group, whileai_command
+
+    record = json.loads((results / "real_cpu.json").read_text())
+    lines = []
+    for task, experiment in record["tasks"].items():
+        folders = {
+            (arm, seed): repo / folder
+            for arm, spec in experiment["arms"].items()
+            for seed, folder in spec["runs"].items()
+        }
+        jobs = [("initial", "-", next(iter(folders.values())), ["--initial"])]
+        jobs += [(arm, seed, folder, []) for (arm, seed), folder in sorted(folders.items())]
+        found = []
+        for arm, seed, folder, extra in jobs:
+            command = whileai_command("eval", str(folder), "--prompts", str(prompts), "--json", *extra)
+            done = run_in_group(command, timeout_s=3600, cwd=repo)
+            if done.returncode != 0:
+                raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-1500:]}")
+            data = json.loads(done.stdout)
+            rate = data["pass_rate"]
+            found.append({"model": arm, "seed": seed, "pass_rate": rate, "length": data["mean_length_tokens"]})
+        lines += [
+            f"### {task}: {prompts} held-out problems x {found[0]['pass_rate']['n'] // prompts} completions "
+            "(whileai eval, sampling seed 0)",
+            "",
+            "| model | seed | pass rate [95% CI] | length |",
+            "|---|---|---|---|",
+        ]
+        for row in found:
+            rate = row["pass_rate"]
+            lines.append(
+                f"| {row['model']} | {row['seed']} | {rate['rate'] * 100:.1f}% [{rate['low'] * 100:.1f}%, "
+                f"{rate['high'] * 100:.1f}%] | {row['length']:.1f} |"
+            )
+        lines.append("")
+        experiment["held_out"] = found
+    (results / "real_cpu.json").write_text(json.dumps(record, indent=1) + "\n")
+    table = "\n".join(lines)
+    markdown = (results / "real_cpu.md").read_text()
+    marker = markdown.find(f"### {next(iter(record['tasks']))}: {prompts} held-out")
+    (results / "real_cpu.md").write_text((markdown[:marker] if marker >= 0 else markdown).rstrip() + "\n\n" + table)
+    return table
+
+
 def _mean(values: list[float]) -> float:
     finite = [value for value in values if math.isfinite(value)]
     return sum(finite) / len(finite) if finite else math.nan
@@ -202,4 +252,5 @@ if __name__ == "__main__":
     known = where.parse_known_args()[0]
     if code == 0 and not known.quick:
         print(working_table(known.results))
+        print(held_out_table(known.results))
     sys.exit(code)

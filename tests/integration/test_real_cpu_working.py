@@ -95,3 +95,35 @@ def test_the_table_reads_each_window_s_passes_and_pairs_the_arms_by_seed(tmp_pat
     markdown = (results / "real_cpu.md").read_text()
     assert markdown.startswith("### word_problems: 5 steps\n")
     assert markdown.count("the working of the passes") == 1
+
+
+def test_the_held_out_table_evaluates_every_run_and_the_initial_model_once(tmp_path: Path, monkeypatch) -> None:
+    import processes
+
+    runs = {arm: {seed: f"runs/{arm}/seed-{seed}" for seed in ("1", "2")} for arm in ("binary", "gar")}
+    results = tmp_path / "results"
+    results.mkdir()
+    record = {"tasks": {"word_problems": {"window": 2, "arms": {arm: {"runs": runs[arm]} for arm in runs}}}}
+    (results / "real_cpu.json").write_text(json.dumps(record))
+    (results / "real_cpu.md").write_text("### word_problems: 5 steps\n")
+    asked = []
+
+    def evaluate(command: list[str], timeout_s: float, cwd: Path) -> processes.Finished:
+        asked.append(command[command.index("eval") + 1 :])
+        passes = 2 if "--initial" in command else 6
+        rate = {"passes": passes, "n": 16, "groups": 2, "rate": passes / 16, "low": 0.0, "high": 1.0}
+        data = {"pass_rate": rate, "mean_length_tokens": 40.0}
+        return processes.Finished(command, 0, json.dumps(data), "", 1.0)
+
+    monkeypatch.setattr(processes, "run_in_group", evaluate)
+    table = real_cpu.held_out_table(results, repo=tmp_path, prompts=2)
+    assert [a for a in asked if "--initial" in a] == [
+        [str(tmp_path / "runs/binary/seed-1"), "--prompts", "2", "--json", "--initial"]
+    ]
+    assert sorted(a[0] for a in asked if "--initial" not in a) == sorted(
+        str(tmp_path / f) for r in runs.values() for f in r.values()
+    )
+    assert "| initial | - | 12.5% [0.0%, 100.0%] | 40.0 |" in table and table.count("| 37.5% [") == 4
+    assert "2 held-out problems x 8 completions" in table
+    held = json.loads((results / "real_cpu.json").read_text())["tasks"]["word_problems"]["held_out"]
+    assert [row["model"] for row in held] == ["initial", "binary", "binary", "gar", "gar"]
