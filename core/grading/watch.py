@@ -171,9 +171,9 @@ class SpreadWatch:
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
     ) -> dict[str, float]:
-        """A training batch of ``step`` graded: :meth:`keep`, then, once ``batches_per_step`` batches of the step are
-        in (before that, through the step before it: a batch of a later step completes every earlier one). Returns
-        the check's TRL metrics, or {}."""
+        """A training batch of ``step`` graded: :meth:`keep`, then :meth:`check_through` the step once
+        ``batches_per_step`` of its batches are in, and before that the step before it (a batch of a later step
+        completes every earlier one). Returns the check's TRL metrics, or {}."""
         self.keep(step, graded, prompts, completions, size)
         seen = self._batches.get(step, 0) + 1
         self._batches = {step: seen}
