@@ -122,15 +122,24 @@ def _tool_loop_groups(
     return groups, metrics.get("eval_completions/mean_length")
 
 
+def _model(run: Path, loaded: Any, checkpoint: str | None, initial: bool) -> Path:
+    """The model to evaluate: the run's final one, a checkpoint of it, or the one it started from."""
+    if initial:
+        from whileai.training.run import model_path
+
+        model = Path(model_path(loaded))
+    else:
+        model = run / (checkpoint or "final")
+    local = model.is_dir() or not initial  # the initial model may be a hub id
+    if local and not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
+        raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
+    return model
+
+
 def evaluate_run(
-    run: Path,
-    *,
-    checkpoint: str | None = None,
-    prompts: int = 32,
-    seed: int = 0,
-    say: Callable[[str], None] = print,
+    run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0, say: Callable[[str], None] = print,
     initial: bool = False,
-) -> HeldOut:
+) -> HeldOut:  # fmt: skip
     """Sample, verify and grade the run's model on held-out prompts (the module docstring says which and how), and
     write the figures to ``eval_file(run, checkpoint)``. ``initial``: the model the run started from instead (the
     recipe's model, what training's first step sampled), on the same prompts, to ``eval-initial.json``.
@@ -152,15 +161,8 @@ def evaluate_run(
     if initial and checkpoint is not None:
         raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
     rows, source, loaded, task = _held_out_rows(recipe_path, prompts)
-    if initial:
-        from whileai.training.run import model_path
-
-        model, checkpoint = Path(model_path(loaded)), "initial"
-    else:
-        model = run / (checkpoint or "final")
-    local = model.is_dir() or not initial  # the initial model may be a hub id
-    if local and not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
-        raise BadInput(f"{model}: no saved model (a run that finished has final/; or name a checkpoint-N)")
+    model = _model(run, loaded, checkpoint, initial)
+    checkpoint = "initial" if initial else checkpoint
     quiet_libraries("whileai eval")
     from trl import GRPOConfig
 
