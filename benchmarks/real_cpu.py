@@ -203,7 +203,15 @@ def held_out_table(results: Path, repo: Path = figure8.REPO, prompts: int = 8) -
                 raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-1500:]}")
             data = json.loads(done.stdout)
             rate = data["pass_rate"]
-            found.append({"model": arm, "seed": seed, "pass_rate": rate, "length": data["mean_length_tokens"]})
+            found.append(
+                {
+                    "model": arm,
+                    "seed": seed,
+                    "pass_rate": rate,
+                    "length": data["mean_length_tokens"],
+                    "per_prompt": data["per_prompt"],
+                }
+            )
         lines += [
             f"### {task}: {prompts} held-out problems x {found[0]['pass_rate']['n'] // prompts} completions "
             "(whileai eval, sampling seed 0)",

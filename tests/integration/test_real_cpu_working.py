@@ -112,7 +112,11 @@ def test_the_held_out_table_evaluates_every_run_and_the_initial_model_once(tmp_p
         asked.append(command[command.index("eval") + 1 :])
         passes = 2 if "--initial" in command else 6
         rate = {"passes": passes, "n": 16, "groups": 2, "rate": passes / 16, "low": 0.0, "high": 1.0}
-        data = {"pass_rate": rate, "mean_length_tokens": 40.0}
+        data = {
+            "pass_rate": rate,
+            "mean_length_tokens": 40.0,
+            "per_prompt": [{"prompt": "word-9", "passes": passes, "n": 16}],
+        }
         return processes.Finished(command, 0, json.dumps(data), "", 1.0)
 
     monkeypatch.setattr(processes, "run_in_group", evaluate)
@@ -127,3 +131,4 @@ def test_the_held_out_table_evaluates_every_run_and_the_initial_model_once(tmp_p
     assert "2 held-out problems x 8 completions" in table
     held = json.loads((results / "real_cpu.json").read_text())["tasks"]["word_problems"]["held_out"]
     assert [row["model"] for row in held] == ["initial", "binary", "binary", "gar", "gar"]
+    assert all("per_prompt" in row for row in held)
