@@ -171,12 +171,7 @@ def working_table(results: Path, repo: Path = figure8.REPO) -> str:
             "",
         ]
         experiment["working"] = {"figures": figures, "differences": differences, "regraded": again}
-    (results / "real_cpu.json").write_text(json.dumps(record, indent=1) + "\n")
-    table = "\n".join(lines)
-    markdown = (results / "real_cpu.md").read_text()
-    marker = markdown.find(f"### {next(iter(record['tasks']))}: the working of the passes")
-    (results / "real_cpu.md").write_text((markdown[:marker] if marker >= 0 else markdown).rstrip() + "\n\n" + table)
-    return table
+    return _write(results, record, lines, "the working of the passes")
 
 
 def held_out_table(results: Path, repo: Path = figure8.REPO, prompts: int = 8) -> str:
@@ -227,10 +222,16 @@ def held_out_table(results: Path, repo: Path = figure8.REPO, prompts: int = 8) -
             )
         lines.append("")
         experiment["held_out"] = found
+    return _write(results, record, lines, f"{prompts} held-out")
+
+
+def _write(results: Path, record: dict[str, Any], lines: list[str], heading: str) -> str:
+    """Write ``record`` to ``real_cpu.json`` and ``lines`` to ``real_cpu.md`` in place of the section whose heading
+    starts with ``heading`` and of everything after it; returns the section's Markdown."""
     (results / "real_cpu.json").write_text(json.dumps(record, indent=1) + "\n")
     table = "\n".join(lines)
     markdown = (results / "real_cpu.md").read_text()
-    marker = markdown.find(f"### {next(iter(record['tasks']))}: {prompts} held-out")
+    marker = markdown.find(f"### {next(iter(record['tasks']))}: {heading}")
     (results / "real_cpu.md").write_text((markdown[:marker] if marker >= 0 else markdown).rstrip() + "\n\n" + table)
     return table
 
