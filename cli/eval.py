@@ -39,7 +39,7 @@ def eval_run(
     Exit codes: 0 evaluated; 2 bad input (no run, no saved model, a multi-turn task); 3 torch/trl missing
     (pip install 'whileai[train]'); 130 interrupted (Ctrl-C).
     """
-    from whileai.training.held_out import eval_file, evaluate_run
+    from whileai.training.held_out import evaluate_run
 
     result = evaluate_run(run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say, initial=initial)
     if as_json:
@@ -47,4 +47,4 @@ def eval_run(
         return
     for line in result.lines():
         out.print(line, markup=False)
-    say(f"whileai: wrote {eval_file(run, 'initial' if initial else checkpoint)}")
+    say(f"whileai: wrote {result.path}")

@@ -40,6 +40,7 @@ class HeldOut:
     """What ``evaluate_run`` measured, as ``eval.json`` holds it (``as_dict``)."""
 
     data: dict[str, Any]
+    path: Path | None = None  # the file it was written to
 
     def lines(self) -> list[str]:
         data, rate = self.data, self.data["pass_rate"]
@@ -210,5 +211,6 @@ def evaluate_run(
             "hacks": sum(len(v) for v in report.hacks.values()),
             "fallbacks": sum(report.failed.values()),
         }
-    eval_file(run, checkpoint).write_text(json.dumps(data, indent=1) + "\n")
-    return HeldOut(data)
+    path = eval_file(run, checkpoint)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return HeldOut(data, path)

@@ -106,6 +106,16 @@ def test_the_initial_model_on_the_same_prompts(runs) -> None:
     assert both.exit_code == 2 and "leave out --checkpoint" in both.stderr
 
 
+def test_initial_samples_the_model_the_run_started_from(runs, monkeypatch) -> None:
+    import whileai.training.sample as sample
+
+    sampled: list[str] = []
+    real = sample.sample_groups
+    monkeypatch.setattr(sample, "sample_groups", lambda model, *a, **k: sampled.append(model) or real(model, *a, **k))
+    assert invoke("eval", runs["gar"], "--initial", "--prompts", "2").exit_code == 0
+    assert [Path(model).resolve() for model in sampled] == [(runs["gar"] / "base_model").resolve()]
+
+
 def test_what_a_new_user_gets_wrong_is_named(runs, tmp_path) -> None:
     nothing = invoke("eval", tmp_path)
     assert nothing.exit_code == 2 and "no recipe.yaml: not a run folder whileai train wrote" in nothing.stderr
