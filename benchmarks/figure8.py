@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -138,9 +139,10 @@ def main(
     quick: dict[str, Any] = QUICK,
     prefix: str = "figure8",
     description: str = __doc__.splitlines()[0],
+    then: Callable[[Path], None] | None = None,
 ) -> int:
     """Run ``design`` (arms over seeds, per task; ``quick`` is its smoke) and write ``<prefix>.json``, ``.md`` and a
-    figure per task under ``--results``."""
+    figure per task under ``--results``; ``then(results folder)`` after a full run that wrote them."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--tasks", nargs="+", choices=sorted(design["tasks"]), default=list(design["tasks"]))
     parser.add_argument("--seeds", nargs="+", type=int, default=design["seeds"])
@@ -268,6 +270,8 @@ def main(
     table = experiment_table(results)
     (options.results / f"{name}.md").write_text(table)
     print(table)
+    if then is not None and not options.quick:
+        then(options.results)
     if reproduced is not None and not reproduced["identical"]:
         print(f"{prefix}: the rerun did not reproduce the recorded numbers", file=sys.stderr)
         return 1

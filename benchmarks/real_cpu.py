@@ -251,15 +251,10 @@ def _figure(name: str, value: float, signed: bool = False) -> str:
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 
 
-if __name__ == "__main__":
-    import argparse
+def _secondary(results: Path) -> None:
+    print(working_table(results))
+    print(held_out_table(results))
 
-    code = figure8.main(DESIGN, QUICK, prefix="real_cpu", description=__doc__.splitlines()[0])
-    where = argparse.ArgumentParser(add_help=False)
-    where.add_argument("--results", type=Path, default=figure8.REPO / "benchmarks" / "results")
-    where.add_argument("--quick", action="store_true")
-    known = where.parse_known_args()[0]
-    if code == 0 and not known.quick:
-        print(working_table(known.results))
-        print(held_out_table(known.results))
-    sys.exit(code)
+
+if __name__ == "__main__":
+    sys.exit(figure8.main(DESIGN, QUICK, prefix="real_cpu", description=__doc__.splitlines()[0], then=_secondary))
