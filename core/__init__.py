@@ -39,6 +39,7 @@ _LAZY = {
     "wilson_interval": "whileai.stats",
     "model_agent": "whileai.simulations.model_agent",
     "customer_model": "whileai.simulations.customer",
+    "GroupwiseGRPOTrainer": "whileai.integrations.trl_trainer",  # imports trl: the train extra
 }
 
 __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's order
@@ -57,12 +58,14 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
     "wilson_interval",
     "model_agent",
     "customer_model",
+    "GroupwiseGRPOTrainer",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from whileai.grading.gate import SpreadReport
     from whileai.grading.groupwise import GroupwiseGrading
     from whileai.grading.tally import GradingStats
+    from whileai.integrations.trl_trainer import GroupwiseGRPOTrainer
     from whileai.methods import rank_factors, redistribute, synthesize_reward
     from whileai.simulations.agents import seeded_agent
     from whileai.simulations.customer import customer_model
@@ -85,7 +88,14 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'whileai' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    try:
+        value = getattr(import_module(module), name)
+    except ModuleNotFoundError as err:
+        if module.startswith("whileai.") and err.name and not err.name.startswith("whileai"):
+            from whileai.errors import MissingExtra
+
+            raise MissingExtra(err.name, "train", f"whileai.{name}") from None
+        raise
     globals()[name] = value
     return value
 

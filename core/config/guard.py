@@ -38,6 +38,7 @@ def signal_problems(
     multi_objective_aggregation: Any = "sum_then_normalize",
     reward_weights: Sequence[float] | None = None,
     reward_functions: Sequence[str] | None = None,
+    words: str = "recipe",
 ) -> list[str]:
     """What a grader arm's configuration does to the reward besides TRL's group-mean subtraction.
 
@@ -47,6 +48,8 @@ def signal_problems(
         reward_weights: TRL's ``reward_weights`` (None or ``[1]`` is right).
         reward_functions: the names of the trainer's reward functions once built (one, the grader's, is right);
             None before the trainer exists.
+        words: whose words the fix is in: ``"recipe"`` (``trainer.scale_rewards: none``, for a recipe) or
+            ``"python"`` (``GRPOConfig(scale_rewards="none")``, for a trainer built in Python).
 
     Returns:
         One sentence per problem, naming the setting and the fix; empty when the signal is equation 3.
@@ -54,24 +57,37 @@ def signal_problems(
     Example:
         >>> signal_problems(scale_rewards="group")
         ["trainer.scale_rewards is 'group': TRL would divide each group by its std and rescale the moved mass; set trainer.scale_rewards: none"]
+        >>> print(signal_problems(scale_rewards="group", words="python")[0])
+        GRPOConfig.scale_rewards is 'group': TRL would divide each group by its std and rescale the moved mass; set GRPOConfig(scale_rewards="none")
     """  # noqa: E501
+    if words not in ("recipe", "python"):
+        raise ValueError(f"words must be 'recipe' or 'python', got {words!r}")
+    where = "trainer" if words == "recipe" else "GRPOConfig"
+
+    def setting(name: str, value: str) -> str:
+        return f"trainer.{name}: {value}" if words == "recipe" else f'GRPOConfig({name}="{value}")'
+
+    def remove(name: str) -> str:
+        return f"remove {name}" if words == "recipe" else f"leave GRPOConfig's {name} unset"
+
     problems: list[str] = []
     if scale_rewards not in ("none", False):
         problems.append(
-            f"trainer.scale_rewards is {scale_rewards!r}: TRL would divide each group by its std and rescale the "
-            "moved mass; set trainer.scale_rewards: none"
+            f"{where}.scale_rewards is {scale_rewards!r}: TRL would divide each group by its std and rescale the "
+            f"moved mass; set {setting('scale_rewards', 'none')}"
         )
     if multi_objective_aggregation != "sum_then_normalize":
         problems.append(
-            f"trainer.multi_objective_aggregation is {multi_objective_aggregation!r}: TRL would normalize the "
-            "reward by its std before the advantage; remove it (the default sum_then_normalize is right)"
+            f"{where}.multi_objective_aggregation is {multi_objective_aggregation!r}: TRL would normalize the "
+            f"reward by its std before the advantage; {remove('multi_objective_aggregation')} (the default "
+            "sum_then_normalize is right)"
         )
     if reward_weights is not None:
         weights = [float(w) for w in reward_weights]
         if len(weights) != 1 or not math.isclose(weights[0], 1.0, rel_tol=0.0, abs_tol=0.0):
             problems.append(
-                f"trainer.reward_weights is {weights}: the groupwise reward must enter TRL with weight 1 and alone; "
-                "remove reward_weights"
+                f"{where}.reward_weights is {weights}: the groupwise reward must enter TRL with weight 1 and alone; "
+                f"{remove('reward_weights')}"
             )
     if reward_functions is not None and len(reward_functions) != 1:
         problems.append(

@@ -11,13 +11,10 @@ own slice; it then subtracts each group's mean (and divides by a std unless ``sc
 - :func:`binary_reward`: the verifier's reward as it is, logged the same way (a comparison arm).
 - :func:`trl_phase`, :func:`group_labels`, :class:`BatchGather`: the phase and group size TRL is in, the labels that
   regroup its completion logs, the protocol of the processes' gather.
+- :func:`refuse_off_equation_3`: the one rule that keeps a trainer with a groupwise reward function on equation 3,
+  applied by the reward function on its first call and by ``whileai.integrations.trl_trainer`` when it builds one.
 
-- :func:`grpo_trainer`: TRL's ``GRPOTrainer`` as ``whileai train`` builds it (``whileai.integrations.trl_trainer``,
-  the hooks on TRL's private parts), transformers' console callbacks replaced, and a grader arm's trainer checked to
-  train on equation 3 before its first step.
-
-Importing it imports no trainer and no torch: the gather is handed in (``whileai.training.distributed`` builds one on
-torch.distributed), and ``grpo_trainer`` imports trl, transformers and datasets when called.
+Importing it imports no trainer and no torch: ``TorchGather`` imports torch.distributed when it is called.
 """
 
 from __future__ import annotations
@@ -25,11 +22,12 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.config.guard import signal_problems
-from whileai.errors import BadInput, MissingExtra
+from whileai.errors import BadInput
 from whileai.rows.text import completion_text, prompt_text
 from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
 
@@ -42,11 +40,12 @@ _log = logging.getLogger("whileai.verifier")
 __all__ = [
     "BatchGather",
     "BatchNames",
+    "TorchGather",
     "binary_reward",
     "group_labels",
     "groupwise_reward_function",
-    "grpo_trainer",
     "logged_step",
+    "refuse_off_equation_3",
     "trl_phase",
 ]
 
@@ -68,8 +67,14 @@ def groupwise_reward_function(
     default_size = int(num_generations)
     names = BatchNames()
     failures = VerifierFailures(_log.warning)
+    checked: weakref.WeakSet[Any] = weakref.WeakSet()  # the trainers already checked to train on equation 3
 
     def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        trainer = getattr(kwargs.get("log_metric"), "__self__", None)  # TRL binds log_metric to its trainer
+        if hasattr(trainer, "reward_funcs") and trainer not in checked:
+            # A GRPOTrainer built in Python reaches here without whileai's check: refuse before the first step.
+            refuse_off_equation_3(trainer)
+            checked.add(trainer)
         distributed = gather is not None and gather.world_size > 1
         offset = 0
         phase, size = trl_phase(kwargs, default_size)  # num_generations_eval in an evaluation batch
@@ -116,7 +121,39 @@ def groupwise_reward_function(
 
     groupwise_reward.__name__ = f"groupwise_{grading.mode}"
     groupwise_reward.__qualname__ = groupwise_reward.__name__
+    groupwise_reward.grading = grading  # type: ignore[attr-defined]  # marks it groupwise (refuse_off_equation_3)
     return groupwise_reward
+
+
+def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None) -> None:
+    """Raise ``BadInput`` when a ``GRPOTrainer`` that holds a groupwise reward function would move its advantages off
+    equation 3 (:func:`whileai.config.guard.signal_problems`: std scaling, reward weights, another reward function,
+    ``normalize_then_sum``); a trainer without one (a binary arm) may do any of these.
+
+    The one rule for every way a trainer is made: ``whileai train`` and ``GroupwiseGRPOTrainer`` check on
+    construction, and the reward function on its first call, for a trainer built in Python around
+    ``GroupwiseGrading.trl_reward``.
+
+    Args:
+        trainer: a built ``GRPOTrainer`` (its ``reward_funcs``, ``reward_func_names``, ``reward_weights``,
+            ``scale_rewards`` and ``multi_objective_aggregation``, as TRL 1.16 keeps them).
+        recipe: the recipe the trainer was built from: the fix is then worded for it (``trainer.scale_rewards:
+            none``) and the message names it; None words it for ``GRPOConfig``.
+    """
+    functions = list(getattr(trainer, "reward_funcs", None) or ())
+    if not any(callable(f) and hasattr(f, "grading") for f in functions):
+        return
+    weights = getattr(trainer, "reward_weights", None)
+    problems = signal_problems(
+        scale_rewards=getattr(trainer, "scale_rewards", "none"),
+        multi_objective_aggregation=getattr(trainer, "multi_objective_aggregation", "sum_then_normalize"),
+        reward_weights=None if weights is None else [float(w) for w in weights],
+        reward_functions=[str(name) for name in getattr(trainer, "reward_func_names", None) or ()],
+        words="python" if recipe is None else "recipe",
+    )
+    if problems:
+        where = f"{recipe}: the trainer" if recipe is not None else f"this {type(trainer).__name__}"
+        raise BadInput(f"{where} would not train on equation 3: {'; '.join(problems)}")
 
 
 def _grade_across_processes(
@@ -297,6 +334,51 @@ class BatchGather(Protocol):
         ...
 
 
+class TorchGather:
+    """The ``BatchGather`` of a training run: ``all_gather`` and ``broadcast`` of Python objects over the default
+    torch.distributed group.
+
+    TRL calls a reward function on each process with that process's slice of the generation batch, in rank order; a
+    group of ``num_generations`` completions straddles two processes unless ``per_device_train_batch_size *
+    steps_per_generation`` is a multiple of it. With this gather the reward function collects every slice, grades
+    whole groups once on rank 0 and hands each process its slice back. It reads the process group when called (torch
+    imported then), so it can be built before the trainer initializes distributed training; with one process it is a
+    no-op.
+    """
+
+    @staticmethod
+    def _dist() -> Any:
+        import torch.distributed as dist
+
+        return dist if dist.is_available() and dist.is_initialized() else None
+
+    @property
+    def world_size(self) -> int:
+        dist = self._dist()
+        return dist.get_world_size() if dist is not None else 1
+
+    @property
+    def rank(self) -> int:
+        dist = self._dist()
+        return dist.get_rank() if dist is not None else 0
+
+    def all_gather(self, value: Any) -> list[Any]:
+        dist = self._dist()
+        if dist is None:
+            return [value]
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, value)
+        return out
+
+    def broadcast(self, value: Any) -> Any:
+        dist = self._dist()
+        if dist is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
 def _batch_metrics(
     graded: list[GradedGroup], before: tuple[int, int, int], after: tuple[int, int, int]
 ) -> dict[str, float]:
@@ -386,77 +468,3 @@ def _verifier_rewards(
             failures(verdict.error)
         rewards.append(verdict.reward)
     return rewards
-
-
-def grpo_trainer(
-    *,
-    model: str,
-    reward: Callable[..., list[float]],
-    args: Any,
-    train_rows: list[dict[str, Any]],
-    eval_rows: list[dict[str, Any]],
-    processing_class: Any,
-    environment_factory: Any,
-    callbacks: Sequence[Any],
-    grader_arm: bool,
-    where: str,
-    say: Callable[[str], None] | None = None,
-    tool_calls: str = "template",
-    lora: dict[str, Any] | None = None,
-) -> Any:
-    """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
-
-    The trainer is ``whileai.integrations.trl_trainer.WhileaiGRPOTrainer`` (its completion logs kept writable to
-    Parquet; a resumed checkpoint's tied weights said once through ``say``); transformers' printer and tqdm callbacks
-    make way for ``callbacks`` (whileai's own progress). For a grader arm the built trainer is checked as
-    :func:`signal_problems` says (an environment class that defines ``get_reward`` is a second reward function the
-    recipe never names). ``tool_calls="json"`` makes the trainer's tokenizer also read a bare JSON tool call
-    (``whileai.integrations.tool_calls``) naming one of the environment's tools. ``lora`` (``peft.LoraConfig``
-    keyword arguments) trains adapters over the frozen model, through TRL's ``peft_config``.
-
-    Raises:
-        BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
-        MissingExtra: ``lora`` without peft installed.
-    """
-    import datasets
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    from whileai.integrations.trl_trainer import WhileaiGRPOTrainer
-
-    peft_config = None
-    if lora is not None:
-        try:
-            from peft import LoraConfig
-        except ImportError as err:
-            raise MissingExtra(err.name or "peft", "train", "model.lora") from None
-        peft_config = LoraConfig(**lora)
-    trainer = WhileaiGRPOTrainer(
-        model=model,
-        peft_config=peft_config,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=datasets.Dataset.from_list(train_rows),
-        eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None,
-        processing_class=processing_class,
-        environment_factory=environment_factory,
-        callbacks=list(callbacks),
-        say=say,
-    )
-    if tool_calls == "json" and environment_factory is not None:
-        from whileai.integrations.tool_calls import accept_json_tool_calls
-        from whileai.simulations.environment import environment_tools
-
-        names = [tool.__name__ for tool in environment_tools(environment_factory())]
-        accept_json_tool_calls(trainer._tokenizer, names)  # the tokenizer TRL's parse_response is given
-    if grader_arm:
-        problems = signal_problems(
-            scale_rewards=trainer.scale_rewards,
-            multi_objective_aggregation=trainer.multi_objective_aggregation,
-            reward_weights=trainer.reward_weights.tolist(),
-            reward_functions=list(trainer.reward_func_names),
-        )
-        if problems:
-            raise BadInput(f"{where}: the trainer would not train on equation 3: {'; '.join(problems)}")
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    return trainer

@@ -1,4 +1,12 @@
-"""``WhileaiGRPOTrainer``: TRL's ``GRPOTrainer`` with the hooks ``whileai train`` needs, and nothing else.
+"""``GroupwiseGRPOTrainer``: TRL's ``GRPOTrainer`` on a groupwise grader, kept on equation 3, with the hooks
+``whileai train`` needs.
+
+Built in Python in one call, ``GroupwiseGRPOTrainer(model=..., grading=gar, verifier=check, args=GRPOConfig(...),
+train_dataset=...)`` makes the grader's reward function (``GroupwiseGrading.trl_reward``, its groups gathered across
+processes) and refuses, on construction, whatever would move TRL's advantages off equation 3
+(``whileai.integrations.trl.refuse_off_equation_3``, the rule ``whileai train`` applies). Left without ``args``, it
+trains with TRL's defaults but ``scale_rewards="none"``. ``whileai train`` builds the same class with its own reward
+function.
 
 Each hook overrides a method that TRL or transformers keep private, so each is named here with why, and
 ``tests/integration/test_trl_hooks.py`` fails if the pinned TRL (``trl>=1.16,<2``) or transformers renames or
@@ -16,32 +24,92 @@ changes what it relies on:
   got a card saying "a fine-tuned version of [None]" and a quick start loading "None"; the card names the folder
   and the run's ``final/`` instead.
 
-Importing this module imports trl (and so torch and transformers): ``whileai.integrations.trl.grpo_trainer`` imports
-it when called, and nothing else does.
+:func:`grpo_trainer` builds the class as ``whileai train`` runs it: transformers' console callbacks replaced by
+whileai's, a tokenizer that also reads bare JSON tool calls, LoRA adapters through TRL's ``peft_config``.
+
+Importing this module imports trl (and so torch and transformers): ``whileai.GroupwiseGRPOTrainer`` and the training
+run import it, after their check that the train extra is installed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
-__all__ = ["WhileaiGRPOTrainer", "json_tool_arguments"]
+from whileai.errors import BadInput, MissingExtra
+from whileai.integrations.trl import refuse_off_equation_3
+
+__all__ = ["GroupwiseGRPOTrainer", "grpo_trainer", "json_tool_arguments"]
 
 
-class WhileaiGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` whose completion logs stay writable to Parquet and whose resumed tied weights are said once.
+class GroupwiseGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` on a groupwise grader's reward, checked to train on equation 3.
 
     Args:
-        say: where the one line about tied weights goes (None: nowhere); every other argument is ``GRPOTrainer``'s.
+        model: the policy, as ``GRPOTrainer`` takes it (a hub id, a local folder or a model).
+        grading: the ``whileai.GroupwiseGrading`` to train with; with ``verifier``, the trainer's one reward function
+            is ``grading.trl_reward(verifier, args.num_generations)``, its groups gathered across processes.
+        verifier: a TRL-style reward function that says pass (> 0) or fail: ``verifier(prompts, completions,
+            **columns) -> list[float]``.
+        args: TRL's ``GRPOConfig``; None: TRL's defaults with ``scale_rewards="none"``, an output folder named
+            after the model as ``GRPOTrainer`` names it, and the CPU where there is no CUDA.
+        reward_funcs: instead of ``grading`` and ``verifier``, the reward functions themselves (``whileai train``
+            passes its own); a groupwise one among them is checked the same way.
+        say: where the one line about a resumed checkpoint's tied weights goes (None: nowhere).
+        recipe: the recipe the trainer is built from, so a refusal names it and words the fix for it (``whileai
+            train``); None words it for ``GRPOConfig``.
+        **kwargs: every other ``GRPOTrainer`` argument (``train_dataset``, ``processing_class``, ``peft_config``,
+            ``environment_factory``, ...).
+
+    Raises:
+        BadInput: a trainer that would not train on equation 3 (``scale_rewards`` other than ``"none"``,
+            ``reward_weights``, ``normalize_then_sum``, a second reward function: an environment class that defines
+            ``get_reward`` is one), or ``grading`` without ``verifier`` or beside ``reward_funcs``.
+
+    Usage (the README's "Your own trainer" runs one)::
+
+        trainer = GroupwiseGRPOTrainer(
+            model="Qwen/Qwen2.5-0.5B-Instruct", grading=whileai.GroupwiseGrading(grader=rank_group),
+            verifier=check, args=GRPOConfig(output_dir="runs/mine", scale_rewards="none"), train_dataset=data,
+        )
+        trainer.train()
     """
 
-    def __init__(self, *args: Any, say: Callable[[str], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        grading: Any = None,
+        verifier: Callable[..., Any] | None = None,
+        args: GRPOConfig | None = None,
+        *,
+        reward_funcs: Any = None,
+        say: Callable[[str], None] | None = None,
+        recipe: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if grading is not None:
+            if verifier is None or reward_funcs is not None:
+                raise BadInput(
+                    "GroupwiseGRPOTrainer: pass grading= with verifier= (the trainer makes the reward function), "
+                    "or reward_funcs= alone"
+                )
+            if args is None:
+                import torch
+
+                name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+                name = f"{str(name).rstrip('/').split('/')[-1]}-GRPO"
+                # TRL's GRPOConfig() alone refuses a machine without CUDA (bf16 on a CPU); said here, it trains there.
+                args = GRPOConfig(output_dir=name, scale_rewards="none", use_cpu=not torch.cuda.is_available())
+            from whileai.integrations.trl import TorchGather
+
+            reward_funcs = [grading.trl_reward(verifier, args.num_generations, gather=TorchGather())]
         self._say = say
-        super().__init__(*args, **kwargs)
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        refuse_off_equation_3(self, recipe=recipe)
 
     def log(self, *arguments: Any, **keywords: Any) -> Any:
         # TRL's private completion buffer, read just before TRL writes it (see the module docstring).
@@ -97,3 +165,67 @@ def json_tool_arguments(completions: Any) -> None:
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
                     function["arguments"] = json.dumps(function["arguments"])
+
+
+def grpo_trainer(
+    *,
+    model: str,
+    reward: Callable[..., list[float]],
+    args: Any,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]],
+    processing_class: Any,
+    environment_factory: Any,
+    callbacks: Sequence[Any],
+    where: str,
+    say: Callable[[str], None] | None = None,
+    tool_calls: str = "template",
+    lora: dict[str, Any] | None = None,
+) -> Any:
+    """TRL's ``GRPOTrainer`` on ``reward`` alone, as ``whileai train`` runs it.
+
+    The trainer is :class:`GroupwiseGRPOTrainer` (its completion logs kept writable to
+    Parquet; a resumed checkpoint's tied weights said once through ``say``); transformers' printer and tqdm callbacks
+    make way for ``callbacks`` (whileai's own progress). For a grader arm the built trainer is checked as
+    ``refuse_off_equation_3`` says, worded for the recipe ``where`` (an environment class that defines
+    ``get_reward`` is a second reward function the recipe never names). ``tool_calls="json"`` makes the trainer's
+    tokenizer also read a bare JSON tool call (``whileai.integrations.tool_calls``) naming one of the environment's
+    tools. ``lora`` (``peft.LoraConfig`` keyword arguments) trains adapters over the frozen model, through TRL's
+    ``peft_config``.
+
+    Raises:
+        BadInput: a grader arm whose trainer would not train on equation 3 (``where`` names the recipe).
+        MissingExtra: ``lora`` without peft installed.
+    """
+    import datasets
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    peft_config = None
+    if lora is not None:
+        try:
+            from peft import LoraConfig
+        except ImportError as err:
+            raise MissingExtra(err.name or "peft", "train", "model.lora") from None
+        peft_config = LoraConfig(**lora)
+    trainer = GroupwiseGRPOTrainer(
+        model=model,
+        peft_config=peft_config,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=datasets.Dataset.from_list(train_rows),
+        eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None,
+        processing_class=processing_class,
+        environment_factory=environment_factory,
+        callbacks=list(callbacks),
+        say=say,
+        recipe=where,
+    )
+    if tool_calls == "json" and environment_factory is not None:
+        from whileai.integrations.tool_calls import accept_json_tool_calls
+        from whileai.simulations.environment import environment_tools
+
+        names = [tool.__name__ for tool in environment_tools(environment_factory())]
+        accept_json_tool_calls(trainer._tokenizer, names)  # the tokenizer TRL's parse_response is given
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer

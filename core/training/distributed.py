@@ -1,11 +1,7 @@
-"""What the processes of a multi-process run do together, on ``torch.distributed``.
+"""What the processes of a multi-process run do together before training, on ``torch.distributed``.
 
-- ``TorchGather``: the ``BatchGather`` of ``GroupwiseGrading.trl_reward``. TRL calls a reward function on each
-  process with that process's slice of the generation batch, in rank order. A group of ``num_generations``
-  completions straddles two processes unless ``per_device_train_batch_size * steps_per_generation`` is a multiple of
-  it. ``TorchGather`` lets the reward function collect every slice, grade whole groups once on rank 0 and hand each
-  process its slice back. It reads the process group when called, so it can be built before the trainer initializes
-  distributed training; with one process it is a no-op.
+The reward function's gather across processes during training is ``whileai.integrations.trl.TorchGather``.
+
 - ``on_first_process``: work done once before training (the spread gate, a tiny model's warm start) on rank 0, its
   result handed to every process, with a wait sized to that work rather than to the process group's timeout.
 """
@@ -16,7 +12,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-__all__ = ["PREPARE_WAIT_S", "TorchGather", "on_first_process"]
+from whileai.integrations.trl import TorchGather
+
+__all__ = ["PREPARE_WAIT_S", "on_first_process"]
 
 T = TypeVar("T")
 
@@ -25,42 +23,6 @@ T = TypeVar("T")
 # rows or a warm start on a busy machine can take longer, so the wait has its own bound. Rank 0 failing ends the
 # launch at once (the launcher stops the other processes), so this bound only ever ends a rank 0 that hangs.
 PREPARE_WAIT_S = 24 * 3600.0
-
-
-class TorchGather:
-    """``all_gather`` and ``broadcast`` of Python objects over the default torch.distributed group."""
-
-    @staticmethod
-    def _dist() -> Any:
-        import torch.distributed as dist
-
-        return dist if dist.is_available() and dist.is_initialized() else None
-
-    @property
-    def world_size(self) -> int:
-        dist = self._dist()
-        return dist.get_world_size() if dist is not None else 1
-
-    @property
-    def rank(self) -> int:
-        dist = self._dist()
-        return dist.get_rank() if dist is not None else 0
-
-    def all_gather(self, value: Any) -> list[Any]:
-        dist = self._dist()
-        if dist is None:
-            return [value]
-        out: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(out, value)
-        return out
-
-    def broadcast(self, value: Any) -> Any:
-        dist = self._dist()
-        if dist is None:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
 
 def on_first_process(work: Callable[[], T], processes: int, say: Callable[[str], None]) -> T:

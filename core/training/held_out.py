@@ -94,7 +94,8 @@ def _tool_loop_groups(
     TRL measured (the tokens the model wrote, tool results left out, as training logs it)."""
     from transformers import AutoTokenizer
 
-    from whileai.integrations.trl import binary_reward, grpo_trainer
+    from whileai.integrations.trl import binary_reward
+    from whileai.integrations.trl_trainer import grpo_trainer
     from whileai.rows.text import completion_text, prompt_text
 
     size = args.num_generations
@@ -113,7 +114,7 @@ def _tool_loop_groups(
     trainer = grpo_trainer(
         model=str(model), reward=whileai_eval, args=args, train_rows=rows, eval_rows=rows,
         processing_class=AutoTokenizer.from_pretrained(str(model)), environment_factory=task.environment_factory,
-        callbacks=[], grader_arm=False, where=str(model), tool_calls=tool_calls,
+        callbacks=[], where=str(model), tool_calls=tool_calls,
     )  # fmt: skip
     metrics = trainer.evaluate()
     groups = []

@@ -413,9 +413,9 @@ def model_path(loaded: LoadedRecipe) -> str:
 
 def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence[Any]) -> Any:
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
-    from whileai.integrations.trl import grpo_trainer
+    from whileai.integrations.trl import TorchGather
+    from whileai.integrations.trl_trainer import grpo_trainer
     from whileai.training.callbacks import RichProgress
-    from whileai.training.distributed import TorchGather
 
     grading = run.grading
     watching: list[Any] = []
@@ -450,7 +450,6 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
         callbacks=[RichProgress(run.say), *watching, *callbacks],
-        grader_arm=grading is not None,
         where=str(run.loaded.path),
         say=run.say if run.main else None,
         tool_calls=recipe_tool_calls(run.loaded.recipe),

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 import whileai as wai
-from whileai.training.distributed import TorchGather, on_first_process
+from whileai.integrations.trl import TorchGather
+from whileai.training.distributed import on_first_process
 
 COMPLETIONS = ["done", "x", "done done done", "done done", "y", "done", "done done", "z"]
 PROMPTS = ["p"] * 4 + ["q"] * 4

@@ -14,7 +14,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from whileai.integrations.trl import binary_reward, grpo_trainer
+from whileai.integrations.trl import binary_reward
+from whileai.integrations.trl_trainer import grpo_trainer
 from whileai.simulations.environment import (
     SupportEnvironment,
     environment_conversation,
@@ -47,7 +48,7 @@ def _trainer(tmp_path: Path, tool_calls: str) -> Any:
     return grpo_trainer(
         model=str(model), reward=binary_reward(lambda p, c, **k: [0.0] * len(c), 2), args=args,
         train_rows=environment_rows(scenarios), eval_rows=[], processing_class=None,
-        environment_factory=lambda: SupportEnvironment(scenarios), callbacks=[], grader_arm=False,
+        environment_factory=lambda: SupportEnvironment(scenarios), callbacks=[],
         where="test", tool_calls=tool_calls,
     )  # fmt: skip
 

@@ -221,6 +221,22 @@ def _assert_report_figures(stdout: str, a: Path, b: Path) -> None:
     assert low <= round(difference * 100, 1) <= high  # a bootstrap of the mean holds the mean
 
 
+def _assert_own_trainer_trains(checkout: Path) -> None:
+    """The README's Python block that builds a ``GroupwiseGRPOTrainer`` on the main job's model trains and prints
+    what the README shows, run as a user's own script in the checkout."""
+    section = _section("In Python")
+    found = re.search(
+        r"```python\n(.*?)```\n\n```text\n(.*?)```", section[section.index("GroupwiseGRPOTrainer") :], re.S
+    )
+    assert found is not None and "runs/tiny_cpu_gar/final" in found.group(1)
+    script = checkout / "runs" / "my_trainer.py"
+    script.write_text(found.group(1))
+    done = child_processes.run([sys.executable, str(script)], cwd=checkout, env=_environment(), timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    _assert_shows(found.group(2), done.stdout, done.stderr, "the README's GroupwiseGRPOTrainer block")
+    assert (checkout / "runs" / "my_trainer" / "checkpoint-2").is_dir()
+
+
 # ---------------------------------------------------------------- the tests
 
 
@@ -252,6 +268,7 @@ def test_the_readme_walkthrough_runs_in_its_order(tmp_path: Path) -> None:
         if block[-1][1] == "report":
             a, b = (checkout / path for path in block[-1][2:4])
             _assert_report_figures(stdout, a, b)
+    _assert_own_trainer_trains(checkout)
     # what the tour writes goes under runs/ (ignored by git), nothing into the checkout's root
     assert {path.name for path in checkout.iterdir()} - before <= {"runs"}
 

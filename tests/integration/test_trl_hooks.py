@@ -1,6 +1,6 @@
 """What whileai relies on of TRL's and transformers' private parts, one test per hook, against the pinned versions.
 
-``whileai.integrations.trl_trainer.WhileaiGRPOTrainer`` overrides ``GRPOTrainer.log`` (reading TRL's ``_logs``) and
+``whileai.integrations.trl_trainer.GroupwiseGRPOTrainer`` overrides ``GRPOTrainer.log`` (reading TRL's ``_logs``) and
 transformers' ``Trainer._issue_warnings_after_load``; ``whileai.integrations.trl.trl_phase`` reads the phase from the
 trainer that TRL's ``log_metric`` is bound to. Each test uses the real trainer on a tiny model and fails if TRL or
 transformers renames or changes the part the hook stands on.
@@ -33,14 +33,14 @@ def _trainer(tiny, reward, said: list[str] | None = None, **settings):
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from whileai.integrations.trl_trainer import WhileaiGRPOTrainer
+    from whileai.integrations.trl_trainer import GroupwiseGRPOTrainer
 
     path, rows, root = tiny
     args = GRPOConfig(
         output_dir=str(root / "out"), num_generations=2, per_device_train_batch_size=2, use_cpu=True,
         report_to="none", scale_rewards="none", max_completion_length=4, disable_tqdm=True, **settings,
     )  # fmt: skip
-    return WhileaiGRPOTrainer(
+    return GroupwiseGRPOTrainer(
         model=path,
         reward_funcs=[reward],
         args=args,

@@ -18,7 +18,7 @@ SOURCES = sorted(p for folder in ("core", "cli") for p in (REPO / folder).rglob(
 BEHIND_AN_EXTRA = {
     "core/advantages": {"train", "fast"},  # whileai.advantages raises MissingExtra('torch', 'train') without torch
     "core/integrations/verl.py": {"verl"},  # loaded by verl's plugin entry point, inside a verl process
-    "core/integrations/trl_trainer.py": {"train"},  # imported by grpo_trainer, after run_training's MissingExtra check
+    "core/integrations/trl_trainer.py": {"train"},  # imported by the training run after its MissingExtra check
     "core/training/callbacks.py": {"train"},  # imported by run_training, after its MissingExtra check
 }
 

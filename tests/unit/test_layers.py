@@ -123,8 +123,8 @@ def third_party(path: Path) -> set[str]:
                 "whileai.config.trl_fields",
             ),
         ),
-        ("transformers", ("whileai.integrations.trl", "whileai.training")),
-        ("datasets", ("whileai.integrations.trl", "whileai.training")),
+        ("transformers", ("whileai.integrations.trl_trainer", "whileai.training")),
+        ("datasets", ("whileai.integrations.trl_trainer", "whileai.training")),
         ("aiohttp", ("whileai.transport",)),
         # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
         ("verl", ("whileai.integrations.verl",)),
