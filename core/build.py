@@ -237,18 +237,7 @@ def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None =
 
 def _references(loaded: LoadedRecipe) -> list[tuple[str, Path]]:
     """Files the recipe names that must exist before anything runs."""
-    recipe = loaded.recipe
-    files = []
-    if recipe.spread.rows:
-        files.append(("spread.rows", loaded.resolve(recipe.spread.rows)))
-    if isinstance(recipe.grading.rubrics, str):
-        files.append(("grading.rubrics", loaded.resolve(recipe.grading.rubrics)))
-    for name, reference in _functions(loaded):
-        if reference.rpartition(":")[0].endswith(".py"):
-            files.append((name, loaded.resolve(reference.rpartition(":")[0])))
-    if recipe.data is not None and not recipe.data.dataset.startswith("builtin:"):
-        files.append(("data.dataset", loaded.resolve(recipe.data.dataset)))
-    return files
+    return [(name, loaded.resolve(path)) for name, path in loaded.recipe.local_files(loaded.base_dir)]
 
 
 def _functions(loaded: LoadedRecipe) -> list[tuple[str, str]]:
@@ -256,6 +245,7 @@ def _functions(loaded: LoadedRecipe) -> list[tuple[str, str]]:
     named = (
         ("grader.function", getattr(recipe.grader, "function", None)),
         ("verifier.function", getattr(recipe.verifier, "function", None)),
+        ("data.environment", getattr(recipe.data, "environment", None)),
     )
     return [(name, reference) for name, reference in named if reference]
 

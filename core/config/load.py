@@ -61,8 +61,16 @@ class LoadedRecipe:
         return candidate if candidate.is_absolute() else (self.base_dir / candidate)
 
     def dump(self) -> str:
-        """The resolved recipe as YAML, defaults filled in."""
+        """The resolved recipe as YAML, defaults filled in, and every file it names (``Recipe.local_files``) made
+        absolute: the copy a run folder keeps is read from there (``whileai spread RUN``, ``eval``, ``--resume``),
+        where the recipe's relative paths would name nothing."""
         data = self.recipe.model_dump(mode="json", exclude={"include"})
+        for name, path in self.recipe.local_files(self.base_dir):
+            *parents, last = name.split(".")
+            section = data
+            for part in parents:
+                section = section[part]
+            section[last] = section[last].replace(path, str(self.resolve(path).resolve()), 1)
         return yaml.safe_dump(data, sort_keys=False)
 
 

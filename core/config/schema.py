@@ -13,6 +13,7 @@ training integration turns the trainer section (``whileai.config.trainer``) into
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -28,6 +29,7 @@ from whileai.grading.scripted import ScriptedRule
 from whileai.grading.watch import WatchSettings
 from whileai.judge.settings import JudgeConfig
 from whileai.rows import RowFields
+from whileai.rows.files import SUFFIXES
 
 __all__ = [
     "DataSection",
@@ -329,11 +331,13 @@ BUILTIN_TASK_OF_VERIFIER = dict(zip(BUILTIN_VERIFIERS, BUILTIN_DATASETS, strict=
 
 
 class DataSection(Section):
-    """The training prompts."""
+    """The training prompts: a built-in task, or your own rows (a file, a folder of files, or a ``datasets`` name)."""
 
     dataset: str = Field(
-        description="A built-in task (builtin:echo_digits, builtin:support, builtin:word_problems) or a "
-        ".jsonl/.json/.parquet file of prompts (relative to recipe)."
+        description="A built-in task (builtin:echo_digits, builtin:support, builtin:word_problems); a .jsonl, .json "
+        "or .parquet file of rows or a folder of them (relative to the recipe); or a name datasets.load_dataset "
+        "reads from a model hub (e.g. openai/gsm8k, with data.subset and data.split). Every column reaches the "
+        "verifier and the environment as a keyword argument."
     )
 
     @field_validator("dataset")
@@ -343,15 +347,44 @@ class DataSection(Section):
             raise ValueError(f"unknown built-in task {value!r} (allowed: {', '.join(BUILTIN_DATASETS)})")
         return value
 
-    prompt_key: str = Field("prompt", description="Column holding the prompt.")
+    prompt_key: str = Field(
+        "prompt", description="Column holding the prompt: a string, or a list of chat messages ({role, content})."
+    )
+    subset: str | None = Field(None, description="A datasets name's configuration (load_dataset's second argument).")
+    split: str = Field("train", description="A datasets name's split.")
+    environment: str | None = Field(
+        None,
+        description="Your multi-turn task: a TRL environment class (path/to/file.py:Class or package.module:Class), "
+        "TRL's environment_factory. TRL makes one per rollout, calls reset(**row) and offers its public methods "
+        "as tools; the verifier reads them from its `environments` keyword.",
+    )
     num_prompts: int | None = Field(None, gt=0, description="Use only the first N prompts.")
     eval_prompts: int | None = Field(
         None,
         gt=0,
         description="Hold out N prompts as TRL's evaluation dataset (for trainer.eval_strategy): a built-in task "
-        "generates N more; a file gives the N rows after data.num_prompts, or its last N when num_prompts is unset.",
+        "generates N more; your rows give the N rows after data.num_prompts, or their last N when num_prompts is "
+        "unset.",
     )
     seed: int = Field(0, description="Seed for generating built-in tasks.")
+
+    @model_validator(mode="after")
+    def _own_rows_only(self) -> DataSection:
+        builtin = self.dataset.startswith("builtin:")
+        if builtin and self.environment is not None:
+            raise ValueError(
+                f"data.environment is for your own rows; {self.dataset} brings its own (remove data.environment)"
+            )
+        if self.subset is not None and (builtin or is_rows_path(self.dataset)):
+            raise ValueError(f"data.subset is for a datasets name; {self.dataset} is not one (remove data.subset)")
+        return self
+
+
+def is_rows_path(name: str) -> bool:
+    """Whether a ``data.dataset`` value can only be a rows file or folder, not a ``datasets`` name: a rows suffix, or
+    a path that starts as one (``./``, ``../``, ``/``, ``~``). A bare ``owner/name`` is read as a folder where one
+    exists beside the recipe, else as a ``datasets`` name (``whileai.training.tasks.load_task``)."""
+    return name.endswith(SUFFIXES) or name.startswith(("./", "../", "/", "~", ".\\"))
 
 
 class SimulateSection(Section):
@@ -428,10 +461,17 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _sample_needs_a_single_turn_task(self) -> Recipe:
-        if self.spread.sample is not None and self.data is not None and self.data.dataset == "builtin:support":
+        if self.spread.sample is None or self.data is None:
+            return self
+        if self.data.dataset == "builtin:support":
             raise ValueError(
                 "spread.sample generates single-turn completions; the multi-turn support task gates on the simulate "
                 "section (remove spread.sample)"
+            )
+        if self.data.environment is not None:
+            raise ValueError(
+                "spread.sample generates single-turn completions, without data.environment's tools; gate a "
+                "multi-turn task on rollouts you have (spread.rows: rows.jsonl), or remove spread.sample"
             )
         return self
 
@@ -459,6 +499,30 @@ class Recipe(Section):
                     "demonstrations are the seeded agent's conversations"
                 )
         return self
+
+    def local_files(self, base_dir: Path) -> list[tuple[str, str]]:
+        """Every field that names a file or folder of the user's, as ``(dotted field, the path as written)``: rows,
+        rubrics, a function's ``.py`` file, the dataset when it is a rows file or folder (not a ``datasets`` name).
+        Relative paths are relative to ``base_dir``, the recipe's folder: ``whileai.build.check_references`` checks
+        them, ``LoadedRecipe.dump`` writes them absolute into a run folder's recipe."""
+        found: list[tuple[str, str]] = []
+        if self.spread.rows:
+            found.append(("spread.rows", self.spread.rows))
+        if isinstance(self.grading.rubrics, str):
+            found.append(("grading.rubrics", self.grading.rubrics))
+        for name, reference in (
+            ("grader.function", getattr(self.grader, "function", None)),
+            ("verifier.function", getattr(self.verifier, "function", None)),
+            ("data.environment", getattr(self.data, "environment", None)),
+        ):
+            target = (reference or "").rpartition(":")[0]
+            if target.endswith(".py") or "/" in target or "\\" in target:
+                found.append((name, target))
+        if self.data is not None and not self.data.dataset.startswith("builtin:"):
+            dataset = self.data.dataset
+            if is_rows_path(dataset) or (base_dir / Path(dataset).expanduser()).exists():
+                found.append(("data.dataset", dataset))
+        return found
 
     def require(self, *sections: str, command: str) -> None:
         """Raise ``BadInput`` naming each section ``command`` needs and the recipe lacks, and for ``train`` what in

@@ -171,7 +171,7 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
     from whileai.training.tiny import WarmStart, build_tiny_agent_model, build_tiny_model
 
     if task.environment_factory is None:
-        build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed)
+        build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed, chat=task.chat)
         return
     from whileai.simulations.environment import environment_tools
 
@@ -312,11 +312,12 @@ def _train(
     from accelerate import PartialState
 
     from whileai.training.distributed import on_first_process
-    from whileai.training.tasks import load_task, load_verifier
+    from whileai.training.tasks import check_verifier_signature, load_task, load_verifier
 
     args = _grpo_config(run)
     processes = PartialState().num_processes
     task, verifier = load_task(loaded), load_verifier(loaded)
+    check_verifier_signature(verifier, task, f"{loaded.path}: verifier")
 
     # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
     gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)

@@ -14,11 +14,15 @@ Built-in tasks (``data.dataset: builtin:NAME``):
 Built-in verifiers (``verifier.builtin``): ``echoes_digits``, ``support`` (the scenario's end-state check, read from
 the environment TRL passes) and ``word_problems`` (the boxed answer against the row's). A recipe may instead name its
 own TRL-style reward function.
+
+Your own task: rows from a file, a folder or a ``datasets`` name, plain or chat prompts, and with
+``data.environment`` your own TRL environment class (``docs/own-task.md``).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
-from whileai.errors import BadInput
+from whileai.errors import BadInput, MissingExtra, describe
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
 from whileai.training.word_problems import final_answer, word_problem_rows
@@ -91,8 +95,9 @@ class TrainingTask:
         eval_rows: the prompts held out for TRL's evaluation (``data.eval_prompts``), empty when none are.
         corpus: text a tiny model's tokenizer is trained on.
         environment_factory: a TRL environment class for multi-turn tasks, or None.
-        demonstrations: for a multi-turn task, ``demonstrations(rollouts, seed)`` gives that many seeded-agent
-            conversations per training scenario, as chat messages (a tiny model's tokenizer and warm start).
+        demonstrations: for a multi-turn task, ``demonstrations(rollouts, seed)`` gives conversations as chat
+            messages for a tiny model's tokenizer and warm start: that many seeded-agent conversations per scenario
+            for the built-in task, each prompt with an empty first turn for your own environment.
     """
 
     rows: list[dict[str, Any]]
@@ -100,6 +105,11 @@ class TrainingTask:
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
     environment_factory: Any = None
     demonstrations: Callable[[int, int], list[list[dict[str, Any]]]] | None = None
+
+    @property
+    def chat(self) -> bool:
+        """Whether the prompts are chat messages (a tiny model then gets a chat template)."""
+        return any(isinstance(row.get("prompt"), list) for row in self.rows + self.eval_rows)
 
 
 def _echo_digits(num_prompts: int, seed: int) -> TrainingTask:
@@ -155,24 +165,101 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
                 raise BadInput(f"data.eval_prompts {held_out} leaves no training prompt of {len(task.rows)}")
             task.rows, task.eval_rows = task.rows[:-held_out], task.rows[-held_out:]
         return task
-    path = loaded.resolve(data.dataset)
-    if not path.is_file():
-        raise BadInput(f"data.dataset: no such file {path}")
-    from whileai.rows import read_rows
-
-    rows = read_rows(path)
+    rows = _own_rows(loaded)
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict) or data.prompt_key not in row:
-            raise BadInput(f"{path} row {number}: missing field {data.prompt_key!r}")
+            raise BadInput(f"data.dataset {data.dataset} row {number}: missing field {data.prompt_key!r}")
         if data.prompt_key != "prompt":
             row["prompt"] = row.pop(data.prompt_key)
     available = len(rows) - held_out
     count = available if data.num_prompts is None else min(data.num_prompts, available)
     if count < 1:
-        raise BadInput(f"{path}: its {len(rows)} rows leave no training prompt beside data.eval_prompts {held_out}")
+        raise BadInput(
+            f"data.dataset {data.dataset}: its {len(rows)} rows leave no training prompt beside data.eval_prompts "
+            f"{held_out}"
+        )
     rows, eval_rows = rows[:count], rows[count : count + held_out]
-    corpus = [json.dumps(r["prompt"]) if not isinstance(r["prompt"], str) else r["prompt"] for r in rows + eval_rows]
-    return TrainingTask(rows, corpus=corpus, eval_rows=eval_rows)
+    corpus = [prompt_words(r["prompt"]) for r in rows + eval_rows]
+    if data.environment is None:
+        return TrainingTask(rows, corpus=corpus, eval_rows=eval_rows)
+    factory = load_callable(data.environment, loaded.base_dir, what="data.environment")
+    first = functools.partial(_first_turns, rows + eval_rows)
+    return TrainingTask(rows, corpus, eval_rows, environment_factory=factory, demonstrations=first)
+
+
+def _own_rows(loaded: LoadedRecipe) -> list[dict[str, Any]]:
+    """The rows of a recipe's own ``data.dataset``: a rows file or folder beside the recipe, else a ``datasets`` name
+    (``datasets.load_dataset(name, data.subset, split=data.split)``, from a model hub)."""
+    from whileai.config.schema import is_rows_path
+    from whileai.rows import read_rows
+
+    data = loaded.recipe.data
+    assert data is not None
+    path = loaded.resolve(data.dataset)
+    if path.exists():
+        return read_rows(path)
+    if is_rows_path(data.dataset):
+        raise BadInput(f"data.dataset: no such file {path}")
+    try:
+        import datasets
+    except ImportError as err:
+        raise MissingExtra(err.name or "datasets", "train", f"data.dataset: {data.dataset}") from None
+    try:
+        loaded_rows = datasets.load_dataset(data.dataset, data.subset, split=data.split)
+    except Exception as err:  # the hub unreachable, no such dataset, subset or split: datasets' own words
+        raise BadInput(
+            f"data.dataset: {data.dataset!r} is no file or folder beside the recipe ({path}), and datasets could "
+            f"not load it as a dataset name: {describe(err)}"
+        ) from None
+    return [dict(row) for row in loaded_rows]
+
+
+def prompt_words(prompt: Any) -> str:
+    """A prompt's text as a tiny model's tokenizer is trained on it: a string as it is, chat messages as the tiny
+    model's chat template writes them (``whileai.training.tiny.TINY_CHAT_TEMPLATE``)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return " ".join(f"{m.get('role', '')} : {m.get('content') or ''}" for m in prompt if isinstance(m, dict))
+    return json.dumps(prompt)
+
+
+def _first_turns(rows: Sequence[dict[str, Any]], rollouts: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Conversations that train a tiny model's chat tokenizer for your own environment: each prompt and an empty
+    first turn (there is no agent to demonstrate your tools; a warm start is the built-in task's alone)."""
+    conversations = []
+    for row in rows:
+        prompt = row["prompt"]
+        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        conversations.append([*messages, {"role": "assistant", "content": ""}])
+    return conversations
+
+
+# What TRL 1.16's GRPOTrainer passes every reward function by keyword besides the dataset's columns
+# (``_calculate_rewards``); ``environments`` only with an environment_factory.
+TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+
+
+def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask, where: str) -> None:
+    """Refuse a verifier TRL could not call with this task's columns (a missing ``**kwargs``), before training:
+    at run time every call would raise, and every completion would be unscorable.
+
+    Raises:
+        BadInput: naming ``where`` (the recipe's verifier field), the keywords it does not take, and the fix.
+    """
+    try:
+        signature = inspect.signature(verifier)
+    except (TypeError, ValueError):  # a builtin or C callable without one: TRL will find out
+        return
+    columns = sorted({key for row in task.rows[:1] for key in row if key != "prompt"})
+    keywords = [*TRL_REWARD_KEYWORDS, *columns, *(["environments"] if task.environment_factory else [])]
+    try:
+        signature.bind(**dict.fromkeys(keywords))
+    except TypeError as err:
+        raise BadInput(
+            f"{where}: TRL calls it with the keywords {', '.join(keywords)} (the dataset's columns among them), and "
+            f"it cannot take them ({err}); give it a **kwargs parameter: def check(prompts, completions, **kwargs)"
+        ) from None
 
 
 def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:

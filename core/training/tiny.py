@@ -29,6 +29,7 @@ from whileai.progress import phase
 
 __all__ = [
     "SPECIAL_TOKENS",
+    "TINY_CHAT_TEMPLATE",
     "WarmStart",
     "build_tiny_agent_model",
     "build_tiny_model",
@@ -71,16 +72,30 @@ def train_tokenizer(texts: Iterable[str]) -> Any:
     return fast
 
 
+# A tiny model's chat template for chat prompts without tools: each message as "role : content", words apart, so the
+# word-level tokenizer reads the roles and the separator as words of their own.
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }} : {{ message['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}assistant : {% endif %}"
+)
+
+
 def build_tiny_model(
-    folder: str | Path, texts: Iterable[str], config: Mapping[str, Any] | None = None, seed: int = 0
+    folder: str | Path,
+    texts: Iterable[str],
+    config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    chat: bool = False,
 ) -> Path:
     """Write a random-weight Llama and its tokenizer (trained on ``texts``) to ``folder``; return the folder.
 
     Args:
         folder: where to save; ``from_pretrained(folder)`` loads it back.
-        texts: the task's text (prompts and the words completions may use).
+        texts: the task's text (prompts and the words completions may use); chat prompts as
+            ``TINY_CHAT_TEMPLATE`` writes them.
         config: ``LlamaConfig`` values over ``TINY_DEFAULTS``.
         seed: the seed of the random weights.
+        chat: give the tokenizer ``TINY_CHAT_TEMPLATE``, for chat prompts.
     """
     try:
         import torch
@@ -88,7 +103,9 @@ def build_tiny_model(
     except ImportError as err:
         raise MissingExtra(err.name or "torch", "train", "a tiny model") from None
 
-    tokenizer = train_tokenizer(texts)
+    tokenizer = train_tokenizer([*texts, "system : user : assistant :"] if chat else texts)
+    if chat:
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
     values = {**TINY_DEFAULTS, **(config or {})}
     llama = LlamaConfig(
         vocab_size=len(tokenizer),

@@ -39,7 +39,7 @@ ELIDED = "..."
 WINDOW = 3  # the report's default --window
 # What a fresh clone does not hold: git's folder, build outputs, runs, caches (the patterns of .gitignore).
 NOT_IN_A_CLONE = shutil.ignore_patterns(
-    ".git", "runs", "build", "dist", "wheels", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".venv"
+    ".git", "runs", "build", "dist", "wheels", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".venv", "models"
 )
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 
