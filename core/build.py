@@ -28,6 +28,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from whileai.config.load import LoadedRecipe, default_recipe, load_recipe, validate_recipe
+from whileai.config.machine import check_machine
 from whileai.config.schema import (
     GraderSection,
     GradingSection,
@@ -259,6 +260,7 @@ def check_references(loaded: LoadedRecipe) -> None:
     for name, path in _references(loaded):
         if not path.exists():
             raise BadInput(f"{loaded.path}: {name}: no such file {path}")
+    check_machine(loaded.recipe, str(loaded.path))
     for name, reference in _functions(loaded):
         try:
             load_callable(reference, loaded.base_dir, what=name)

@@ -94,3 +94,11 @@ DEFAULT_CUSTOMER_TEMPERATURE: Final[float] = 0.7
 
 # A customer's turn is a sentence or two: a short cap keeps a model that rambles from spending a policy's budget.
 CUSTOMER_MAX_TOKENS: Final[int] = 256
+
+# The models benchmarks/gguf_from_pypi.py assembles from PyPI packages (its MODELS; a test keeps the two equal): a
+# recipe's missing folder NAME-hf is one it makes, and the error says the command.
+GGUF_MODELS: Final[tuple[str, ...]] = ("gemma-3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+
+# How long `whileai train` waits for the model hub to answer about a model id it does not hold, before the spread gate:
+# a reachable hub answers in a second or two; an unreachable one would otherwise cost transformers' retries.
+HUB_CHECK_TIMEOUT_S: Final[float] = 10.0

@@ -42,11 +42,12 @@ class MissingExtra(WhileaiError, ImportError):
 
     exit_code = 3
 
-    def __init__(self, module: str, extra: str, purpose: str = "") -> None:
+    def __init__(self, module: str, extra: str | None, purpose: str = "", *, install: str | None = None) -> None:
         self.module = module
         self.extra = extra
         what = f" for {purpose}" if purpose else ""
-        super().__init__(f"{module} is not installed{what}: pip install 'whileai[{extra}]'")
+        line = install or f"pip install 'whileai[{extra}]'"  # a package no extra of whileai brings names its own
+        super().__init__(f"{module} is not installed{what}: {line}")
 
 
 class GraderUnavailable(WhileaiError, RuntimeError):

@@ -61,9 +61,9 @@ class LoadedRecipe:
         return candidate if candidate.is_absolute() else (self.base_dir / candidate)
 
     def dump(self) -> str:
-        """The resolved recipe as YAML, defaults filled in, and every file it names (``Recipe.local_files``) made
-        absolute: the copy a run folder keeps is read from there (``whileai spread RUN``, ``eval``, ``--resume``),
-        where the recipe's relative paths would name nothing."""
+        """The resolved recipe as YAML, defaults filled in, and every file it names (``Recipe.local_files``, and a
+        local model folder) made absolute: the copy a run folder keeps is read from there and from other working
+        folders (``whileai spread RUN``, ``eval``, ``--resume``), where the relative paths would name nothing."""
         data = self.recipe.model_dump(mode="json", exclude={"include"})
         for name, path in self.recipe.local_files(self.base_dir):
             *parents, last = name.split(".")
@@ -71,6 +71,9 @@ class LoadedRecipe:
             for part in parents:
                 section = section[part]
             section[last] = section[last].replace(path, str(self.resolve(path).resolve()), 1)
+        model = data.get("model") or {}
+        if model.get("name_or_path") and Path(model["name_or_path"]).expanduser().is_dir():  # relative to the cwd
+            model["name_or_path"] = str(Path(model["name_or_path"]).expanduser().resolve())
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -19,7 +19,6 @@ from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 
 __all__ = ["TrainerSection"]
 
-
 _KINDS: dict[str, Any] = {
     "bool": bool,
     "int": int,

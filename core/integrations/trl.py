@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -212,17 +213,38 @@ def _grade_for_trl(
     prompts, completions, rewards, task_ids = batch
     stats = grading.stats
     before = (stats.grader_calls, stats.failed, stats.hacks_zeroed)
+    judge_before = _judge_counts(grading)
+    started = time.perf_counter()
     graded = grading.grade_batch(rewards, prompts, completions, size, task_id=task_ids)
+    seconds = time.perf_counter() - started
     for index, group in enumerate(graded):
         group.phase, group.label = phase, f"{name}:{index}"  # the label its completions are logged under
     if on_graded is not None:
         on_graded(graded, kwargs.get("trainer_state"))
     metrics = _batch_metrics(graded, before, (stats.grader_calls, stats.failed, stats.hacks_zeroed))
+    metrics["groupwise/grader_seconds"] = seconds
     metrics["whileai/pass_rate"] = sum(sum(g.passed) for g in graded) / max(len(rewards), 1)  # R_i > 0
+    if judge_before is not None:
+        after = _judge_counts(grading) or {}
+        metrics.update({f"judge/{key}": float(after.get(key, 0) - value) for key, value in judge_before.items()})
     if watch is not None and phase == "train":
         step = logged_step(kwargs.get("trainer_state"), phase)
         metrics.update(watch.observe(step, graded, prompts, completions, size))
     return [s for g in graded for s in g.shaped], metrics
+
+
+# A judge's counters logged per batch (``judge/calls``, ...): what it cost to grade that batch.
+_JUDGE_COUNTS = ("calls", "retries", "cache_hits", "tokens_in", "tokens_out")
+
+
+def _judge_counts(grading: GroupwiseGrading) -> dict[str, float] | None:
+    """The grader's own counters named in ``_JUDGE_COUNTS`` (the HTTP judge keeps them), or None for a grader that
+    keeps none."""
+    own = getattr(grading.grader, "stats", None)
+    if own is None or not callable(getattr(own, "as_dict", None)):
+        return None
+    figures = own.as_dict()
+    return {key: float(figures.get(key) or 0) for key in _JUDGE_COUNTS}
 
 
 def trl_phase(kwargs: Mapping[str, Any], default_size: int) -> tuple[str, int]:

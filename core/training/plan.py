@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
+from whileai.config.machine import model_source
 
 __all__ = ["Machine", "TrainingPlan", "cpu_threads", "grpo_kwargs", "training_plan"]
 
@@ -168,7 +169,12 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
         plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
     if recipe.model is not None:
         tiny = recipe.model.tiny
-        model = recipe.model.name_or_path or f"tiny random-weight model {tiny.config() if tiny else {}}"
+        name = recipe.model.name_or_path
+        model = (
+            f"{name}, from {model_source(name)}"
+            if name
+            else f"tiny random-weight model {tiny.config() if tiny else {}}"
+        )
         if recipe.model.warm_start is not None:
             warm = recipe.model.warm_start
             model += (

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
+from whileai.config.machine import check_hub
 from whileai.errors import BadInput, MissingExtra
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.integrations.tool_calls import recipe_tool_calls
@@ -301,6 +302,7 @@ def _train(
     callbacks: Sequence[Any],
 ) -> TrainingResult:
     loaded.recipe.require("model", "data", "verifier", command="train")
+    check_hub(loaded.recipe, str(loaded.path))  # a model id the hub cannot give fails now, not after the gate
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     run = _Run(loaded, first_process(), say)
 

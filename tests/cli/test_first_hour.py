@@ -189,13 +189,18 @@ def test_a_binary_runs_folder_is_graded_by_the_built_in_rule(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (REPO / "recipes").glob("*.yaml")))
-def test_the_recipe_a_run_writes_loads_again(recipe: str, tmp_path: Path) -> None:
-    """``whileai train`` writes the resolved recipe into the run folder; ``validate`` (and ``spread RUN``) read it."""
+def test_the_recipe_a_run_writes_loads_again(recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``whileai train`` writes the resolved recipe into the run folder; ``validate`` (and ``spread RUN``) read it
+    there, from another working folder: the files it names (rows, a grader's or verifier's ``.py``) are absolute."""
     from whileai.config import load_recipe
 
-    written = tmp_path / "recipe.yaml"
-    written.write_text(load_recipe(REPO / "recipes" / recipe).dump())
-    for rows in (REPO / "recipes").glob("*.jsonl"):  # the files a recipe names stay relative to it
-        (tmp_path / rows.name).write_bytes(rows.read_bytes())
+    loaded = load_recipe(REPO / "recipes" / recipe)
+    model = loaded.recipe.model
+    if model is not None and model.name_or_path is not None:
+        (tmp_path / model.name_or_path).mkdir(parents=True)  # the local model folder a real-model recipe names
+    monkeypatch.chdir(tmp_path)
+    written = tmp_path / "run" / "recipe.yaml"
+    written.parent.mkdir()
+    written.write_text(loaded.dump())
     result = invoke("validate", written)
     assert result.exit_code == 0, result.stderr

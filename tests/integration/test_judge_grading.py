@@ -202,5 +202,9 @@ def test_a_training_run_keeps_the_judges_figures(judge_server, tmp_path) -> None
     judge = figures["judge"]
     assert judge["calls"] >= figures["grader_calls"] > 0 and judge["tokens_in"] > 0
     assert judge["latency_p50_s"] is not None and "cache_hits" in judge and "retries" in judge
+    # Each step's share reaches TRL's logs, and so report_to's logger: the steps add up to the run's figures.
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    for key in ("calls", "tokens_in", "tokens_out", "cache_hits"):
+        assert sum(entry.get(f"judge/{key}", 0.0) for entry in history) == judge[key], key
     report = runner.invoke(app, ["report", str(out)])
     assert report.exit_code == 0 and "judge calls" in report.stdout and "judge cache hits" in report.stdout

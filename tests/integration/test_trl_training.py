@@ -25,6 +25,9 @@ RECIPE = REPO / "recipes" / "tiny_cpu_gar.yaml"
 runner = CliRunner()
 
 SMOKE = ["trainer.max_steps=2", "trainer.logging_steps=1", "trainer.save_steps=2", "data.num_prompts=8"]
+# The module's run also reports to TensorBoard (where it is installed, as the dev extra installs it) and watches its
+# grader at every step, so that whileai's figures can be read back from the event files.
+LOGGED = ["trainer.report_to=tensorboard", "spread.watch.every_steps=1", "spread.watch.window=1"]
 
 
 BUILT: list[object] = []  # the trainers the module's run built, for the dry run to be compared with
@@ -32,7 +35,7 @@ BUILT: list[object] = []  # the trainers the module's run built, for the dry run
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from whileai.integrations import trl as room
+    from whileai.integrations import trl_trainer as room
 
     build = room.grpo_trainer
 
@@ -44,7 +47,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run") / "gar"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(room, "grpo_trainer", keep)
-        result = runner.invoke(app, ["train", str(RECIPE), *SMOKE, f"output_dir={out}"], catch_exceptions=False)
+        arguments = ["train", str(RECIPE), *SMOKE, f"output_dir={out}", *LOGGED]
+        result = runner.invoke(app, arguments, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return out
 
@@ -54,7 +58,7 @@ def test_the_dry_run_prints_the_arguments_the_run_trains_with(run_dir: Path) -> 
     import ast
 
     dry = runner.invoke(
-        app, ["train", str(RECIPE), *SMOKE, f"output_dir={run_dir}", "--dry-run"], env={"COLUMNS": "2000"}
+        app, ["train", str(RECIPE), *SMOKE, f"output_dir={run_dir}", *LOGGED, "--dry-run"], env={"COLUMNS": "2000"}
     )
     assert dry.exit_code == 0, dry.stderr
     (line,) = [row for row in dry.stdout.splitlines() if row.strip().startswith("GRPOConfig")]
@@ -303,3 +307,26 @@ def test_a_judge_run_counts_its_own_calls_and_not_its_gate_s(tmp_path: Path, jud
     # One call per group the run sent (one display order, no retry): the gate's calls went to the server too.
     assert figures["judge"]["calls"] == figures["grader_calls"] > 0
     assert judge_server.calls > figures["judge"]["calls"]
+
+
+@pytest.mark.slow
+def test_whileai_s_figures_reach_tensorboard(run_dir: Path) -> None:
+    """``trainer.report_to: tensorboard``: every step's grader, verifier and watch figures are in the event files
+    transformers wrote, under TRL's ``train/`` prefix, with the values TRL logged in ``trainer_state.json``."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = {path.parent for path in run_dir.rglob("events.out.tfevents.*")}
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    wanted = {
+        "groupwise/groups", "groupwise/mixed", "groupwise/grader_calls", "groupwise/fallbacks",
+        "groupwise/hacks_zeroed", "groupwise/grader_seconds", "whileai/pass_rate", "whileai/verifier_failures",
+        "whileai/watch/std", "whileai/watch/failed",
+    }  # fmt: skip
+    assert {f"train/{name}" for name in wanted} <= tags, sorted(tags)
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    logged = [entry["whileai/pass_rate"] for entry in history if "whileai/pass_rate" in entry]
+    written = [event.value for event in accumulator.Scalars("train/whileai/pass_rate")]
+    assert written == pytest.approx(logged) and len(written) == 2

@@ -387,6 +387,7 @@ def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
     )
     assert seen == {"answer": ["4", "4", "4"], "state": "state", "ids": [[1], [1], [2]]}
     assert out == pytest.approx([a + 2 / 3 for a in redistribute([1, 1, 0], {0: 1.0, 1: 0.5})])
+    assert 0.0 <= metrics.pop("groupwise/grader_seconds") < 60.0  # the batch's grading time, for the logger
     assert metrics == {
         "groupwise/groups": 1.0,
         "groupwise/mixed": 1.0,
