@@ -60,10 +60,11 @@ class LoadedRecipe:
         candidate = Path(relative).expanduser()
         return candidate if candidate.is_absolute() else (self.base_dir / candidate)
 
-    def dump(self) -> str:
-        """The resolved recipe as YAML, defaults filled in, and every file it names (``Recipe.local_files``, and a
-        local model folder) made absolute: the copy a run folder keeps is read from there and from other working
-        folders (``whileai spread RUN``, ``eval``, ``--resume``), where the relative paths would name nothing."""
+    def written(self) -> dict[str, Any]:
+        """The resolved recipe as a run folder keeps it (``recipe.yaml``): defaults filled in, and every file it names
+        (``Recipe.local_files``, and a local model folder) made absolute, since that copy is read from the run
+        folder and from other working folders (``whileai spread RUN``, ``eval``, ``--resume``), where the relative
+        paths would name nothing. A resume compares its recipe with the run's in this form."""
         data = self.recipe.model_dump(mode="json", exclude={"include"})
         for name, path in self.recipe.local_files(self.base_dir):
             *parents, last = name.split(".")
@@ -74,7 +75,11 @@ class LoadedRecipe:
         model = data.get("model") or {}
         if model.get("name_or_path") and Path(model["name_or_path"]).expanduser().is_dir():  # relative to the cwd
             model["name_or_path"] = str(Path(model["name_or_path"]).expanduser().resolve())
-        return yaml.safe_dump(data, sort_keys=False)
+        return data
+
+    def dump(self) -> str:
+        """``written()`` as YAML."""
+        return yaml.safe_dump(self.written(), sort_keys=False)
 
 
 def config_dirs(base_dir: Path) -> list[Path]:

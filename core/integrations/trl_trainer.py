@@ -20,6 +20,11 @@ changes what it relies on:
   checkpoint does not store a weight tied to another (a tiny model's ``lm_head.weight``), and transformers warns of
   it as a missing key. The hook ties the weights again and says so once, in whileai's words; any other missing key
   keeps transformers' warning.
+- ``_get_train_sampler``: TRL's ``RepeatSampler`` draws each epoch's order from one generator seeded once, so a run
+  resumed from a checkpoint (whose sampler starts again from the seed) trains on other prompts from the epoch after
+  the first on, and seed-paired runs part ways at a resume. The hook returns the same sampler with a ``set_epoch``
+  (which transformers calls at each epoch) that puts the generator where an uninterrupted run has it: the orders of
+  an uninterrupted run are TRL's own, and a resumed run repeats them.
 - ``create_model_card`` (public): TRL names the base model only when it is a hub id, so a run from a local folder
   got a card saying "a fine-tuned version of [None]" and a quick start loading "None"; the card names the folder
   and the run's ``final/`` instead.
@@ -39,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from whileai.errors import BadInput, MissingExtra
 from whileai.integrations.trl import refuse_off_equation_3
 
-__all__ = ["GroupwiseGRPOTrainer", "grpo_trainer", "json_tool_arguments"]
+__all__ = ["EpochRepeatSampler", "GroupwiseGRPOTrainer", "grpo_trainer", "json_tool_arguments"]
 
 
 class GroupwiseGRPOTrainer(GRPOTrainer):
@@ -111,6 +117,13 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         refuse_off_equation_3(self, recipe=recipe)
 
+    def _get_train_sampler(self, *arguments: Any, **keywords: Any) -> Any:
+        # TRL's private sampler, given an epoch so that a resumed run draws an uninterrupted run's orders.
+        sampler = super()._get_train_sampler(*arguments, **keywords)
+        if isinstance(sampler, RepeatSampler) and sampler.shuffle and sampler.seed is not None:
+            sampler.__class__ = EpochRepeatSampler
+        return sampler
+
     def log(self, *arguments: Any, **keywords: Any) -> Any:
         # TRL's private completion buffer, read just before TRL writes it (see the module docstring).
         logs = getattr(self, "_logs", None)
@@ -145,6 +158,18 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             names = ", ".join(f"{key} (tied to {tied[key]})" for key in sorted(missing))
             self._say(f"whileai: the checkpoint does not store {names}: tied again on loading, as saved")
         return None
+
+
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose ``set_epoch(n)`` puts its generator where an uninterrupted run's is at epoch
+    ``n``: seeded, then ``n`` orders drawn (``n`` permutations of the dataset: nothing next to a training step)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        import torch
+
+        self.generator.manual_seed(self.seed)
+        for _ in range(epoch):
+            torch.randperm(self.num_samples, generator=self.generator)
 
 
 def json_tool_arguments(completions: Any) -> None:

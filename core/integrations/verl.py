@@ -119,7 +119,8 @@ def _settings(config: Any) -> dict[str, Any]:
     kwargs = config_value(config, "reward.reward_kwargs", None)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise BadInput(f"reward.reward_kwargs is {type(kwargs).__name__}, not a mapping")
-    options = dict(kwargs or {})
+    # One by one: a value left ``???`` in the shipped config (the recipe) reads as missing, not as an OmegaConf error.
+    options = {str(key): config_value(kwargs, str(key)) for key in (kwargs or {})}
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise BadInput(f"reward.reward_kwargs: unknown option(s) {', '.join(unknown)} ({', '.join(_OPTIONS)})")
@@ -195,11 +196,15 @@ class Preflight(Callback):
     ``+hydra.callbacks.whileai._target_=whileai.integrations.verl.Preflight``."""
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        # Hydra turns a callback's exception into a warning and runs the job anyway: every error stops it here.
         try:
             settings = check_config(config)
-        except BadInput as error:  # Hydra turns a callback's exception into a warning and runs the job anyway
+        except BadInput as error:
             print(f"whileai: {error}", file=sys.stderr)
             raise SystemExit(error.exit_code) from None
+        except Exception as error:  # a config OmegaConf cannot read (an interpolation, a bad value)
+            print(f"whileai: verl's config could not be checked: {describe(error)}", file=sys.stderr)
+            raise SystemExit(BadInput.exit_code) from None
         print(f"whileai: verl's config keeps equation 3; recipe {settings['recipe']}")
 
 

@@ -220,6 +220,31 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
     return gate, ""
 
 
+def arm_of(recipe: dict[str, Any]) -> dict[str, Any]:
+    """What makes a run the arm it is, from a recipe as a run folder keeps it: a grader or none (binary), the
+    grader's kind, the grading mode, the comparison arm's name."""
+    grader = recipe.get("grader")
+    return {
+        "grader.kind": grader.get("kind") if isinstance(grader, dict) else None,
+        "grading.mode": (recipe.get("grading") or {}).get("mode") if isinstance(grader, dict) else None,
+        "comparison_arm": recipe.get("comparison_arm"),
+    }
+
+
+def arm_changes(out: Path, recipe: dict[str, Any]) -> list[str]:
+    """What ``recipe`` (``LoadedRecipe.written()``) changes of the arm the run in ``out`` was trained as, each as
+    ``field: before -> now`` (a binary arm has no grader: ``none``); empty when it changes none, or the folder keeps
+    no recipe."""
+    try:
+        before = yaml.safe_load((out / "recipe.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(before, dict):
+        return []
+    then, now = arm_of(before), arm_of(recipe)
+    return [f"{key}: {then[key] or 'none'} -> {now[key] or 'none'}" for key in then if then[key] != now[key]]
+
+
 def _gate_part(section: str, recipe: dict[str, Any]) -> Any:
     """What the gate reads of a recipe's section: all of it, but for the spread section's watch, which only acts
     during training (a resume with another watch keeps the verdict)."""

@@ -39,6 +39,7 @@ from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.integrations.trl import binary_reward, generations_per_step
 from whileai.training.folder import (
     GradingLog,
+    arm_changes,
     finished_steps,
     forget_after,
     last_checkpoint,
@@ -256,6 +257,12 @@ def run_training(
         )
     if resume and not used and not (out / "recipe.yaml").is_file():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
+    if resume and (changes := arm_changes(out, loaded.written())):
+        raise BadInput(
+            f"--resume: {loaded.path} would go on training the run in {out} as another arm ({'; '.join(changes)}): "
+            "its steps so far were trained as the first, and its figures would mix the two; train this recipe into "
+            "a new folder with output_dir=NEW (a resume may change the grader's own settings, not its kind)"
+        )
     if resume and (finished := finished_steps(out, loaded.recipe.trainer.model_dump().get("max_steps"))) is not None:
         # Nothing to continue: TRL would train one step past the end and rewrite final/.
         return TrainingResult(out, None, steps=finished[0], finished=finished)
@@ -364,7 +371,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         return None
     gate = None
     if resume:  # a resume keeps the verdict the run was gated on, unless what the gate reads has changed since
-        gate, why = recorded_gate(out, loaded.recipe.model_dump(mode="json"))
+        gate, why = recorded_gate(out, loaded.written())
         if gate is None:
             say(f"whileai: the spread gate runs again: {why}")
         else:

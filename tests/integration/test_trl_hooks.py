@@ -112,3 +112,23 @@ def test_the_phase_is_read_from_the_trainer_log_metric_is_bound_to(tiny) -> None
     trainer.model.eval()
     trainer._calculate_rewards(inputs, ["12", "12"], ["12", "12"], [[1], [1]])
     assert seen == [("train", 2), ("eval", 1)]
+
+
+@pytest.mark.slow
+def test_the_sampler_hook_draws_trl_s_orders_and_repeats_them_from_any_epoch(tiny) -> None:
+    """TRL's ``_get_train_sampler`` builds a ``RepeatSampler`` with a generator seeded once; the hook's
+    ``set_epoch(n)`` gives the order TRL's sampler gives at its (n + 1)-th pass, whether or not it ran the n before
+    (a resumed run has not)."""
+    from trl.trainer.utils import RepeatSampler
+
+    from whileai.integrations.trl_trainer import EpochRepeatSampler
+
+    sampler = _trainer(tiny, _zero)._get_train_sampler()
+    assert type(sampler) is EpochRepeatSampler
+    fields = ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed")
+    plain = RepeatSampler(**{name: getattr(sampler, name) for name in fields})
+    trl_orders = [list(plain) for _ in range(4)]  # one generator through four epochs
+    assert len({tuple(order) for order in trl_orders}) > 1  # the epochs' orders differ
+    for epoch in (2, 0, 3, 1):  # any epoch first: what a resume does
+        sampler.set_epoch(epoch)
+        assert list(sampler) == trl_orders[epoch]

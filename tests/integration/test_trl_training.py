@@ -222,6 +222,48 @@ def test_ctrl_c_says_how_to_resume_and_resume_grades_each_step_once(tmp_path: Pa
     report = json.loads(runner.invoke(app, ["report", str(out), "--json"]).stdout)["reports"][0]
     assert report["grader"]["groups"] == len(steps) == 4 * per_step[1]
 
+    # The resumed run repeats the uninterrupted one: its steps 3 and 4 (the next epoch of 8 prompts, 4 a step) have
+    # the same prompts, completions, advantages and grades.
+    whole = tmp_path / "whole"
+    trained = runner.invoke(app, [*args[:-1], f"output_dir={whole}"], catch_exceptions=False)
+    assert trained.exit_code == 0, trained.stderr
+    for name in ("prompt", "completion", "advantage"):
+        assert _logged(out, name) == _logged(whole, name), name
+    grades = [
+        {(g["step"], g["group"]): g["factors"] for g in map(json.loads, (run / "grading.jsonl").open())}
+        for run in (out, whole)
+    ]
+    assert grades[0] == grades[1]
+
+
+def _logged(run: Path, column: str) -> dict[int, list]:
+    """One column of a run's completion logs, by step."""
+    frames = [pd.read_parquet(path) for path in sorted((run / "completions").glob("*.parquet"))]
+    logged = pd.concat(frames)
+    return {int(step): [str(v) for v in group[column]] for step, group in logged.groupby("step")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "changed"),
+    [
+        (
+            "tiny_cpu_binary.yaml",
+            [],
+            "grader.kind: scripted -> none; grading.mode: advantage -> none; comparison_arm: gar -> binary",
+        ),
+        ("tiny_cpu_gar.yaml", ["grading.mode=reward"], "grading.mode: advantage -> reward"),
+    ],
+    ids=["binary on a GAR run", "GRS on a GAR run"],
+)
+def test_a_resume_that_changes_the_arm_is_refused_and_writes_nothing(run_dir: Path, recipe, overrides, changed) -> None:
+    before = {path: path.stat().st_mtime_ns for path in run_dir.rglob("*")}
+    arguments = ["train", str(REPO / "recipes" / recipe), *SMOKE, *overrides, f"output_dir={run_dir}", "--resume"]
+    refused = runner.invoke(app, arguments)
+    assert refused.exit_code == 2, refused.stderr
+    assert f"as another arm ({changed})" in refused.stderr and "output_dir=NEW" in refused.stderr
+    assert {path: path.stat().st_mtime_ns for path in run_dir.rglob("*")} == before
+
 
 @pytest.mark.slow
 def test_spread_on_a_run_with_steps_per_generation_2_counts_each_group_once(tmp_path: Path) -> None:

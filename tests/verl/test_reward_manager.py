@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import random
 import sys
 import textwrap
@@ -602,22 +603,80 @@ def test_the_shipped_config_refuses_before_ray_starts(tmp_path, tokenizer_dir) -
     Preflight().on_job_start(config)  # the good config passes
 
 
-def test_the_readme_s_verl_command_passes_the_guard() -> None:
-    """Every override of the README's ``main_ppo`` command, on verl's own defaults: nothing for the guard to refuse."""
+# Put where Python starts (PYTHONPATH), it stops verl's main_ppo where Ray would start: past Hydra, whileai's preflight
+# and verl's own config check, before a cluster, a model or the data.
+_STOP_AT_RAY = """
+import os, sys
+import ray
+
+
+def _stop(*args, **kwargs):
+    print("WHILEAI-TEST: ray.init reached", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+ray.init = _stop
+"""
+
+
+def _readme_verl_command() -> str:
     import re
 
-    from whileai.config.guard import verl_signal_problems
-
     readme = (REPO / "README.md").read_text()
-    block = next(
-        b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "verl.trainer.main_ppo" in b and "\\" in b
-    )
-    words = block.replace("\\\n", " ").split()
-    overrides = [w.removeprefix("+") for w in words if "=" in w and not w.startswith(("-", "$"))]
-    assert any(o.startswith("reward.reward_manager.name=whileai") for o in overrides)
-    defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
-    config = OmegaConf.merge(OmegaConf.load(defaults), OmegaConf.from_dotlist(overrides))
-    assert verl_signal_problems(config) == []
+    return next(b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "verl.trainer.main_ppo" in b and "\\" in b)
+
+
+def _run_as_copied(tmp_path: Path, command: str):
+    """The command run by bash in a folder of the user's (a verifier.py, the README's recipe at recipes/), with
+    ``python`` this environment's."""
+    import child_processes
+
+    (tmp_path / "recipes").mkdir(exist_ok=True)
+    (tmp_path / "recipes" / "refund_judge.yaml").write_text((REPO / "recipes" / "refund_judge.yaml").read_text())
+    _verifier(tmp_path)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(_STOP_AT_RAY)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # the environment's python
+        "PYTHONPATH": str(hooks),
+        "HOME": str(tmp_path),
+        "PWD": str(tmp_path),
+    }
+    return child_processes.run(["bash", "-c", command], cwd=tmp_path, env=env, timeout=300)
+
+
+def test_the_readme_s_verl_command_runs_past_verl_s_config_check_as_copied(tmp_path) -> None:
+    """The README's ``main_ppo`` command, word for word: Hydra reads it, whileai's preflight passes it, verl's own
+    ``validate_config`` passes it, and verl goes on to start Ray (where this test stops it)."""
+    done = _run_as_copied(tmp_path, _readme_verl_command())
+    printed = done.stdout + done.stderr
+    assert "whileai: verl's config keeps equation 3; recipe " in done.stdout, printed[-3000:]
+    assert "[validate_config] All configuration checks passed successfully!" in done.stdout, printed[-3000:]
+    assert "WHILEAI-TEST: ray.init reached" in done.stdout and done.returncode == 0, printed[-3000:]
+
+
+def test_the_readme_s_verl_command_without_a_recipe_exits_2_with_the_preflight_s_message(tmp_path) -> None:
+    command = _readme_verl_command().replace("+reward.reward_kwargs.recipe=$PWD/recipes/refund_judge.yaml", "")
+    done = _run_as_copied(tmp_path, command)
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "whileai: reward.reward_kwargs.recipe is not set" in done.stderr
+    assert "ray.init reached" not in done.stdout and "validate_config" not in done.stdout
+
+
+def test_the_shipped_config_without_a_recipe_exits_2_with_the_preflight_s_message(tmp_path) -> None:
+    """The shipped config leaves the recipe ``???``: the preflight says so and stops, not a Hydra warning."""
+    import whileai.configs
+
+    folder = Path(whileai.configs.__path__[0]) / "verl"
+    command = f"python -m verl.trainer.main_ppo --config-path {folder} --config-name whileai_grpo"
+    command += f" reward.custom_reward_function.path={_verifier(tmp_path)} hydra.run.dir={tmp_path / 'hydra'}"
+    done = _run_as_copied(tmp_path, command)
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "whileai: reward.reward_kwargs.recipe is not set" in done.stderr
+    assert "ray.init reached" not in done.stdout
 
 
 @pytest.mark.parametrize(
