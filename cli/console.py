@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
+from whileai.progress import STDERR
 
 __all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log", "stdout"]
 
@@ -69,7 +70,7 @@ def _pipe_gone() -> None:
 
 stdout = _Stdout()
 out = Console(file=stdout, highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = STDERR  # the one stderr console: messages printed while a progress bar is live go above it
 
 _state = {"debug": bool(os.environ.get("WHILEAI_DEBUG"))}
 

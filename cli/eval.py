@@ -34,9 +34,10 @@ def eval_run(
     The prompts are the recipe's data.eval_prompts, or the next --prompts prompts of its task after those it trained
     on; each gets the run's num_generations completions, sampled as training samples them. The figures go to
     RUN/eval.json, which whileai report shows beside the run's training figures. --initial measures the model the
-    run started from on the same prompts, with the same seed (RUN/eval-initial.json). Single-turn tasks.
+    run started from on the same prompts, with the same seed (RUN/eval-initial.json). A multi-turn task runs through
+    TRL's own evaluation loop with its tools.
 
-    Exit codes: 0 evaluated; 2 bad input (no run, no saved model, a multi-turn task); 3 torch/trl missing
+    Exit codes: 0 evaluated; 2 bad input (no run, no saved model, no held-out prompt left); 3 torch/trl missing
     (pip install 'whileai[train]'); 130 interrupted (Ctrl-C).
     """
     from whileai.training.held_out import evaluate_run

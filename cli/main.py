@@ -25,7 +25,8 @@ from whileai.cli.validate import validate
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
-    "3 a missing optional install; 4 the grader or a model endpoint is unavailable; 130 interrupted (Ctrl-C)."
+    "3 a missing optional install; 4 the grader or a model endpoint is unavailable; 5 the spread watch stopped "
+    "training (whileai train); 130 interrupted (Ctrl-C)."
 )
 
 app = typer.Typer(

@@ -10,6 +10,7 @@ only then.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -243,15 +244,35 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
         for row in rows:
             table.add_row(*row)
         out.print(table)
-    held_out = entry.get("held_out")
+    out.print(_figures([*_held_out_rows(entry), *grader_rows], label_width))
+
+
+def _held_out_rows(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """What ``whileai eval`` measured of the run's final model (marked when the run trained on after it) and of the
+    model it started from (``--initial``)."""
+    rows: list[tuple[str, str]] = []
+    held_out, initial = entry.get("held_out"), entry.get("held_out_initial")
     if held_out is not None:
         rate = held_out["pass_rate"]
-        grader_rows = [
-            ("held-out pass rate", f"{_rate(rate)}, n={rate['n']} in {rate['groups']} groups (whileai eval)"),
-            ("held-out length", f"{held_out['mean_length_tokens']:.1f} tokens, {held_out['prompts']} prompts"),
-            *grader_rows,
-        ]
-    out.print(_figures(grader_rows, label_width))
+        rows.append(("held-out pass rate", f"{_rate(rate)}, n={rate['n']} in {rate['groups']} groups (whileai eval)"))
+        rows.append(("held-out length", f"{held_out['mean_length_tokens']:.1f} tokens, {held_out['prompts']} prompts"))
+        if held_out.get("stale"):
+            rows.append(
+                (
+                    "held-out is stale",
+                    f"measured at step {held_out['trained_steps']}; the run has trained to step "
+                    f"{held_out['run_steps']} since: whileai eval {entry['path']} again",
+                )
+            )
+        elif held_out.get("stale") is None:
+            rows.append(("held-out step", "not recorded: an eval.json older than this whileai; eval again to know"))
+    if initial is not None:
+        rate = initial["pass_rate"]
+        rows.append(("initial held-out", f"{_rate(rate)}, n={rate['n']}, the model it started from (eval --initial)"))
+    note = (held_out or initial or {}).get("note")
+    if note:
+        rows.append(("held-out note", note))
+    return rows
 
 
 def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any], what: str = "final pass rate") -> None:
@@ -282,7 +303,10 @@ def _seed_experiment(runs: list[Any], window: int) -> dict[str, Any] | None:
     arms = [run_arm(run.path) for run in runs]
     if len(set(arms)) != 2 or len(set(arms)) == len(arms):
         return None
-    present = [name for name, key in FIGURE_METRICS.items() if any(key in row for run in runs for row in run.steps)]
+    # A figure one arm does not log (a binary arm has no watch) has no difference to show.
+    present = [
+        name for name, key in FIGURE_METRICS.items() if all(any(key in row for row in run.steps) for run in runs)
+    ]
     return seed_experiment([run.path for run in runs], window=window, metrics=present)
 
 
@@ -300,6 +324,9 @@ def _print_arms(experiment: dict[str, Any]) -> None:
     for title in ("difference", "95% CI", "detectable"):
         table.add_column(title, overflow="fold")
     for metric, diff in differences.items():
+        if not math.isfinite(diff["difference"]):
+            table.add_row(metric, "none: too few values in an arm's last window", "", "")
+            continue
         shown = [format_value(metric, diff[key], True) for key in ("difference", "low", "high", "detectable")]
         shown = [value.replace("-", "\u2212") for value in shown]
         table.add_row(metric, shown[0], f"{shown[1]} to {shown[2]}", shown[3].lstrip("+"))
@@ -320,7 +347,7 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
     shown = checks
     if len(checks) > _WATCH_ROWS and not every:
         shown = [c for c in checks if c.get("failed") or c is checks[-1]][-_WATCH_ROWS:]
-    detail = f"{len(checks)} checks, {len(failed)} failed"
+    detail = f"{len(checks)} check{'' if len(checks) == 1 else 's'}, {len(failed)} failed"
     if len(shown) < len(checks):
         detail += f"; the failed ones and the last shown (--steps: all {len(checks)})"
     _heading(f"spread watch of {path}", detail)

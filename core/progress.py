@@ -16,7 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-__all__ = ["CounterRateColumn", "RateColumn", "phase", "phase_bar"]
+__all__ = ["STDERR", "CounterRateColumn", "RateColumn", "phase", "phase_bar"]
+
+# The process's one stderr console: the command line prints its messages on it and every bar draws on it, so that a
+# message printed while a bar is live goes above the bar. (Rich writes to the real stderr even while a bar on another
+# console redirects it, and each such message leaves a copy of the bar behind on the screen.)
+STDERR = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _rate(speed: float, unit: str) -> Text:
@@ -91,7 +96,7 @@ def phase_bar(
 ) -> Progress:
     """The bar of one phase: ``label``, a bar, the count of ``unit`` and their rate, any further ``columns`` (a
     :class:`CounterRateColumn`), the time it has taken."""
-    console = console or Console(stderr=True)
+    console = console or STDERR
     return Progress(
         SpinnerColumn(),
         TextColumn(label),

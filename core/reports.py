@@ -433,17 +433,29 @@ def watch_checks(folder: Path) -> list[dict[str, Any]] | None:
     return checks
 
 
-def held_out_summary(folder: Path) -> dict[str, Any] | None:
-    """What ``whileai eval`` measured on the run's final model (``eval.json``), or None where it has not run."""
+def held_out_summary(folder: Path, checkpoint: str | None = None) -> dict[str, Any] | None:
+    """What ``whileai eval`` measured on the run's final model (``eval.json``; ``checkpoint="initial"``: the model it
+    started from, ``eval-initial.json``), or None where it has not run. ``stale`` says whether the run trained on
+    after it: the steps the evaluated model had are fewer than the run's now (None where the file does not say)."""
     from whileai.training.held_out import EVAL_FORMAT, eval_file
 
-    path = eval_file(folder)
+    path = eval_file(folder, checkpoint)
     if not path.is_file():
         return None
     data = _read_json(path)
     if not isinstance(data, dict) or data.get("format") != EVAL_FORMAT:
         raise BadInput(f"{path}: not a whileai eval file ({EVAL_FORMAT})")
+    if checkpoint is None:
+        evaluated, now = data.get("trained_steps"), _global_step(folder)
+        data["stale"] = None if evaluated is None or now is None else now > evaluated
+        data["run_steps"] = now
     return data
+
+
+def _global_step(folder: Path) -> int | None:
+    state = _read_json(folder / "trainer_state.json") if (folder / "trainer_state.json").is_file() else None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    return step if isinstance(step, int) else None
 
 
 def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> dict[str, Any]:
@@ -468,6 +480,7 @@ def reports_data(loaded: list[Any], window: int, say: Callable[[str], None]) -> 
                 "grader": grading_summary(item.path, say),
                 "run": item.extra,
                 "held_out": held_out_summary(item.path),
+                "held_out_initial": held_out_summary(item.path, "initial"),
                 "watch": watch_checks(item.path),
             }
         else:

@@ -147,6 +147,24 @@ def plain_member(
     return None
 
 
+# The fields a row of another tool's form holds its group, reward and text in, the likeliest first (TRL's rows and logs
+# have prompt and completion; verl's dumps and many datasets have these names).
+_LIKELY_FIELDS = {
+    "group": ("task_id", "scenario_id", "uid", "prompt", "question"),
+    "reward": ("reward", "score", "whileai_reward", "acc"),
+    "text": ("completion", "response", "output", "final_text", "text"),
+}
+
+
+def _which_field(row: dict[str, Any], what: str) -> str:
+    """What a missing-field error adds: the row's fields, and the option that names the one to read (with the
+    likeliest of them, when the row has one)."""
+    fields = ", ".join(map(str, list(row)[:8])) + (", ..." if len(row) > 8 else "")
+    likely = next((name for name in _LIKELY_FIELDS[what] if name in row), None)
+    option = f"--{what}-key" + (f" {likely}" if likely else " FIELD")
+    return f" (the row has {fields}; name the {what}'s field with {option}, or spread.{what}_key in a recipe)"
+
+
 def read_member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
     """(group id, member) of one row, or ``BadInput`` naming ``where`` and the field."""
     plain = plain_member(row, fields.group_key, fields.reward_key, fields.text_key, fields.prompt_key)  # type: ignore[arg-type]
@@ -154,9 +172,9 @@ def read_member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
         return plain
     if not isinstance(row, dict):
         raise BadInput(f"{where}: a row is a JSON object, got {type(row).__name__}")
-    for key in (fields.group_key, fields.reward_key, fields.text_key):
+    for key, option in ((fields.group_key, "group"), (fields.reward_key, "reward"), (fields.text_key, "text")):
         if key not in row:
-            raise BadInput(f"{where}: missing field {key!r}")
+            raise BadInput(f"{where}: missing field {key!r}{_which_field(row, option)}")
     group = row[fields.group_key]
     if group is None:
         raise BadInput(f"{where}: field {fields.group_key!r} is empty")

@@ -67,7 +67,8 @@ def fast_loads() -> Callable[[bytes], Any] | None:
 def parse_line(line: bytes) -> Any:
     """One JSONL line parsed by the standard library, or the ``JSONDecodeError``/``UnicodeDecodeError`` it raised."""
     try:
-        return _decode(line.decode("utf-8"))
+        # Without its line break: a fault at the line's end is then at its last column, not at column 1 of a next line.
+        return _decode(line.decode("utf-8").rstrip("\r\n"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return err
 

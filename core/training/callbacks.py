@@ -1,10 +1,11 @@
 """Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stop the
 spread watch asks for.
 
-The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest reward, pass rate,
-grader calls and fallbacks; each logging step also prints one table row (step, reward, pass rate, length, grader
-calls, fallbacks, hacks), so a log file reads as a table. A ``transformers.TrainerCallback`` that replaces the
-trainer's own printer and tqdm bar.
+The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest pass rate and the
+run's grader calls and fallbacks so far, within 80 columns; each logging step also prints one table row (step,
+reward, pass rate, length, grader calls, fallbacks, hacks), so a log file reads as a table. The bar draws on
+``whileai.progress.STDERR``, where the command line's messages go too, so that they land above it. A
+``transformers.TrainerCallback`` that replaces the trainer's own printer and tqdm bar.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
+
+from whileai.progress import STDERR
 
 __all__ = ["RichProgress", "WatchStop"]
 
@@ -34,7 +37,7 @@ class RichProgress(TrainerCallback):
 
     def __init__(self, say: Callable[[str], None], console: Console | None = None) -> None:
         self.say = say
-        self.console = console or Console(stderr=True)
+        self.console = console or STDERR
         self.header_done = False
         self.bar: Progress | None = None
         self.task: Any = None
@@ -72,10 +75,12 @@ class RichProgress(TrainerCallback):
         self.calls += logs.get("groupwise/grader_calls", 0.0)
         self.fallbacks += logs.get("groupwise/fallbacks", 0.0)
         if self.bar is not None:
+            # Short enough for the whole bar to fit 80 columns: the step's pass rate (the reward, for a 0/1
+            # verifier) and the run's grader calls and fallbacks so far; the row below has the rest.
             passed = logs.get("whileai/pass_rate")
-            description = f"reward {logs['reward']:.3f}" + (f"  pass {passed:.2f}" if passed is not None else "")
+            description = f"pass {passed:.2f}" if passed is not None else f"reward {logs['reward']:.3f}"
             if "groupwise/grader_calls" in logs:
-                description += f"  grader calls {self.calls:.0f}  fallbacks {self.fallbacks:.0f}"
+                description += f"  calls {self.calls:.0f}  fallbk {self.fallbacks:.0f}"
             self.bar.update(self.task, description=description)
         if not self.header_done:
             self.say("  ".join(f"{title:>{len(fmt.format(0))}}" for _, title, fmt in _COLUMNS))

@@ -50,6 +50,8 @@ class HeldOut:
             f"pass rate {rate['rate']:.2f} (95% CI {rate['low']:.2f} to {rate['high']:.2f}, n={rate['n']} in "
             f"{rate['groups']} groups); mean length {data['mean_length_tokens']:.1f} tokens",
         ]
+        if data.get("note"):
+            lines.append(f"note: {data['note']}")
         grader = data.get("grader")
         if grader is None:
             lines.append("grader: none (a binary arm)")
@@ -189,6 +191,7 @@ def evaluate_run(
         "format": EVAL_FORMAT,
         "run": str(run),
         "model": "initial" if initial else model.name,
+        "trained_steps": _trained_steps(run, checkpoint),
         "source": source,
         "prompts": len(rows),
         "generations": args.num_generations,
@@ -212,6 +215,29 @@ def evaluate_run(
             "hacks": sum(len(v) for v in report.hacks.values()),
             "fallbacks": sum(report.failed.values()),
         }
+    data["note"] = TINY_NOTE if getattr(loaded.recipe.model, "tiny", None) is not None else None
     path = eval_file(run, checkpoint)
     path.write_text(json.dumps(data, indent=1) + "\n")
     return HeldOut(data, path)
+
+
+# Said with a tiny model's held-out figures, which read as a failure of training otherwise.
+TINY_NOTE = (
+    "a tiny random-weight model knows only the text it trained on (its tokenizer, its warm start): held-out prompts "
+    "it never saw measure little"
+)
+
+
+def _trained_steps(run: Path, checkpoint: str | None) -> int | None:
+    """The optimizer steps the evaluated model had trained: 0 for the initial model, N for checkpoint-N, the run's
+    last step (``trainer_state.json``) for ``final/``; None when the run folder does not say."""
+    if checkpoint == "initial":
+        return 0
+    if checkpoint is not None:
+        number = checkpoint.rpartition("-")[2]
+        return int(number) if number.isdigit() else None
+    try:
+        step = json.loads((run / "trainer_state.json").read_text()).get("global_step")
+    except (OSError, ValueError):
+        return None
+    return step if isinstance(step, int) else None

@@ -104,6 +104,32 @@ def test_the_initial_model_on_the_same_prompts(runs) -> None:
     assert [p["prompt"] for p in initial["per_prompt"]] == [p["prompt"] for p in trained["per_prompt"]]
     both = invoke("eval", runs["gar"], "--initial", "--checkpoint", "checkpoint-1")
     assert both.exit_code == 2 and "leave out --checkpoint" in both.stderr
+    shown = invoke("report", runs["gar"])  # the initial model's figures sit beside the trained one's
+    rate = initial["pass_rate"]
+    line = f"initial held-out {rate['rate']:.2f} ({rate['low']:.2f} to {rate['high']:.2f}), n={rate['n']}"
+    assert line in " ".join(shown.stdout.split()), shown.stdout
+    assert "held-out note a tiny random-weight model knows only the text it trained on" in " ".join(
+        shown.stdout.split()
+    )
+
+
+def test_an_eval_the_run_trained_past_is_marked_stale(runs, tmp_path) -> None:
+    """eval.json records the step its model had; a run trained on after it (a resume with more steps) shows the
+    held-out figures as of that step, with the command that measures them again."""
+    import shutil
+
+    run = tmp_path / "gar"
+    shutil.copytree(runs["gar"], run)
+    assert invoke("eval", run, "--prompts", "2").exit_code == 0
+    assert json.loads((run / "eval.json").read_text())["trained_steps"] == 2
+    assert "held-out is stale" not in invoke("report", run).stdout
+    more = [*SMOKE[1:], "trainer.max_steps=3", f"output_dir={run}", "--resume"]
+    trained = invoke("train", REPO / "recipes" / "tiny_cpu_gar.yaml", *more)
+    assert trained.exit_code == 0, trained.stderr[-3000:]
+    held_out = json.loads(invoke("report", run, "--json").stdout)["reports"][0]["held_out"]
+    assert held_out["stale"] is True and (held_out["trained_steps"], held_out["run_steps"]) == (2, 3)
+    shown = " ".join(invoke("report", run).stdout.split())
+    assert "held-out is stale measured at step 2; the run has trained to step 3 since: whileai eval" in shown
 
 
 def test_initial_samples_the_model_the_run_started_from(runs, monkeypatch) -> None:
