@@ -140,3 +140,19 @@ def test_report_prints_the_arms_over_seeds_and_draws_bands(tmp_path: Path) -> No
     data = json.loads(runner.invoke(app, ["report", *map(str, folders), "--plot", str(plot), "--json"]).stdout)
     assert data["arms"]["differences"]["pass rate"]["difference"] == pytest.approx(0.1)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+def test_a_figure_only_one_arm_logs_is_left_out_of_the_table(tmp_path: Path) -> None:
+    """The gar arm's watch logs whileai/watch/std; the binary arm has no watch: no 'n/a n/a to n/a n/a' row."""
+    from whileai.cli.main import app
+
+    folders = grid(tmp_path, {"binary": [0.6, 0.7], "gar": [0.8, 0.9]})
+    for folder in folders[2:]:  # the gar runs: the watch's std at each step
+        state = json.loads((folder / "trainer_state.json").read_text())
+        for row in state["log_history"]:
+            row["whileai/watch/std"] = 0.2
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+    shown = CliRunner().invoke(app, ["report", *map(str, folders), "--window", "4"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.stderr
+    block = shown.stdout.split("over seeds, gar minus binary")[1]
+    assert "n/a" not in block and "watch std" not in block and "pass rate" in block

@@ -168,3 +168,23 @@ def test_without_orjson_the_standard_library_reads(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv(JSON_ENV, "orjson")
     with pytest.raises(MissingExtra, match=r"whileai\[fast\]"):
         list(iter_groups(path))
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_fault_at_a_line_s_end_is_at_that_line_s_last_column(tmp_path: Path, monkeypatch, parser: str) -> None:
+    path = tmp_path / "rows.jsonl"
+    cut = '{"scenario_id": "a", "reward": 1, "final_text": "y"'  # the closing brace missing
+    path.write_text('{"scenario_id": "a", "reward": 1, "final_text": "x"}\n' + cut + "\n")
+    with pytest.raises(BadInput, match=rf"line 2: not valid JSON \(expecting ',' delimiter at column {len(cut) + 1}\)"):
+        read(path, parser, monkeypatch)
+
+
+def test_rows_in_trl_s_form_name_the_option_that_reads_them(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "p", "completion": "x", "reward": 1}\n')
+    with pytest.raises(BadInput) as missing:
+        read(path, "json", monkeypatch)
+    assert (
+        "line 1: missing field 'scenario_id' (the row has prompt, completion, reward; name the group's field with "
+        "--group-key prompt, or spread.group_key in a recipe)" in str(missing.value)
+    )
