@@ -106,10 +106,11 @@ def test_the_plan_says_which_tool_calls_run() -> None:
     from whileai.cli.main import app
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "real_cpu_agent_gar.yaml"
-    shown = CliRunner().invoke(app, ["train", str(recipe), "--dry-run"], env={"COLUMNS": "200"})
+    hub = "model.name_or_path=Qwen/Qwen2.5-Coder-0.5B-Instruct"  # the converted folder is not made here
+    shown = CliRunner().invoke(app, ["train", str(recipe), hub, "--dry-run"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.stderr
     assert "tool calls in the chat template's form or as bare JSON" in shown.stdout + shown.stderr
-    plain = CliRunner().invoke(app, ["train", str(recipe), "--dry-run", "model.tool_calls=template"])
+    plain = CliRunner().invoke(app, ["train", str(recipe), hub, "--dry-run", "model.tool_calls=template"])
     assert "bare JSON" not in plain.stdout + plain.stderr
 
 

@@ -4,7 +4,8 @@ tests/integration/watch_graders.py:NAME``).
 Each ranks passes as the offline recipe's rule does (fewest characters first, equal lengths tied) until the run has
 graded ``WHILEAI_TEST_DEGRADE_AFTER`` groups in training (the lines of the run's ``grading.jsonl``, whose path
 ``WHILEAI_TEST_GRADING_LOG`` gives; the spread gate's calls write none), then degrades: ``constant`` gives every pass
-the same factor, ``position`` ranks passes in the order it is shown them, ``failing`` raises.
+the same factor, ``position`` ranks passes in the order it is shown them, ``failing`` raises. ``good`` never
+degrades: the grader a stopped run resumes with.
 """
 
 from __future__ import annotations
@@ -43,4 +44,8 @@ def position(group: list[dict[str, Any]]) -> dict[str, Any]:
 def failing(group: list[dict[str, Any]]) -> dict[str, Any]:
     if _degraded():
         raise RuntimeError("the grader's server went away")
+    return _by_length(group)
+
+
+def good(group: list[dict[str, Any]]) -> dict[str, Any]:
     return _by_length(group)
