@@ -42,35 +42,54 @@ def train(steps: int | None, threads: int | None, folder: Path) -> tuple[float, 
     return json.loads((folder / "whileai_run.json").read_text())["seconds"], whole
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="1 step per condition and no run as shipped (a smoke).")
-    options = parser.parse_args()
-    if options.quick:
-        options.steps = 1
+def measure(steps: int, quick: bool) -> tuple[list[tuple[int, bool, float, float]], tuple[float, float] | None]:
+    """(threads, busy, training seconds, whole seconds) for each condition, and the run as shipped (None: quick)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for busy in (False, True):
             spinner = subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())]) if busy else None
             try:
                 for threads in (1, 2):
-                    seconds, whole = train(options.steps, threads, Path(tmp) / f"run-{busy}-{threads}")
+                    seconds, whole = train(steps, threads, Path(tmp) / f"run-{busy}-{threads}")
                     rows.append((threads, busy, seconds, whole))
             finally:
                 if spinner is not None:
                     spinner.kill()
                     spinner.wait()
-        shipped = None if options.quick else train(None, None, Path(tmp) / "shipped")
+        shipped = None if quick else train(None, None, Path(tmp) / "shipped")
+    return rows, shipped
+
+
+def table(rows: list[tuple[int, bool, float, float]], shipped: tuple[float, float] | None, steps: int) -> str:
+    """The printed table: each condition's training and whole-command time, training as a ratio to one thread on a
+    quiet machine (the first row)."""
     base = rows[0][2]
-    print(f"whileai train {RECIPE.relative_to(REPO)}, {options.steps} steps, 2 CPU cores")
-    print("| torch threads | other busy process | training | whole command | training vs 1 thread, quiet |")
-    print("|---|---|---|---|---|")
+    lines = [
+        f"whileai train {RECIPE.relative_to(REPO)}, {steps} steps, 2 CPU cores",
+        "| torch threads | other busy process | training | whole command | training vs 1 thread, quiet |",
+        "|---|---|---|---|---|",
+    ]
     for threads, busy, seconds, whole in rows:
-        print(f"| {threads} | {'yes' if busy else 'no'} | {seconds:.1f} s | {whole:.1f} s | {seconds / base:.2f}x |")
+        lines.append(
+            f"| {threads} | {'yes' if busy else 'no'} | {seconds:.1f} s | {whole:.1f} s | {seconds / base:.2f}x |"
+        )
     if shipped is not None:
         seconds, whole = shipped
-        print(f"\nas shipped (60 steps, default threads: 1), quiet: {seconds:.1f} s training, {whole:.1f} s whole")
+        lines.append(
+            f"\nas shipped (60 steps, default threads: 1), quiet: {seconds:.1f} s training, {whole:.1f} s whole"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="1 step per condition and no run as shipped (a smoke).")
+    options = parser.parse_args(argv)
+    if options.quick:
+        options.steps = 1
+    rows, shipped = measure(options.steps, options.quick)
+    print(table(rows, shipped, options.steps))
 
 
 if __name__ == "__main__":

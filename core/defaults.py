@@ -11,6 +11,8 @@ which that module re-exports.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Final, Literal
 
 # The report runs GAR on every code-agent task not given rubrics (MiMo-V2.6 report, section 4.3).
@@ -102,3 +104,13 @@ GGUF_MODELS: Final[tuple[str, ...]] = ("gemma-3-270m", "qwen2.5-coder-0.5b", "qw
 # How long `whileai train` waits for the model hub to answer about a model id it does not hold, before the spread gate:
 # a reachable hub answers in a second or two; an unreachable one would otherwise cost transformers' retries.
 HUB_CHECK_TIMEOUT_S: Final[float] = 10.0
+
+
+def cache_dir(name: str) -> Path:
+    """Where whileai keeps what it can make again but need not: ``$WHILEAI_CACHE/NAME`` when that variable is set,
+    else ``$XDG_CACHE_HOME/whileai/NAME`` (the XDG base directory convention), ``~/.cache/whileai/NAME`` when neither
+    is. ``judge``: the answer cache; ``tiny``: warm-started tiny models."""
+    if os.environ.get("WHILEAI_CACHE"):
+        return Path(os.environ["WHILEAI_CACHE"]) / name
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "whileai" / name

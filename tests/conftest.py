@@ -40,6 +40,28 @@ os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 
 
+_MADE_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """whileai's cache (warm-started tiny models, judge answers) in a folder of this test session's, never the
+    user's own: made by the first process (the xdist controller, whose environment its workers and the processes
+    they start inherit, so that a second training run of a tiny agent copies the first's model) and removed by it
+    when the session ends. A WHILEAI_CACHE set outside is used as it is."""
+    import tempfile
+
+    if not os.environ.get("WHILEAI_CACHE"):
+        os.environ["WHILEAI_CACHE"] = tempfile.mkdtemp(prefix="whileai-tests-")
+        _MADE_CACHE.append(os.environ["WHILEAI_CACHE"])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for folder in _MADE_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class _ModuleNeedingExtras(pytest.Module):
     """A test module that imports an optional install at its top: skipped, with the extra to install, where that
     install is missing (``pip install -e .`` without ``[dev]``); anything else that fails to import is an error."""

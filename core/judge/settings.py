@@ -9,12 +9,12 @@ validates settings; it opens no connection, reads no environment variable and im
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from whileai.defaults import cache_dir
 from whileai.endpoint import EndpointSettings
 
 __all__ = ["JUDGE_CONCURRENCY", "LOCAL_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
@@ -32,9 +32,8 @@ LOCAL_CONCURRENCY = 1
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/whileai/judge``, or ``~/.cache/whileai/judge`` when the variable is not set."""
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "whileai" / "judge"
+    """``whileai.defaults.cache_dir("judge")``: ``$XDG_CACHE_HOME/whileai/judge`` by default."""
+    return cache_dir("judge")
 
 
 class JudgeConfig(EndpointSettings):

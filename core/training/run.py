@@ -170,7 +170,15 @@ _SOURCES = {
 def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
     """Build the recipe's tiny random-weight model: word-level for a text task, a warm-started tool caller for a
     multi-turn one."""
-    from whileai.training.tiny import WarmStart, build_tiny_agent_model, build_tiny_model
+    from whileai.defaults import cache_dir
+    from whileai.training.tiny import (
+        WarmStart,
+        agent_model_key,
+        build_tiny_agent_model,
+        build_tiny_model,
+        from_cache,
+        to_cache,
+    )
 
     if task.environment_factory is None:
         build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed, chat=task.chat)
@@ -183,7 +191,12 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
     conversations = task.demonstrations(warm.rollouts if warm is not None else 2, seed)
     tools = environment_tools(task.environment_factory())
     plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
+    key, cache = agent_model_key(conversations, tools, model.tiny.config(), plan, seed), cache_dir("tiny")
+    if from_cache(path, key, cache):
+        say(f"whileai: the tiny model from {cache / key}, where a run with the same task, settings and seed left it")
+        return
     build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
+    to_cache(path, key, cache)
     if plan is not None and plan.steps > 0:
         record = json.loads((Path(path) / "warm_start.json").read_text())
         say(

@@ -12,13 +12,22 @@ as TRL's suffix), the loss on the model's turns only. A random-weight model neve
 RL from it would see no pass; the warm-started one starts where an instruct model starts: calling tools, passing
 some scenarios and failing others, in varied ways.
 
+A warm start takes about a minute on a CPU, and a run builds the same model as another run with the same
+demonstrations, settings and seed (the two arms of a comparison): ``agent_model_key`` names it, and
+``from_cache``/``to_cache`` keep a copy under ``whileai.defaults.cache_dir("tiny")`` that the next run copies.
+
 Imports torch, transformers, tokenizers and trl inside the functions: ``import whileai.training.tiny`` is light.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
 import json
+import os
 import random
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +40,11 @@ __all__ = [
     "SPECIAL_TOKENS",
     "TINY_CHAT_TEMPLATE",
     "WarmStart",
+    "agent_model_key",
     "build_tiny_agent_model",
     "build_tiny_model",
+    "from_cache",
+    "to_cache",
     "train_chat_tokenizer",
     "train_tokenizer",
     "trl_rollout_ids",
@@ -364,3 +376,54 @@ def build_tiny_agent_model(
     tokenizer.save_pretrained(target)
     (target / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return target
+
+
+def agent_model_key(
+    conversations: Sequence[Sequence[Mapping[str, Any]]],
+    tools: Sequence[Callable[..., Any]],
+    config: Mapping[str, Any] | None,
+    warm_start: WarmStart | None,
+    seed: int,
+) -> str:
+    """What ``build_tiny_agent_model`` makes from these arguments, as a name: a hash of them, of the libraries'
+    versions and of this module's source (a change to how the model is built makes a new name)."""
+    import tokenizers
+    import torch
+    import transformers
+
+    import whileai
+
+    described = [(tool.__name__, str(inspect.signature(tool)), tool.__doc__) for tool in tools]
+    payload = {
+        "conversations": conversations,
+        "tools": described,
+        "config": dict(config or {}),
+        "warm_start": None if warm_start is None else dataclasses.astuple(warm_start),
+        "seed": seed,
+        "versions": [whileai.__version__, torch.__version__, transformers.__version__, tokenizers.__version__],
+        "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+    }
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def from_cache(folder: str | Path, key: str, cache: Path) -> bool:
+    """Copy the model ``key`` names from ``cache`` into ``folder``; False when the cache does not hold it."""
+    kept = cache / key
+    if not (kept / "warm_start.json").is_file():  # written last: a folder without it is not whole
+        return False
+    shutil.copytree(kept, folder, dirs_exist_ok=True)
+    return True
+
+
+def to_cache(folder: str | Path, key: str, cache: Path) -> None:
+    """Keep a copy of the model in ``folder`` in ``cache`` under ``key``. Copied beside it, then renamed into place,
+    so that a run reading the cache at the same time finds the whole model or none; where another run put it there
+    first, this copy is dropped. A cache that cannot be written is no error: the next run builds again."""
+    partial = cache / f".{key}.{os.getpid()}"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, partial, dirs_exist_ok=True)
+        os.rename(partial, cache / key)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)

@@ -21,12 +21,40 @@ def bench(script: str, *args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.slow
-def test_bench_watch_small() -> None:
-    pytest.importorskip("trl")
-    out = bench("bench_watch.py", "--repeats", "1", "--steps", "4")
-    assert "4 steps of recipes/tiny_cpu_gar.yaml" in out
-    assert "watch off" in out and "watch as shipped" in out and "every step, 2 controls, no budget" in out
+def test_bench_watch_times_each_setting_and_prints_its_table(monkeypatch, capsys) -> None:
+    """``bench_watch.py``'s runs are plain ``whileai train`` runs of the main job (other tests run it): here with
+    given figures in their place, its settings, repeats and table (medians, the ratio to off, the extra calls)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_watch", REPO / "benchmarks" / "bench_watch.py")
+    assert spec is not None and spec.loader is not None
+    watch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(watch)
+    given = {
+        "watch off": [{"seconds": 10.0}, {"seconds": 12.0}],
+        "watch as shipped": [
+            {"seconds": 11.0, "checks": 6, "controls": 10, "grader_calls": 200},
+            {"seconds": 10.5, "checks": 6, "controls": 10, "grader_calls": 209},
+        ],
+        "every step, 2 controls, no budget": [{"seconds": 11.5, "checks": 60, "controls": 110, "grader_calls": 209}],
+    }
+    asked: list[tuple[str, int]] = []
+
+    def train(overrides, folder, steps):
+        name = next(n for n, o in watch.SETTINGS.items() if o == overrides)
+        asked.append((name, steps))
+        return given[name][sum(n == name for n, _ in asked) - 1]
+
+    monkeypatch.setattr(watch, "train", train)
+    monkeypatch.setattr(sys, "argv", ["bench_watch.py", "--repeats", "2", "--steps", "60"])
+    assert watch.main() == 0
+    assert [name for name, _ in asked] == [*watch.SETTINGS, "watch off", "watch as shipped"]  # the eager one once
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "60 steps of recipes/tiny_cpu_gar.yaml, one torch thread; median over runs"
+    rows = {line[:36].strip(): line[36:].split() for line in lines[2:]}
+    assert rows["watch off"] == ["11.0", "1.00x", "0", "0", "0"]
+    assert rows["watch as shipped"] == ["10.8", "0.98x", "6", "10", "209", "4.8%"]
+    assert rows["every step, 2 controls, no budget"] == ["11.5", "1.05x", "60", "110", "209", "52.6%"]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ Every command runs in a process group of its own, and the group is killed on eve
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -221,6 +222,20 @@ def _assert_report_figures(stdout: str, a: Path, b: Path) -> None:
     assert low <= round(difference * 100, 1) <= high  # a bootstrap of the mean holds the mean
 
 
+def _assert_the_main_job(run: Path, stdout: str, stderr: str) -> None:
+    """The main job, all 60 steps from a fresh checkout: the gate's verdict on the initial model's own completions
+    before training, recorded; a quiet terminal (whileai's gate, table and summary; no TRL completion panels)."""
+    summary = json.loads((run / "whileai_run.json").read_text())
+    assert summary["steps"] == 60 and summary["grader"]["failed"] == 0 and summary["grader"]["mixed"] > 0
+    assert "\u256d" not in stdout + stderr and stdout == "whileai: trained 60 steps; the run is in runs/tiny_cpu_gar\n"
+    assert len(stderr.splitlines()) <= 60 + 20
+    assert "spread gate on completions of the initial model:" in stderr
+    assert "spread: yes." in stderr and "controls: agreement under reordering tau 1.00" in stderr
+    assert stderr.index("spread: yes.") < stderr.index(" step ")
+    gate = json.loads((run / "spread_gate.json").read_text())
+    assert gate["source"] == "sample" and gate["verdict"] == "yes" and gate["spread"]["groups"] >= 4
+
+
 def _assert_own_trainer_trains(checkout: Path) -> None:
     """The README's Python block that builds a ``GroupwiseGRPOTrainer`` on the main job's model trains and prints
     what the README shows, run as a user's own script in the checkout."""
@@ -257,6 +272,8 @@ def test_the_readme_walkthrough_runs_in_its_order(tmp_path: Path) -> None:
             code, out, err = _run(words, checkout, timeout)
             assert code == 0, (" ".join(words), code, out[-2000:], err[-4000:])
             stdout, stderr = stdout + out, stderr + err
+            if words == ["whileai", "train", "recipes/tiny_cpu_gar.yaml"]:
+                _assert_the_main_job(checkout / "runs" / "tiny_cpu_gar", out, err)
         what = " && ".join(" ".join(words) for words in block)
         if shown is not None:
             _assert_shows(shown, stdout, stderr, what)

@@ -182,7 +182,7 @@ def test_the_printed_continue_command_resumes_with_every_flag(tmp_path: Path) ->
     )
     recipe = recipe_with(tmp_path, "flat", grader={"kind": "python", "function": f"{tmp_path / 'flat.py'}:flat"})
     out = tmp_path / "interrupted"
-    command = [whileai, "train", str(recipe), *SMOKE, "trainer.max_steps=12", "trainer.save_steps=2"]
+    command = [whileai, "train", str(recipe), *SMOKE, "trainer.max_steps=4", "trainer.save_steps=2"]
     command += [f"output_dir={out}", "--skip-spread-gate"]  # a flat grader: refused without the flag
     with child_processes.spawn(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
         deadline = time.monotonic() + 600
@@ -196,7 +196,7 @@ def test_the_printed_continue_command_resumes_with_every_flag(tmp_path: Path) ->
     resumed = child_processes.run(["bash", "-c", line.group(1)], cwd=tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     run = json.loads((out / "whileai_run.json").read_text())
-    assert run["status"] == "finished" and run["steps"] == 12 and run["skip_spread_gate"] is True
+    assert run["status"] == "finished" and run["steps"] == 4 and run["skip_spread_gate"] is True
 
 
 @pytest.mark.slow
