@@ -176,6 +176,7 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
         agent_model_key,
         build_tiny_agent_model,
         build_tiny_model,
+        building,
         from_cache,
         to_cache,
     )
@@ -192,11 +193,12 @@ def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str]
     tools = environment_tools(task.environment_factory())
     plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
     key, cache = agent_model_key(conversations, tools, model.tiny.config(), plan, seed), cache_dir("tiny")
-    if from_cache(path, key, cache):
-        say(f"whileai: the tiny model from {cache / key}, where a run with the same task, settings and seed left it")
-        return
-    build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
-    to_cache(path, key, cache)
+    with building(key, cache):
+        if from_cache(path, key, cache):
+            say(f"whileai: the tiny model from {cache / key}, left by a run with the same task, settings and seed")
+            return
+        build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
+        to_cache(path, key, cache)
     if plan is not None and plan.steps > 0:
         record = json.loads((Path(path) / "warm_start.json").read_text())
         say(

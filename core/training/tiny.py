@@ -14,7 +14,8 @@ some scenarios and failing others, in varied ways.
 
 A warm start takes about a minute on a CPU, and a run builds the same model as another run with the same
 demonstrations, settings and seed (the two arms of a comparison): ``agent_model_key`` names it, and
-``from_cache``/``to_cache`` keep a copy under ``whileai.defaults.cache_dir("tiny")`` that the next run copies.
+``from_cache``/``to_cache`` keep a copy under ``whileai.defaults.cache_dir("tiny")`` that the next run copies
+(``building`` makes a run that would build it while another does wait for that one).
 
 Imports torch, transformers, tokenizers and trl inside the functions: ``import whileai.training.tiny`` is light.
 """
@@ -22,13 +23,15 @@ Imports torch, transformers, tokenizers and trl inside the functions: ``import w
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import inspect
 import json
 import os
 import random
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ __all__ = [
     "agent_model_key",
     "build_tiny_agent_model",
     "build_tiny_model",
+    "building",
     "from_cache",
     "to_cache",
     "train_chat_tokenizer",
@@ -427,3 +431,22 @@ def to_cache(folder: str | Path, key: str, cache: Path) -> None:
         os.rename(partial, cache / key)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+@contextmanager
+def building(key: str, cache: Path) -> Iterator[None]:
+    """Hold the cache's lock on ``key`` for the ``with`` block: of two runs that would build the same model at once
+    (two arms started together), the second waits for the first and copies its model. Without a cache that can be
+    written, no lock: each builds its own."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        handle = open(cache / f".{key}.lock", "a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,5 +1,6 @@
 """The README's "Your own task", run as a user with the shipped template runs it: the section's commands exactly as
-it shows them, in a folder holding only a copy of ``recipes/``, each printing what the README shows; then what the
+it shows them (in this process: the walkthrough runs the console script), in a folder holding only a copy of
+``recipes/``, each printing what the README shows; then what the
 section promises of each piece (TRL's advantages on equation 3 with partial credit and a hack, chat prompts, the
 environment's tools, Parquet rows, a datasets name without a hub, a verifier TRL could not call)."""
 
@@ -9,10 +10,8 @@ import json
 import re
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
-import child_processes
 import pytest
 
 pytest.importorskip("trl")
@@ -36,19 +35,16 @@ def _steps() -> list[tuple[list[list[str]], str]]:
     return [([shlex.split(line) for line in body.splitlines() if line.strip()], shown) for body, shown in blocks]
 
 
-def _whileai() -> str:
-    beside = Path(sys.executable).with_name("whileai")
-    return str(beside) if beside.exists() else str(shutil.which("whileai"))
+def _run(words: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """One ``whileai`` command, in this process (the console script is the walkthrough's to run), from ``cwd``."""
+    from typer.testing import CliRunner
 
+    from whileai.cli.main import app
 
-def _run(words: list[str], cwd: Path, **env: str) -> tuple[str, str]:
-    import os
-
-    environment = {**os.environ, "COLUMNS": "120", "HF_HUB_OFFLINE": "1", **env}
-    environment.pop("FORCE_COLOR", None)
     assert words[0] == "whileai", words
-    done = child_processes.run([_whileai(), *words[1:]], cwd=cwd, env=environment, timeout=600)
-    assert done.returncode == 0, (" ".join(words), done.stdout[-2000:], done.stderr[-4000:])
+    monkeypatch.chdir(cwd)
+    done = CliRunner().invoke(app, words[1:], env={"COLUMNS": "120", "HF_HUB_OFFLINE": "1"})
+    assert done.exit_code == 0, (" ".join(words), done.stdout[-2000:], done.stderr[-4000:])
     return done.stdout, done.stderr
 
 
@@ -70,13 +66,14 @@ def own_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("own_task")
     shutil.copytree(REPO / "recipes", where / "recipes")
     steps = _steps()
-    assert len(steps) == 2 and sum(len(commands) for commands, _ in steps) == 4
-    for commands, shown in steps:
-        printed = ""
-        for words in commands:
-            stdout, stderr = _run(words, where)
-            printed += stderr + stdout  # the messages of each command, then its result
-        _assert_shows(shown, printed)
+    assert len(steps) == 2 and sum(len(commands) for commands, _ in steps) == 5
+    with pytest.MonkeyPatch.context() as patch:
+        for commands, shown in steps:
+            printed = ""
+            for words in commands:
+                stdout, stderr = _run(words, where, patch)
+                printed += stderr + stdout  # the messages of each command, then its result
+            _assert_shows(shown, printed)
     return where
 
 

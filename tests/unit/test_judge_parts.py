@@ -56,8 +56,11 @@ def test_a_pasted_key_is_refused_without_being_echoed() -> None:
 
 
 def test_the_cache_lives_under_xdg_cache_home(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("WHILEAI_CACHE", raising=False)  # the test session's own (tests/conftest.py)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert JudgeConfig(model="m").cache_path() == tmp_path / "whileai" / "judge" / "judge_cache.sqlite"
+    monkeypatch.setenv("WHILEAI_CACHE", str(tmp_path / "mine"))  # whileai's own variable comes first
+    assert JudgeConfig(model="m").cache_path() == tmp_path / "mine" / "judge" / "judge_cache.sqlite"
     assert JudgeConfig(model="m", cache_dir="/runs/7").cache_path() == Path("/runs/7/judge_cache.sqlite")
 
 

@@ -74,3 +74,29 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
     (tmp_path / "a file").write_text("")
     to_cache(built, "k", tmp_path / "a file" / "cache")  # no folder can be made there
     assert not from_cache(tmp_path / "run", "k", tmp_path / "a file" / "cache")
+
+
+def test_a_second_build_of_the_same_model_waits_for_the_first(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from whileai.training.tiny import building
+
+    order: list[str] = []
+    started = threading.Event()
+
+    def first() -> None:
+        with building("k", tmp_path):
+            started.set()
+            time.sleep(0.5)
+            order.append("first done")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    started.wait(10)
+    with building("k", tmp_path):  # held by the first until it is done
+        order.append("second in")
+    with building("other", tmp_path):  # another model: no wait
+        pass
+    thread.join()
+    assert order == ["first done", "second in"]
