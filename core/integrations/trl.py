@@ -73,8 +73,9 @@ def groupwise_reward_function(
     def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         trainer = getattr(kwargs.get("log_metric"), "__self__", None)  # TRL binds log_metric to its trainer
         if hasattr(trainer, "reward_funcs") and trainer not in checked:
-            # A GRPOTrainer built in Python reaches here without whileai's check: refuse before the first step.
-            refuse_off_equation_3(trainer)
+            # A GRPOTrainer built in Python reaches here without whileai's check: refuse before the first step (this
+            # function is groupwise even where the user wrapped it in one of their own).
+            refuse_off_equation_3(trainer, groupwise=True)
             checked.add(trainer)
         distributed = gather is not None and gather.world_size > 1
         offset = 0
@@ -126,7 +127,7 @@ def groupwise_reward_function(
     return groupwise_reward
 
 
-def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None) -> None:
+def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None, groupwise: bool | None = None) -> None:
     """Raise ``BadInput`` when a ``GRPOTrainer`` that holds a groupwise reward function would move its advantages off
     equation 3 (:func:`whileai.config.guard.signal_problems`: std scaling, reward weights, another reward function,
     ``normalize_then_sum``); a trainer without one (a binary arm) may do any of these.
@@ -140,9 +141,13 @@ def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None) -> None:
             ``scale_rewards`` and ``multi_objective_aggregation``, as TRL 1.16 keeps them).
         recipe: the recipe the trainer was built from: the fix is then worded for it (``trainer.scale_rewards:
             none``) and the message names it; None words it for ``GRPOConfig``.
+        groupwise: whether the trainer trains on a groupwise reward; None: whether one of its reward functions is
+            one (``trl_reward``'s functions carry ``grading``).
     """
     functions = list(getattr(trainer, "reward_funcs", None) or ())
-    if not any(callable(f) and hasattr(f, "grading") for f in functions):
+    if groupwise is None:
+        groupwise = any(callable(f) and hasattr(f, "grading") for f in functions)
+    if not groupwise:
         return
     weights = getattr(trainer, "reward_weights", None)
     problems = signal_problems(

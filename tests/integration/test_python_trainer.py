@@ -180,3 +180,31 @@ def test_the_trainers_own_defaults_leave_std_scaling_off(tiny) -> None:
     assert trainer.args.scale_rewards == "none"
     assert trainer.args.output_dir.endswith("model-GRPO")
     assert trainer.reward_func_names == ["groupwise_advantage"]
+
+
+def test_a_groupwise_reward_wrapped_in_the_user_s_own_function_is_still_checked(tiny) -> None:
+    """A user who wraps the reward function (to log, to rename it) hides its mark from the trainer's list; the reward
+    function still knows what it is and refuses at its first call."""
+    import datasets
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    import whileai as wai
+    from whileai.errors import BadInput
+    from whileai.training.tasks import echoes_digits
+
+    path, rows, root = tiny
+    reward = wai.GroupwiseGrading(grader=_fewest_words).trl_reward(echoes_digits, num_generations=4)
+
+    def my_reward(**kwargs):
+        return reward(**kwargs)
+
+    trainer = GRPOTrainer(
+        model=path,
+        reward_funcs=[my_reward],
+        args=_config(root, "wrapped"),  # TRL's default scale_rewards
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(path),
+    )
+    with pytest.raises(BadInput, match=r"GRPOConfig\.scale_rewards is 'group'"):
+        trainer.train()
