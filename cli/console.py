@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from whileai.errors import MissingExtra, WhileaiError
-from whileai.progress import STDERR
+from whileai.progress import STDERR, TextConsole
 
 __all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log", "stdout"]
 
@@ -69,7 +68,7 @@ def _pipe_gone() -> None:
 
 
 stdout = _Stdout()
-out = Console(file=stdout, highlight=False, soft_wrap=True)
+out = TextConsole(file=stdout, soft_wrap=True)  # every string shown as text (whileai.progress.TextConsole)
 err = STDERR  # the one stderr console: messages printed while a progress bar is live go above it
 
 _state = {"debug": bool(os.environ.get("WHILEAI_DEBUG"))}

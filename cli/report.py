@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import typer
 from rich.measure import Measurement
 from rich.table import Table
-from rich.text import Text
 
 from whileai.cli.console import guarded, out, print_json, say
 from whileai.defaults import REPORT_WINDOW
@@ -153,7 +152,7 @@ def _heading(text: str, detail: str = "", joiner: str = ": ") -> None:
     if detail and len(lines[0]) > out.width:
         lines = [text, detail]
     for line in lines:
-        out.print(Text(line), soft_wrap=False, overflow="fold")
+        out.print(line, soft_wrap=False, overflow="fold")
 
 
 _LABEL_WIDTH = 18  # the label column of the summary's tables, wider when a label needs it (up to 30)
@@ -161,12 +160,13 @@ _LABEL_WIDTH = 18  # the label column of the summary's tables, wider when a labe
 
 def _figures(rows: list[tuple[str, str]], label_width: int = _LABEL_WIDTH) -> Table:
     """A two-column table of labelled figures: no header, no outer edge, long values wrapped (never cut). Labels and
-    values are printed as written (no Rich markup: failure kinds and messages are text whileai did not write)."""
+    values are printed as written (``out`` shows text as text: failure kinds and messages are text whileai did not
+    write)."""
     table = Table(show_header=False, show_edge=False, box=None, pad_edge=False, padding=(0, 2, 0, 1))
     table.add_column("figure", width=label_width, overflow="fold")
     table.add_column("value", overflow="fold")
     for label, value in rows:
-        table.add_row(Text(label), Text(value))
+        table.add_row(label, value)
     return table
 
 
@@ -372,9 +372,9 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
         )
     out.print(table)
     for check in failed[:3]:
-        out.print(Text(f"step {check['step']}: {check.get('why', '')}"), soft_wrap=False, overflow="fold")
+        out.print(f"step {check['step']}: {check.get('why', '')}", soft_wrap=False, overflow="fold")
     if len(failed) > 3:
-        out.print(Text(f"... and {len(failed) - 3} more failed checks (--json has each)"))
+        out.print(f"... and {len(failed) - 3} more failed checks (--json has each)")
 
 
 # ---------------------------------------------------------------- --steps: the per-step table
@@ -462,7 +462,7 @@ def _print_spread(path: Path, data: dict[str, Any]) -> None:
     rows += [(f"fell back: {reason}", str(count)) for reason, count in (data.get("failed_groups") or {}).items()]
     out.print(_figures(rows))
     for line in (data.get("summary", ""), data.get("conclusion", "")):
-        out.print(Text(str(line)), soft_wrap=False, overflow="fold")
+        out.print(str(line), soft_wrap=False, overflow="fold")
 
 
 def _cell(value: object) -> str:

@@ -24,7 +24,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from whileai.config.load import LoadedRecipe, default_recipe, load_recipe, validate_recipe
@@ -41,6 +40,7 @@ from whileai.errors import BadInput
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.reference import load_callable
 from whileai.grading.scripted import ScriptedGrader, ScriptedRule
+from whileai.yamldata import read_yaml_file
 
 __all__ = [
     "build_grader",
@@ -58,10 +58,11 @@ Say = Callable[[str], None]
 def _read_mapping(path: Path, what: str) -> Any:
     if not path.is_file():
         raise BadInput(f"{what}: no such file {path}")
+    if path.suffix != ".json":
+        return read_yaml_file(path, what)
     try:
-        text = path.read_text()
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadInput(f"{path}: cannot parse {what} ({err})") from None
 
 

@@ -106,6 +106,12 @@ GGUF_MODELS: Final[tuple[str, ...]] = ("gemma-3-270m", "qwen2.5-coder-0.5b", "qw
 HUB_CHECK_TIMEOUT_S: Final[float] = 10.0
 
 
+# The most values a YAML file or override may expand to, aliases followed (whileai.yamldata): a recipe holds a few
+# hundred and a judge prompt file a few dozen; a hundred thousand is read and validated in well under a second, where
+# an alias bomb would be gigabytes.
+YAML_EXPANDED_VALUES: Final[int] = 100_000
+
+
 def cache_dir(name: str) -> Path:
     """Where whileai keeps what it can make again but need not: ``$WHILEAI_CACHE/NAME`` when that variable is set,
     else ``$XDG_CACHE_HOME/whileai/NAME`` (the XDG base directory convention), ``~/.cache/whileai/NAME`` when neither

@@ -65,12 +65,9 @@ def _recipe(folder: Path) -> dict[str, Any] | None:
     path = folder / "recipe.yaml"
     if not path.is_file():
         return None
-    import yaml
+    from whileai.yamldata import read_yaml_file
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise BadInput(f"{path}: not valid YAML ({err.__class__.__name__})") from None
+    data = read_yaml_file(path)
     return data if isinstance(data, dict) else None
 
 

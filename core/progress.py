@@ -1,5 +1,6 @@
 """Progress bars on stderr for the phases a user waits for: the count done (out of the total, where known) and the
-rate, drawn only on a terminal (a log file gets each phase's closing line from the code that runs it).
+rate, drawn only on a terminal (a log file gets each phase's closing line from the code that runs it); and the
+consoles everything is printed on (:class:`TextConsole`), which show every text as the text it is.
 
 The warm start of a tiny agent, the spread gate's sampling of the initial model, a judge grading rows for
 ``whileai spread`` and the simulator's rollouts all use :func:`phase` or :func:`phase_bar`; training has its own bar
@@ -9,19 +10,52 @@ The warm start of a tiny agent, the spread gate's sampling of the initial model,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-__all__ = ["STDERR", "CounterRateColumn", "RateColumn", "phase", "phase_bar"]
+__all__ = ["STDERR", "CounterRateColumn", "RateColumn", "TextConsole", "phase", "phase_bar", "visible"]
+
+# Characters a terminal obeys instead of showing: C0 controls but the line break and the tab, DEL, C1 controls (ESC
+# starts the sequences that move the cursor, clear the screen or make a hyperlink), and the bidirectional overrides
+# and isolates that make a line read otherwise than it is written.
+_OBEYED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would obey instead of show written as its escape (``\\x1b``).
+
+    Example:
+        >>> visible("done\\x1b[2J [bold]x[/bold]\\n")
+        'done\\\\x1b[2J [bold]x[/bold]\\n'
+    """
+    return _OBEYED.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+class TextConsole(Console):
+    """A Rich console on which every string is shown as the text it is: no markup (``[/INST]`` in a prompt, a
+    ``[link=...]`` in a judge's reply), no emoji codes, and the characters a terminal would obey shown escaped
+    (:func:`visible`). Strings reach the screen through ``render_str`` (plain ``print`` and every table cell), so this
+    is the one place untrusted text (rows, replies, file names, messages quoting them) is made safe to print; whileai
+    styles its own words with ``Text`` and styles, never with markup."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **options)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        options.update(markup=False, emoji=False)
+        return super().render_str(visible(text), **options)
+
 
 # The process's one stderr console: the command line prints its messages on it and every bar draws on it, so that a
 # message printed while a bar is live goes above the bar. (Rich writes to the real stderr even while a bar on another
 # console redirects it, and each such message leaves a copy of the bar behind on the screen.)
-STDERR = Console(stderr=True, highlight=False, soft_wrap=True)
+STDERR = TextConsole(stderr=True, soft_wrap=True)
 
 
 def _rate(speed: float, unit: str) -> Text:

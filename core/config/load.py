@@ -25,6 +25,7 @@ from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.endpoint import masked_url
 from whileai.errors import BadInput
+from whileai.yamldata import read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
 
@@ -94,19 +95,9 @@ def config_dirs(base_dir: Path) -> list[Path]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such recipe file") from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise BadInput(f"{path}{where}: not valid YAML ({problem})") from None
+    if not path.is_file() and not path.exists():
+        raise BadInput(f"{path}: no such recipe file")
+    data = read_yaml_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -142,8 +133,10 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise BadInput(f"override {_masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = read_yaml(raw, f"override {key.strip()}") if raw.strip() else None
+        except BadInput as error:
+            if "alias" in str(error):
+                raise  # an alias bomb in one line is no text value either
             value = raw
         if isinstance(value, str) and _FLOAT.match(value):
             value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string

@@ -19,11 +19,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from whileai.errors import BadInput
 from whileai.judge.replies import SCORE_TOP
+from whileai.yamldata import read_yaml_file
 
 __all__ = [
     "AnswerShape",
@@ -155,10 +155,7 @@ def _resolve(spec: str) -> Path:
 def _read_raw(source: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A prompt file's mapping, with what its ``extends`` names underneath: the fields a file leaves out are its
     base's, so a version that changes one template states only that one."""
-    try:
-        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise BadInput(f"judge prompts {source}: cannot read: {exc}") from None
+    raw = read_yaml_file(source, "judge prompts")
     if not isinstance(raw, dict) or "extends" not in raw:
         return raw
     base_spec = raw.pop("extends")

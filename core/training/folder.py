@@ -5,31 +5,78 @@ line per graded group, ``step`` counted as TRL counts: from 1), TRL's ``completi
 (named by the step they were logged at), ``checkpoint-N``,
 ``trainer_state.json``, ``final/``. A folder that holds a run's training output is used: a new run goes elsewhere,
 or continues it with ``--resume``. A resume from ``checkpoint-N`` replays the steps after N, so what they logged is
-dropped first and every step is logged once.
+dropped first and every step is logged once. One process at a time writes into a run folder (``run_lock``).
 
 Plain files only: no torch, no TRL.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Callable
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from whileai.errors import BadInput, json_problem
+from whileai.yamldata import read_yaml_file
 
 __all__ = [
+    "HOLDER_FILE",
     "GradingLog",
     "forget_after",
     "last_checkpoint",
     "mark_run",
     "read_grading_log",
+    "run_lock",
     "training_output",
     "write_json",
 ]
+
+
+# Who holds a run folder, written by the holder while it holds it (the lock itself is on the folder).
+HOLDER_FILE = ".whileai-holder"
+
+
+@contextmanager
+def run_lock(out: Path, command: str) -> Iterator[None]:
+    """Hold the run folder ``out`` for this process while the block runs: a second ``whileai train``, ``--resume`` or
+    ``eval`` on the same folder is refused at once instead of writing into it too.
+
+    The lock is the kernel's (``flock`` on the folder), so it is released however the holder ends, a SIGKILL
+    included: a killed holder's folder is free. Who holds it is written beside it (``HOLDER_FILE``: the command, its
+    process id and host, since when) for the message a refused process gives, and removed when the block ends. The
+    folder is made when it does not exist.
+
+    Raises:
+        BadInput: another process holds the folder; the message names the folder and the holder.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    handle = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = (out / HOLDER_FILE).read_text().strip() or "another process"
+            except OSError:
+                holder = "another process"
+            raise BadInput(
+                f"{out} is in use: {holder}. One process writes into a run folder at a time: wait for it to end, "
+                "or train into another folder with output_dir=NEW"
+            ) from None
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        (out / HOLDER_FILE).write_text(f"{command}, process {os.getpid()} on {socket.gethostname()}, since {since}\n")
+        try:
+            yield
+        finally:
+            (out / HOLDER_FILE).unlink(missing_ok=True)
+    finally:
+        os.close(handle)  # the lock goes with the descriptor
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -206,9 +253,9 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
     path = out / "spread_gate.json"
     try:
         gate = json.loads(path.read_text())
-        before = yaml.safe_load((out / "recipe.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+    except (OSError, ValueError):
         return None, "the run folder keeps no verdict"
+    before = run_recipe(out)
     if not isinstance(gate, dict) or "verdict" not in gate or not isinstance(before, dict):
         return None, "the run folder keeps no verdict"
     changed = [name for name in _GATE_SECTIONS if _gate_part(name, before) != _gate_part(name, recipe)]
@@ -218,6 +265,16 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
     if changed:
         return None, f"the recipe's {', '.join(changed)} changed since the verdict"
     return gate, ""
+
+
+def run_recipe(out: Path) -> dict[str, Any] | None:
+    """The recipe a run folder keeps (``recipe.yaml``, as ``LoadedRecipe.written()`` made it), or None where it keeps
+    none that reads as one."""
+    try:
+        recipe = read_yaml_file(out / "recipe.yaml")
+    except BadInput:
+        return None
+    return recipe if isinstance(recipe, dict) else None
 
 
 def arm_of(recipe: dict[str, Any]) -> dict[str, Any]:
@@ -235,11 +292,8 @@ def arm_changes(out: Path, recipe: dict[str, Any]) -> list[str]:
     """What ``recipe`` (``LoadedRecipe.written()``) changes of the arm the run in ``out`` was trained as, each as
     ``field: before -> now`` (a binary arm has no grader: ``none``); empty when it changes none, or the folder keeps
     no recipe."""
-    try:
-        before = yaml.safe_load((out / "recipe.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return []
-    if not isinstance(before, dict):
+    before = run_recipe(out)
+    if before is None:
         return []
     then, now = arm_of(before), arm_of(recipe)
     return [f"{key}: {then[key] or 'none'} -> {now[key] or 'none'}" for key in then if then[key] != now[key]]
@@ -263,9 +317,6 @@ def grader_recipe_of(rows: Path | None) -> Path | None:
     for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
         candidate = folder / "recipe.yaml"
         if candidate.is_file() and (folder / "completions").is_dir():
-            try:
-                written = yaml.safe_load(candidate.read_text())
-            except (OSError, yaml.YAMLError):
-                return None
-            return candidate if isinstance(written, dict) and written.get("grader") else None
+            written = run_recipe(folder)
+            return candidate if written is not None and written.get("grader") else None
     return None

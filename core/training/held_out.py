@@ -29,6 +29,7 @@ from typing import Any
 from whileai.errors import BadInput
 from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.stats import clustered_interval
+from whileai.training.folder import run_lock
 
 __all__ = ["EVAL_FORMAT", "HeldOut", "eval_file", "evaluate_run"]
 
@@ -149,9 +150,22 @@ def evaluate_run(
     recipe's model, what training's first step sampled), on the same prompts, to ``eval-initial.json``.
 
     Raises:
-        BadInput: no run folder, no saved model, or no held-out prompt.
+        BadInput: no run folder, no saved model, no held-out prompt, or another process writing into the run.
         MissingExtra: torch, transformers or trl not installed.
     """
+    recipe_path = run / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
+    if initial and checkpoint is not None:
+        raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
+    with run_lock(run, "whileai eval"):  # it writes into the run: not beside a training run, or another eval
+        return _evaluate(run, checkpoint, prompts, seed, say, initial)
+
+
+def _evaluate(
+    run: Path, checkpoint: str | None, prompts: int, seed: int, say: Callable[[str], None], initial: bool
+) -> HeldOut:
+    """``evaluate_run`` once the run folder is this process's."""
     from whileai.build import build_grading
     from whileai.grading.gate import check_spread_groups
     from whileai.training.plan import Machine, grpo_kwargs
@@ -159,12 +173,7 @@ def evaluate_run(
     from whileai.training.sample import group_passes, sample_groups
     from whileai.training.tasks import load_verifier
 
-    recipe_path = run / "recipe.yaml"
-    if not recipe_path.is_file():
-        raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
-    if initial and checkpoint is not None:
-        raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
-    rows, source, loaded, task = _held_out_rows(recipe_path, prompts)
+    rows, source, loaded, task = _held_out_rows(run / "recipe.yaml", prompts)
     model = _model(run, loaded, checkpoint, initial)
     checkpoint = "initial" if initial else checkpoint
     quiet_libraries("whileai eval")

@@ -21,7 +21,7 @@ datasets are imported inside ``run_training``, never by importing this module.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import sys
 import time
@@ -45,6 +45,7 @@ from whileai.training.folder import (
     last_checkpoint,
     mark_run,
     recorded_gate,
+    run_lock,
     training_output,
     write_json,
 )
@@ -167,46 +168,6 @@ _SOURCES = {
 }
 
 
-def _build_tiny(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
-    """Build the recipe's tiny random-weight model: word-level for a text task, a warm-started tool caller for a
-    multi-turn one."""
-    from whileai.defaults import cache_dir
-    from whileai.training.tiny import (
-        WarmStart,
-        agent_model_key,
-        build_tiny_agent_model,
-        build_tiny_model,
-        building,
-        from_cache,
-        to_cache,
-    )
-
-    if task.environment_factory is None:
-        build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed, chat=task.chat)
-        return
-    from whileai.simulations.environment import environment_tools
-
-    warm = model.warm_start
-    started = time.perf_counter()
-    # Without a warm start the demonstrations still train the tokenizer (two per scenario are plenty for that).
-    conversations = task.demonstrations(warm.rollouts if warm is not None else 2, seed)
-    tools = environment_tools(task.environment_factory())
-    plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
-    key, cache = agent_model_key(conversations, tools, model.tiny.config(), plan, seed), cache_dir("tiny")
-    with building(key, cache):
-        if from_cache(path, key, cache):
-            say(f"whileai: the tiny model from {cache / key}, left by a run with the same task, settings and seed")
-            return
-        build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
-        to_cache(path, key, cache)
-    if plan is not None and plan.steps > 0:
-        record = json.loads((Path(path) / "warm_start.json").read_text())
-        say(
-            f"whileai: warm start: {warm.steps} supervised steps on {len(conversations)} seeded-agent conversations, "
-            f"final loss {record['final_loss']} ({time.perf_counter() - started:.0f} s)"
-        )
-
-
 def _refused(gate: dict[str, Any], skip_spread_gate: bool) -> bool:
     """Whether the gate's verdict stops the run before training."""
     return gate["verdict"] not in ("yes", "skipped") and not skip_spread_gate
@@ -263,6 +224,23 @@ def run_training(
         KeyboardInterrupt: Ctrl-C, after the run folder was marked.
     """
     out = Path(loaded.recipe.output_dir)
+    if resume and not out.is_dir():
+        raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
+    # One process writes into a run folder (the first of a launch holds it for all); the checks below run under the
+    # lock, so that two runs started together cannot both find the folder free.
+    with run_lock(out, "whileai train") if first_process() else contextlib.nullcontext():
+        return _run_in_folder(loaded, out, skip_spread_gate, resume, say, callbacks)
+
+
+def _run_in_folder(
+    loaded: LoadedRecipe,
+    out: Path,
+    skip_spread_gate: bool,
+    resume: bool,
+    say: Callable[[str], None],
+    callbacks: Sequence[Any],
+) -> TrainingResult:
+    """``run_training`` once the folder is this process's."""
     # Refused before anything is written, so the folder's own record stays as it was.
     used = training_output(out)
     if used and not resume:
@@ -410,12 +388,14 @@ def _prepare(
         gate = _run_gate(run.loaded, run.grading, say)
     if gate is not None and _refused(gate, skip):
         return gate
+    from whileai.training.tiny import build_recipe_model
+
     model, path = recipe.model, model_path(run.loaded)
     assert model is not None
     # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
     # again: the checkpoint holds the weights training has reached.
     if model.tiny is not None and not (resume and (Path(path) / "tokenizer_config.json").is_file()):
-        _build_tiny(path, model, task, recipe.trainer.seed, say)
+        build_recipe_model(path, model, task, recipe.trainer.seed, say)
     if gate is None:
         from whileai.training.sample import sample_groups
 

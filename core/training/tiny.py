@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ __all__ = [
     "TINY_CHAT_TEMPLATE",
     "WarmStart",
     "agent_model_key",
+    "build_recipe_model",
     "build_tiny_agent_model",
     "build_tiny_model",
     "building",
@@ -450,3 +452,35 @@ def building(key: str, cache: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_recipe_model(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
+    """Build a recipe's tiny random-weight model (``model``: its model section) for ``task`` (a
+    ``whileai.training.tasks.TrainingTask``): word-level for a text task, a warm-started tool caller for a multi-turn
+    one, copied from the cache where a run with the same task, settings and seed left one."""
+    from whileai.defaults import cache_dir
+
+    if task.environment_factory is None:
+        build_tiny_model(path, task.corpus, model.tiny.config(), seed=seed, chat=task.chat)
+        return
+    from whileai.simulations.environment import environment_tools
+
+    warm = model.warm_start
+    started = time.perf_counter()
+    # Without a warm start the demonstrations still train the tokenizer (two per scenario are plenty for that).
+    conversations = task.demonstrations(warm.rollouts if warm is not None else 2, seed)
+    tools = environment_tools(task.environment_factory())
+    plan = None if warm is None else WarmStart(warm.steps, warm.batch_size, warm.learning_rate)
+    key, cache = agent_model_key(conversations, tools, model.tiny.config(), plan, seed), cache_dir("tiny")
+    with building(key, cache):
+        if from_cache(path, key, cache):
+            say(f"whileai: the tiny model from {cache / key}, left by a run with the same task, settings and seed")
+            return
+        build_tiny_agent_model(path, conversations, tools, model.tiny.config(), plan, seed=seed)
+        to_cache(path, key, cache)
+    if plan is not None and plan.steps > 0:
+        record = json.loads((Path(path) / "warm_start.json").read_text())
+        say(
+            f"whileai: warm start: {warm.steps} supervised steps on {len(conversations)} seeded-agent conversations, "
+            f"final loss {record['final_loss']} ({time.perf_counter() - started:.0f} s)"
+        )

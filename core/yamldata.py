@@ -1,0 +1,119 @@
+"""YAML read as data: every YAML file and override whileai reads goes through :func:`read_yaml`.
+
+PyYAML's safe loader builds plain values only, but it lets an alias name a node many times, and nine lines of
+aliases (a "billion laughs") name more values than a machine has memory for: the loader shares the objects, and the
+first thing that walks them as a tree (validation, ``model_dump(mode="json")``, a YAML dump) runs out of memory.
+:func:`read_yaml` composes the document, counts the values it expands to (each alias counted every time it is used,
+in time linear in the document) and refuses one over ``YAML_EXPANDED_VALUES`` or one that contains itself, before
+anything is built. Aliases within the limit (a block reused with ``<<: *defaults``) read as usual. Every refusal is
+a ``BadInput`` naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whileai.defaults import YAML_EXPANDED_VALUES
+from whileai.errors import BadInput
+
+__all__ = ["read_yaml", "read_yaml_file"]
+
+
+def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES) -> Any:
+    """The data of one YAML document.
+
+    Args:
+        text: the document.
+        where: what it is, for messages (a file's path, ``override trainer.seed``).
+        limit: the most values (scalars, lists, mappings) the document may expand to, aliases followed.
+
+    Raises:
+        BadInput: not YAML, more than one document, an alias that expands past ``limit`` or contains itself;
+            ``where`` with the line and column.
+
+    Example:
+        >>> read_yaml("base: &b {lr: 1}\\nrun: {<<: *b, steps: 2}", "recipe.yaml")
+        {'base': {'lr': 1}, 'run': {'lr': 1, 'steps': 2}}
+        >>> read_yaml("a: &a [1, 2]\\nb: [*a, *a, *a]", "bomb.yaml", limit=8)
+        Traceback (most recent call last):
+        ...
+        whileai.errors.BadInput: bomb.yaml line 2, column 4: its aliases expand to more than 8 values (a YAML alias bomb?); write the values out, or use fewer aliases
+    """  # noqa: E501
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where, limit)
+        return loader.construct_document(node)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise BadInput(f"{where}{_place(mark)}: not valid YAML ({problem})") from None
+    except RecursionError:  # a document nested deeper than Python's stack
+        raise BadInput(f"{where}: nested too deeply to read as data") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml_file(path: Path, what: str = "") -> Any:
+    """:func:`read_yaml` of a file, its unreadable cases named too (``what``: what the file is for, in messages)."""
+    named = f"{what} {path}" if what else str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{named}: no such file") from None
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{named}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise BadInput(f"{named}: cannot read it ({err.strerror})") from None
+    return read_yaml(text, named)
+
+
+def _place(mark: Any) -> str:
+    return f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _check_expansion(root: yaml.Node, where: str, limit: int) -> None:
+    """Refuse a node graph that expands, aliases followed, to more than ``limit`` values, or that contains itself.
+
+    Each node's expanded size is counted once (a depth-first walk of the composed graph, sizes kept by node), so the
+    count costs time linear in the document however large the expansion it would make."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[key] > limit:
+                raise BadInput(
+                    f"{where}{_place(node.start_mark)}: its aliases expand to more than {limit} values (a YAML alias "
+                    "bomb?); write the values out, or use fewer aliases"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise BadInput(f"{where}{_place(node.start_mark)}: an alias that contains itself")
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                raise BadInput(f"{where}{_place(child.start_mark)}: an alias that contains itself")
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
