@@ -1,0 +1,78 @@
+"""YAML read as data: an alias bomb, an alias that contains itself, in a recipe, an include, an override, a judge's
+prompt file and a rule file, each refused at once naming the file and line; aliases within the limit read as before."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from whileai.config import load_recipe
+from whileai.errors import BadInput
+from whileai.yamldata import read_yaml
+
+LEVELS = "abcdefghij"
+
+
+def bomb() -> str:
+    """Nine lines whose last names 9**9 (387 million) values."""
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for previous, name in itertools.pairwise(LEVELS[:9]):
+        lines.append(f"{name}: &{name} [{','.join([f'*{previous}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_bomb_under_a_trainer_field_is_refused_at_once_naming_its_line(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(bomb() + f"trainer:\n  model_init_kwargs: {{x: *{LEVELS[8]}}}\n")
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=rf"^{recipe} line 6, column 4: its aliases expand to more than 100000 values"):
+        load_recipe(recipe)
+    assert time.monotonic() - started < 10  # a walk of 10 nodes, not of 387 million
+
+
+def test_an_alias_that_contains_itself_is_refused() -> None:
+    with pytest.raises(BadInput, match=r"^loop.yaml line 1, column \d+: an alias that contains itself"):
+        read_yaml("a: &a [1, *a]\n", "loop.yaml")
+
+
+def test_aliases_within_the_limit_read_as_before(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "grader: {kind: scripted, rule: &rule {measure: chars, order: ascending}}\n"
+        "spread:\n  controls: 4\ntrainer: &trainer\n  beta: 0.001\n"
+    )
+    loaded = load_recipe(recipe)
+    assert loaded.recipe.trainer.model_dump()["beta"] == 0.001
+    assert read_yaml("base: &b {lr: 1}\nrun: {<<: *b, steps: 2}\n", "x") == {
+        "base": {"lr": 1},
+        "run": {"lr": 1, "steps": 2},
+    }
+
+
+def test_an_include_an_override_a_prompt_file_and_a_rule_file_are_read_the_same_way(tmp_path: Path) -> None:
+    from whileai.build import grader_from_spec
+    from whileai.config.schema import GradingSection
+    from whileai.judge.prompts import load_prompts
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "block.yaml").write_text(bomb())
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("include: [block.yaml]\n")
+    with pytest.raises(BadInput, match=r"block\.yaml line 6, column 4: its aliases expand"):
+        load_recipe(recipe)
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("grader: {kind: scripted}\n")
+    one_line = "[" + ",".join(["&a [1,1,1,1,1,1,1,1,1,1]"] + ["*a"] * 20000) + "]"
+    with pytest.raises(BadInput, match=r"^override trainer\.x line 1, column 1: its aliases expand"):
+        load_recipe(flat, [f"trainer.x={one_line}"])
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(bomb())
+    with pytest.raises(BadInput, match=rf"^judge prompts {prompts} line 6, column 4: its aliases expand"):
+        load_prompts(str(prompts))
+    rule = tmp_path / "rule.yaml"
+    rule.write_text(bomb())
+    with pytest.raises(BadInput, match=r"rule\.yaml line 6, column 4: its aliases expand"):
+        grader_from_spec(str(rule), GradingSection())
