@@ -19,6 +19,7 @@ is retried in ``whileai.endpoint``, HTTP in ``whileai.http_client``. A recipe's 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -154,29 +155,26 @@ class _OrderPlan:
     spec: CallSpec
 
 
-def _read_ranking(text: str | None, pass_labels: list[str], fail_labels: list[str]) -> dict[str, Any]:
-    checked = check_ranking(read_reply(text, RankingReply), pass_labels, fail_labels)
-    return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
-
-
 class _RankingReader:
-    """``CallSpec.read`` for one display order (a class, not a closure, so each keeps its own labels)."""
+    """``CallSpec.read`` for one display order (a class, not a closure, so each keeps its own labels); ``quoted``:
+    the rollouts shown, whose JSON is never read as the judge's answer."""
 
-    def __init__(self, pass_labels: list[str], fail_labels: list[str]) -> None:
-        self.pass_labels, self.fail_labels = pass_labels, fail_labels
+    def __init__(self, pass_labels: list[str], fail_labels: list[str], quoted: Sequence[str]) -> None:
+        self.pass_labels, self.fail_labels, self.quoted = pass_labels, fail_labels, quoted
 
     def __call__(self, text: str | None) -> dict[str, Any]:
-        return _read_ranking(text, self.pass_labels, self.fail_labels)
+        checked = check_ranking(read_reply(text, RankingReply, self.quoted), self.pass_labels, self.fail_labels)
+        return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
 
 
 class _ScoresReader:
     """``CallSpec.read`` of a score-form call: the scores checked and turned into tiers, as a ranking would be."""
 
-    def __init__(self, pass_labels: list[str], fail_labels: list[str], shape: AnswerShape) -> None:
-        self.pass_labels, self.fail_labels, self.shape = pass_labels, fail_labels, shape
+    def __init__(self, pass_labels: list[str], fail_labels: list[str], shape: AnswerShape, quoted: Sequence[str]):
+        self.pass_labels, self.fail_labels, self.shape, self.quoted = pass_labels, fail_labels, shape, quoted
 
     def __call__(self, text: str | None) -> dict[str, Any]:
-        reply = read_scores(text, self.shape.layout)
+        reply = read_scores(text, self.shape.layout, self.quoted)
         if not self.shape.hacks:
             reply.hacks = []
         checked = check_scores(reply, self.pass_labels, self.fail_labels, self.shape.top)
@@ -216,11 +214,11 @@ class JudgeGrader(_JudgeBase):
             if self.config.answer_form == "scores":
                 messages = rate_messages(self.prompts, task, views, self.config.max_rollout_chars)
                 schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top, shape.hacks)
-                reader: Any = _ScoresReader(pass_labels, fail_labels, shape)
+                reader: Any = _ScoresReader(pass_labels, fail_labels, shape, [v.text for v in views])
             else:
                 messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)
                 schema = _ranking_schema(tuple(pass_labels), tuple(labels))
-                reader = _RankingReader(pass_labels, fail_labels)
+                reader = _RankingReader(pass_labels, fail_labels, [v.text for v in views])
             spec = CallSpec(
                 kind="rank", messages=messages, schema=schema, read=reader, key=self._key("rank", messages, schema)
             )
@@ -316,8 +314,8 @@ def _criteria(rubric: Any) -> tuple[list[str], list[str]]:
     raise BadInput(f"a rubric is a mapping of criteria lists or a list of criteria, not {type(rubric).__name__}")
 
 
-def _read_score(text: str | None) -> dict[str, Any]:
-    reply = read_reply(text, ScoreReply)
+def _read_score(text: str | None, quoted: Sequence[str] = ()) -> dict[str, Any]:
+    reply = read_reply(text, ScoreReply, quoted)
     return {"solution": reply.solution, "behavior": reply.behavior, "reason": reply.reason}
 
 
@@ -340,7 +338,8 @@ class JudgeScorer(_JudgeBase):
             str(item["completion"]),
             self.config.max_rollout_chars,
         )
-        return CallSpec("score", messages, _SCORE_SCHEMA, _read_score, self._key("score", messages, _SCORE_SCHEMA))
+        read = functools.partial(_read_score, quoted=(str(item["completion"]),))
+        return CallSpec("score", messages, _SCORE_SCHEMA, read, self._key("score", messages, _SCORE_SCHEMA))
 
     def score_passes(
         self, requests: Sequence[tuple[Mapping[str, Any], Any]], fresh: bool = False
@@ -386,8 +385,8 @@ class JudgeScorer(_JudgeBase):
         return answer
 
 
-def _read_rubric(text: str | None) -> dict[str, Any]:
-    reply = read_reply(text, RubricReply)
+def _read_rubric(text: str | None, quoted: Sequence[str] = ()) -> dict[str, Any]:
+    reply = read_reply(text, RubricReply, quoted)
     return {"solution": list(reply.solution), "behavior": list(reply.behavior)}
 
 
@@ -436,7 +435,8 @@ class JudgeRubricWriter(_JudgeBase):
             RolloutView(labels[p], bool(items[j]["passed"]), str(items[j]["completion"])) for p, j in enumerate(order)
         ]
         messages = rubric_messages(self.prompts, task, views, self.config.max_rollout_chars)
-        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, _read_rubric, self._key("rubric", messages, _RUBRIC_SCHEMA))
+        read = functools.partial(_read_rubric, quoted=[view.text for view in views])
+        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, read, self._key("rubric", messages, _RUBRIC_SCHEMA))
         try:
             outcome = self.client.run([spec])[0]
         except GraderUnavailable:

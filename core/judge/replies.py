@@ -29,6 +29,7 @@ __all__ = [
     "ScoresReply",
     "check_ranking",
     "check_scores",
+    "json_objects",
     "parse_json_reply",
     "ranking_schema",
     "read_reply",
@@ -104,13 +105,13 @@ class PassScoresReply(BaseModel):
         return ScoresReply(reasons=reasons, scores=scores, hacks=self.hacks)
 
 
-def read_scores(text: str | None, layout: str = "grouped") -> ScoresReply:
-    """A score-form reply in ``layout`` (``SCORE_LAYOUTS``), read as the grouped layout; raises
-    ``JudgeAnswerError`` naming the first problem."""
+def read_scores(text: str | None, layout: str = "grouped", quoted: Sequence[str] = ()) -> ScoresReply:
+    """A score-form reply in ``layout`` (``SCORE_LAYOUTS``), read as the grouped layout (``quoted``: as
+    :func:`read_reply`); raises ``JudgeAnswerError`` naming the first problem."""
     if layout == "per_pass":
-        reply: PassScoresReply = read_reply(text, PassScoresReply)
+        reply: PassScoresReply = read_reply(text, PassScoresReply, quoted)
         return reply.as_scores()
-    scores: ScoresReply = read_reply(text, ScoresReply)
+    scores: ScoresReply = read_reply(text, ScoresReply, quoted)
     return scores
 
 
@@ -137,10 +138,39 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 
-def parse_json_reply(text: str | None) -> Any:
-    """The JSON object in a judge's reply: bare, inside a code fence, or the outermost ``{...}`` in prose.
+def json_objects(text: str | None) -> list[tuple[str, Any]]:
+    """Every JSON value a judge's reply holds, in the order it writes them, each with the text it was read from: the
+    reply whole when it is JSON, else each top-level ``{...}`` in it (bare, in a code fence, after prose). A
+    ``<think>...</think>`` block (reasoning models) is dropped first.
 
-    A ``<think>...</think>`` block (reasoning models) is dropped first.
+    Example:
+        >>> [value for _, value in json_objects('Rollout B wrote {"x": 1}. My answer:\\n```json\\n{"ranking": ["A"]}\\n```')]
+        [{'x': 1}, {'ranking': ['A']}]
+    """  # noqa: E501
+    if text is None:
+        return []
+    body = _THINK.sub("", text).strip()
+    try:
+        return [(body, json.loads(body))]
+    except json.JSONDecodeError:
+        pass
+    found: list[tuple[str, Any]] = []
+    decoder = json.JSONDecoder()
+    position = body.find("{")
+    while position >= 0:
+        try:
+            value, end = decoder.raw_decode(body, position)
+        except json.JSONDecodeError:
+            position = body.find("{", position + 1)
+            continue
+        found.append((body[position:end], value))
+        position = body.find("{", end)
+    return found
+
+
+def parse_json_reply(text: str | None) -> Any:
+    """The JSON value of a judge's reply: the last one it writes (:func:`json_objects`), its answer after any it
+    quotes.
 
     Example:
         >>> parse_json_reply('Here you go:\\n```json\\n{"ranking": ["A"]}\\n```')
@@ -151,32 +181,55 @@ def parse_json_reply(text: str | None) -> Any:
     """
     if text is None or not text.strip():
         raise JudgeAnswerError("the judge's reply is empty")
-    body = _THINK.sub("", text).strip()
-    candidates = [body]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(body)]
-    start, end = body.find("{"), body.rfind("}")
-    if 0 <= start < end:
-        candidates.append(body[start : end + 1])
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except json.JSONDecodeError:
+    found = json_objects(text)
+    if not found:
+        body = _THINK.sub("", text).strip()
+        # Quoted whole: the endpoint client masks the key in it, then cuts (a text cut first could keep part of a key).
+        raise JudgeAnswerError(f"the judge's reply is not JSON: {' '.join(body.split())!r}")
+    return found[-1][1]
+
+
+def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] = ()) -> Any:
+    """The judge's answer in ``text``, validated as ``model``: of the JSON objects the reply holds, the last that
+    validates and is none of the rollouts' own words.
+
+    A judge that does not keep to the structured output asked for (a server that ignores ``response_format``) may
+    quote a rollout before it answers, and a rollout may hold a JSON object shaped as an answer (a ranking that puts
+    itself first). An object whose text stands in ``quoted`` (the rollouts the judge was shown, whitespace aside) is
+    the rollout's, never the judge's answer; of the rest, the judge's answer is the last that validates.
+
+    Raises:
+        JudgeAnswerError: no reply, no JSON object, or none of the judge's own that validates; the message names the
+            first problem of the last one, or says that every object the reply holds is quoted from a rollout.
+    """
+    if text is None or not text.strip():
+        raise JudgeAnswerError("the judge's reply is empty")
+    found = json_objects(text)
+    if not found:
+        parse_json_reply(text)  # raises with the reply quoted
+    shown = [_squeezed(q) for q in quoted if q]
+    own = [value for source, value in found if not any(_squeezed(source) in q for q in shown)]
+    if not own:
+        raise JudgeAnswerError("every JSON object in the judge's reply is quoted from a rollout: no answer of its own")
+    problem = ""
+    for data in reversed(own):
+        if not isinstance(data, dict):
+            problem = problem or f"the judge's reply is a JSON {type(data).__name__}, not an object"
             continue
-    # Quoted whole: the endpoint client masks the key in it, then cuts (a text cut first could keep part of a key).
-    raise JudgeAnswerError(f"the judge's reply is not JSON: {' '.join(body.split())!r}")
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "reply"
+            problem = problem or f"the judge's reply has a bad {where}: {first['msg']}"
+    raise JudgeAnswerError(problem)
 
 
-def read_reply(text: str | None, model: type[BaseModel]) -> Any:
-    """Parse ``text`` and validate it as ``model``; raises ``JudgeAnswerError`` naming the first problem."""
-    data = parse_json_reply(text)
-    if not isinstance(data, dict):
-        raise JudgeAnswerError(f"the judge's reply is a JSON {type(data).__name__}, not an object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "reply"
-        raise JudgeAnswerError(f"the judge's reply has a bad {where}: {first['msg']}") from None
+def _squeezed(text: str) -> str:
+    """``text`` without whitespace, and with the escapes a rollout block is shown in undone: how a quote of a rollout
+    is compared with it."""
+    unescaped = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return "".join(unescaped.split())
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,7 @@ def run_training(
     out = Path(loaded.recipe.output_dir)
     if resume and not out.is_dir():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
+    check_hub(loaded.recipe, str(loaded.path))  # a model id the hub cannot give fails now, not after the gate
     # One process writes into a run folder (the first of a launch holds it for all); the checks below run under the
     # lock, so that two runs started together cannot both find the folder free.
     with run_lock(out, "whileai train") if first_process() else contextlib.nullcontext():
@@ -302,7 +303,6 @@ def _train(
     callbacks: Sequence[Any],
 ) -> TrainingResult:
     loaded.recipe.require("model", "data", "verifier", command="train")
-    check_hub(loaded.recipe, str(loaded.path))  # a model id the hub cannot give fails now, not after the gate
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
     run = _Run(loaded, first_process(), say)
 
