@@ -81,21 +81,40 @@ CHAT_CONCURRENCY = 32
 
 
 def check_base_url(value: str) -> str:
-    """``value`` without a trailing slash, checked to be an http(s) URL.
+    """``value`` without a trailing slash, checked to be an http(s) URL a request can be sent to.
 
     Raises:
-        ValueError: it does not start with ``http://`` or ``https://``, or it holds whitespace or a control
-            character (a CR or LF would be dropped from the request line or smuggle a header).
+        ValueError: it does not start with ``http://`` or ``https://``; it holds whitespace or a control character
+            (a CR or LF would be dropped from the request line or smuggle a header); it names no host, a host that
+            is no host name, a port that is no number from 1 to 65535, or a query or fragment (the client adds
+            ``/chat/completions`` to the path).
 
     Example:
         >>> check_base_url("http://127.0.0.1:8000/v1/")
         'http://127.0.0.1:8000/v1'
+        >>> check_base_url("http://127.0.0.1:99999/v1")
+        Traceback (most recent call last):
+        ...
+        ValueError: base_url's port 99999 is not a port: a number from 1 to 65535
     """
     if not value.startswith(("http://", "https://")):
         raise ValueError("base_url must start with http:// or https://")
     control = next((i for i, c in enumerate(value) if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
     if control is not None:  # a CR or LF would be dropped from the request line, or put a header in it
         raise ValueError(f"base_url holds a space, line break or control character at position {control}: remove it")
+    parts = urllib.parse.urlsplit(value)
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError("base_url names no host (http://HOST:PORT/v1)")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise ValueError(f"base_url's host {host!r} is not a host name") from None
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]  # after an IPv6 literal's brackets
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"base_url's port {port} is not a port: a number from 1 to 65535")
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise ValueError("base_url holds a query or fragment (?...#...): the client adds /chat/completions to its path")
     return value.rstrip("/")
 
 

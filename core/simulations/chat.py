@@ -95,7 +95,9 @@ def endpoint_config(base_url: str, model: str, *, what: str, **settings: Any) ->
     try:
         config = EndpointSettings(base_url=base_url, model=model, stream=False, **settings)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or what}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
+        )
         raise BadInput(f"{what}: {problems}") from None
     read_api_key(config.api_key_env, field=f"{what}: api_key_env")  # a variable named but not set fails here
     return config
