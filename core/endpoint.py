@@ -59,6 +59,7 @@ __all__ = [
     "check_backoff",
     "check_base_url",
     "check_key_variable",
+    "endpoint_url",
     "first_choice",
     "hide_pasted_key",
     "masked_url",
@@ -86,8 +87,8 @@ def check_base_url(value: str) -> str:
     Raises:
         ValueError: it does not start with ``http://`` or ``https://``; it holds whitespace or a control character
             (a CR or LF would be dropped from the request line or smuggle a header); it names no host, a host that
-            is no host name, a port that is no number from 1 to 65535, or a query or fragment (the client adds
-            ``/chat/completions`` to the path).
+            is no host name, a port that is no number from 1 to 65535, or a fragment (``#...``, which no request
+            carries). A query (``?api-version=...``, as Azure OpenAI asks) is kept after the path each call adds.
 
     Example:
         >>> check_base_url("http://127.0.0.1:8000/v1/")
@@ -113,9 +114,20 @@ def check_base_url(value: str) -> str:
     port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]  # after an IPv6 literal's brackets
     if port and not (port.isdigit() and 1 <= int(port) <= 65535):
         raise ValueError(f"base_url's port {port} is not a port: a number from 1 to 65535")
-    if parts.query or parts.fragment or value.endswith(("?", "#")):
-        raise ValueError("base_url holds a query or fragment (?...#...): the client adds /chat/completions to its path")
+    if parts.fragment or value.endswith("#"):
+        raise ValueError("base_url holds a fragment (#...), which no request carries: remove it")
     return value.rstrip("/")
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """The URL of ``path`` on the server at ``base_url``: added to its path, its query kept after it.
+
+    Example:
+        >>> endpoint_url("https://x.example/openai/deployments/d?api-version=preview", "/chat/completions")
+        'https://x.example/openai/deployments/d/chat/completions?api-version=preview'
+    """
+    parts = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
 
 
 def split_credentials(base_url: str) -> tuple[str, str | None]:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from whileai.endpoint import MalformedResponse
+from whileai.endpoint import MalformedResponse, endpoint_url
 from whileai.masking import SecretFilter
 from whileai.proxies import proxy_for
 
@@ -234,7 +234,7 @@ class Transport:
             self._fresh = self._session(fresh=True)
         session = self._fresh if fresh else self.session
         body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        url = self.yarl.URL(self.base_url + path)
+        url = self.yarl.URL(endpoint_url(self.base_url, path))
         headers = {**self.headers, "Content-Type": "application/json"}
         # sock_read: the longest wait for the next bytes from the server, the reply's head included; connect: a new
         # connection's TCP and TLS handshakes.

@@ -269,12 +269,14 @@ class JudgeServer:
                 except ValueError:
                     self._send(400, {"error": {"message": "body is not JSON"}})
                     return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                path, _, query = self.path.partition("?")
+                if not path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 with server._lock:
+                    headers = {k.lower(): v for k, v in self.headers.items()}
                     server.requests.append(
-                        {"body": body, "headers": {k.lower(): v for k, v in self.headers.items()}, "time": time.time()}
+                        {"body": body, "headers": headers, "time": time.time(), "path": path, "query": query}
                     )
                 action = server._next(body)
                 if isinstance(action, Hang):

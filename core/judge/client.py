@@ -104,7 +104,8 @@ def is_local(base_url: str) -> bool:
 
 
 def _server_root(base_url: str) -> str:
-    """The URL the server's own endpoints hang off: ``base_url`` without its ``/v1``."""
+    """The URL the server's own endpoints hang off: ``base_url`` without its ``/v1`` and its query."""
+    base_url = base_url.partition("?")[0]
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 

@@ -51,3 +51,13 @@ def test_a_reply_of_nothing_but_the_quoted_block_is_unusable(make_judge, judge_s
     graded = gar.grade_group(rewards, ["refund ORD-5"] * 4, completions)
     assert graded.reason is not None and "quoted from a rollout" in graded.reason
     assert gar.stats.failed == 1 and graded.factors == {}  # fell back: the verifier's rewards as they were
+
+
+def test_a_base_url_with_a_query_keeps_it_after_the_path(make_judge, judge_server) -> None:
+    """Azure OpenAI's form: ``.../deployments/NAME?api-version=...``; each call adds its path before the query."""
+    judge = make_judge("grader", base_url=f"{judge_server.url}?api-version=preview")
+    gar = GroupwiseGrading(grader=judge)
+    rewards, completions = _group()
+    assert gar.grade_group(rewards, ["refund ORD-5"] * 4, completions).reason is None
+    request = judge_server.requests[-1]
+    assert request["path"].endswith("/v1/chat/completions") and request["query"] == "api-version=preview"
