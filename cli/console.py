@@ -137,7 +137,7 @@ def guarded(command: F) -> F:
         except WhileaiError as error:
             _traceback_when_debugging()
             label = "missing install" if isinstance(error, MissingExtra) else "error"
-            err.print(f"whileai: {label}: {error}", markup=False)
+            err.print(f"whileai: {label}: {_one_line(str(error))}")
             raise typer.Exit(error.exit_code) from None
         except ImportError as error:
             _traceback_when_debugging()
@@ -156,10 +156,16 @@ def guarded(command: F) -> F:
             _traceback_when_debugging()
             text = str(error).strip().splitlines()[0] if str(error).strip() else ""
             hint = "" if is_debug() else " (rerun with whileai --debug for the traceback)"
-            err.print(f"whileai: error: {type(error).__name__}: {text}{hint}", markup=False)
+            err.print(f"whileai: error: {type(error).__name__}: {text}{hint}")
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_line(message: str) -> str:
+    """An error's message on one line: a line break in the text it quotes (a key, a row's field, a file name) shown as
+    ``\\n``, as the console shows the other characters a terminal obeys."""
+    return message.replace("\r\n", "\\n").replace("\n", "\\n")
 
 
 # The exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.

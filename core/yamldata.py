@@ -42,13 +42,18 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES) -> Any:
         ...
         whileai.errors.BadInput: bomb.yaml line 2, column 4: its aliases expand to more than 8 values (a YAML alias bomb?); write the values out, or use fewer aliases
     """  # noqa: E501
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # reads the first characters: a control character may be refused here
+    except yaml.reader.ReaderError as err:
+        raise BadInput(_unreadable(err, text, where)) from None
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         _check_expansion(node, where, limit)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as err:
+        raise BadInput(_unreadable(err, text, where)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
@@ -71,6 +76,14 @@ def read_yaml_file(path: Path, what: str = "") -> Any:
     except OSError as err:
         raise BadInput(f"{named}: cannot read it ({err.strerror})") from None
     return read_yaml(text, named)
+
+
+def _unreadable(err: yaml.reader.ReaderError, text: str, where: str) -> str:
+    """A character YAML refuses (a control character, a NUL), placed by line and column."""
+    position = max(0, min(int(err.position), len(text)))
+    line, column = text.count("\n", 0, position) + 1, position - (text.rfind("\n", 0, position) + 1) + 1
+    character = chr(err.character) if isinstance(err.character, int) else str(err.character)
+    return f"{where} line {line}, column {column}: not valid YAML (character {character!a} is not allowed)"
 
 
 def _place(mark: Any) -> str:

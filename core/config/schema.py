@@ -500,6 +500,14 @@ class Recipe(Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _paths_a_system_can_open(self) -> Recipe:
+        # A NUL ends a path in every system call: Python refuses such a path only when it first opens it.
+        for name, path in [("output_dir", self.output_dir), *self.local_files(Path("."))]:
+            if "\x00" in path:
+                raise ValueError(f"{name} holds a NUL character (\\x00), which no path can: remove it")
+        return self
+
     def local_files(self, base_dir: Path) -> list[tuple[str, str]]:
         """Every field that names a file or folder of the user's, as ``(dotted field, the path as written)``: rows,
         rubrics, a function's ``.py`` file, the dataset when it is a rows file or folder (not a ``datasets`` name).

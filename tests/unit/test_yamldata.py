@@ -76,3 +76,10 @@ def test_an_include_an_override_a_prompt_file_and_a_rule_file_are_read_the_same_
     rule.write_text(bomb())
     with pytest.raises(BadInput, match=r"rule\.yaml line 6, column 4: its aliases expand"):
         grader_from_spec(str(rule), GradingSection())
+
+
+def test_a_control_character_is_placed_by_line_and_column(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text('grader:\n  kind: scripted\nx: "\x01"\n')
+    with pytest.raises(BadInput, match=rf"^{recipe} line 3, column 5: not valid YAML \(character '\\x01' is not"):
+        load_recipe(recipe)
