@@ -181,10 +181,10 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
     sys.path.insert(0, str(REPO / "benchmarks"))
     from legacy_transports import OpenAIOnHttpx, OwnHttp11
 
-    from whileai.endpoint import Call, EndpointSettings, first_choice
-    from whileai.http_client import EndpointClient
-    from whileai.masking import SecretFilter
-    from whileai.transport import Transport
+    from whileai.http.client import EndpointClient
+    from whileai.http.endpoint import Call, EndpointSettings, first_choice
+    from whileai.http.secrets import SecretFilter
+    from whileai.http.transport import Transport
 
     # A real key's length, so that every reply is searched for its pieces as a hosted judge's would be.
     key = "sk-" + "".join(random.Random(0).choices(string.ascii_letters + string.digits, k=55))

@@ -2,7 +2,7 @@
 
 The agent is the seeded scripted one (offline, no key) or a served model (``--agent model --base-url --model``); the
 customer's later turns are scripted, or played by a served model with ``--simulator``. The endpoint options are the
-command line's own (each left out keeps ``whileai.endpoint.EndpointSettings``'s default): a recipe's ``simulate``
+command line's own (each left out keeps ``whileai.http.endpoint.EndpointSettings``'s default): a recipe's ``simulate``
 section sets the scenarios, the agent's kind, n and the seed.
 """
 
@@ -20,8 +20,8 @@ from whileai.defaults import (
     DEFAULT_POLICY_TEMPERATURE,
     SIMULATE_REMOTE_WORKERS,
 )
-from whileai.endpoint import EndpointSettings
 from whileai.errors import BadInput
+from whileai.http.endpoint import EndpointSettings
 
 _ENDPOINT = EndpointSettings.model_fields
 

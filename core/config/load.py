@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
-from whileai.endpoint import masked_url
 from whileai.errors import BadInput
+from whileai.http.secrets import masked_override, masked_url
 from whileai.yamldata import read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
@@ -131,7 +131,7 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"override {_masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
+            raise BadInput(f"override {masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
             value = read_yaml(raw, f"override {key.strip()}") if raw.strip() else None
         except BadInput as error:
@@ -146,7 +146,7 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise BadInput(
-                    f"override {_masked_override(item)!r} sets a key under {part!r}, which another override set to a "
+                    f"override {masked_override(item)!r} sets a key under {part!r}, which another override set to a "
                     "value"
                 )
             node = child
@@ -249,12 +249,6 @@ def _format_error(error: Mapping[str, Any]) -> str:
     return f"{path}: {message}"
 
 
-def _masked_override(item: str) -> str:
-    """A ``key=value`` override as a message may quote it: a URL's password masked."""
-    key, sep, value = item.partition("=")
-    return f"{key}{sep}{masked_url(value)}" if "://" in value else item
-
-
 def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[str] = ()) -> Recipe:
     """Validate a merged mapping; a ``BadInput`` names every bad YAML path, and for each the override that set it
     (``override 'trainer.lr=1': ...``) or else ``source``."""
@@ -264,7 +258,7 @@ def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[st
         lines = []
         for error in err.errors():
             item = _override_behind(error, overrides)
-            lines.append((f"override {_masked_override(item)!r}" if item is not None else source, _format_error(error)))
+            lines.append((f"override {masked_override(item)!r}" if item is not None else source, _format_error(error)))
         text = "; ".join(f"{where}: {line}" for where, line in lines)
         raise BadInput(text) from None
 

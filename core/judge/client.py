@@ -1,6 +1,6 @@
 """``JudgeClient``: judge calls, concurrent, retried, cached and bounded by a deadline, behind a sync method.
 
-The judge's layer on top of :class:`whileai.http_client.EndpointClient`, which does the transport: one connection pool
+The judge's layer on top of :class:`whileai.http.client.EndpointClient`, which does the transport: one connection pool
 on a background event loop (so ``run(specs)`` is a plain synchronous method that works from any thread, including
 one whose own event loop is running, TRL's), the semaphore (``concurrency``), the per-call timeout, retries with
 backoff and jitter on connection errors, timeouts, 408, 409, 429 (honouring ``Retry-After``), 5xx and a 200 that is
@@ -19,8 +19,8 @@ spending a retry, when the server refuses the form it was sent: an error status 
 Nothing here raises into a caller for one bad call: each spec gets its answer or the exception that stands in for
 it (``JudgeCallError``, ``JudgeAnswerError``). Only a batch in which no call got through at all raises
 ``whileai.errors.GraderUnavailable`` (URL and first error), which the spread preflight turns into exit 4. Prompts
-and answer checks live in ``prompts`` and ``answers``; what a call is in ``whileai.endpoint``, and HTTP in
-``whileai.http_client``.
+and answer checks live in ``prompts`` and ``answers``; what a call is in ``whileai.http.endpoint``, and HTTP in
+``whileai.http.client``.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from whileai.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.errors import GraderUnavailable
-from whileai.http_client import EndpointClient
+from whileai.http.client import EndpointClient
+from whileai.http.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.judge.cache import JudgeCache
 from whileai.judge.prompts import Message
 from whileai.judge.replies import JudgeAnswerError

@@ -11,11 +11,10 @@ each pass against its rubric in [0, 1].
 
 A call that fails or an answer that cannot be used comes back as an exception in that group's place, so
 ``GroupwiseGrading`` falls back and counts it; only an endpoint that answers nothing at all raises
-``GraderUnavailable``. The redistribution math, the fallback rules and the spread gate stay in
-``whileai.grading``; the cache and structured output stay in ``whileai.judge.client``, what a call is and how it
-is retried in ``whileai.endpoint``, HTTP in ``whileai.http_client``. A recipe's judge becomes a ``GroupwiseGrading`` in
-``whileai.build``.
-"""
+``GraderUnavailable``. The redistribution math, the fallback rules and the spread gate stay in ``whileai.grading``; the
+cache and structured output stay in ``whileai.judge.client``, what a call is and how it is retried in
+``whileai.http.endpoint``, HTTP in ``whileai.http.client``. A recipe's judge becomes a ``GroupwiseGrading`` in
+``whileai.build``."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The recipe's ``grader: {kind: judge, judge: {...}}`` section is this model: unknown keys are errors, every field says
 what it does, and the API key itself never appears here, only the name of the environment variable that holds it.
 Its endpoint fields (URL, sampling, streaming, timeouts, retries, concurrency) and their checks are
-``whileai.endpoint.EndpointSettings``'s, which it extends with the judge's own. This module
+``whileai.http.endpoint.EndpointSettings``'s, which it extends with the judge's own. This module
 validates settings; it opens no connection, reads no environment variable and imports no HTTP client.
 """
 
@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from whileai.defaults import cache_dir
-from whileai.endpoint import EndpointSettings
+from whileai.http.endpoint import EndpointSettings
 
 __all__ = ["JUDGE_CONCURRENCY", "LOCAL_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
 
@@ -37,7 +37,7 @@ def default_cache_dir() -> Path:
 
 
 class JudgeConfig(EndpointSettings):
-    """Where the judge lives and how hard the client tries (``whileai.endpoint.EndpointSettings``, every endpoint
+    """Where the judge lives and how hard the client tries (``whileai.http.endpoint.EndpointSettings``, every endpoint
     setting declared there once), and how the judge is asked.
 
     Example:

@@ -1,11 +1,10 @@
 """``JudgeStats``: what the HTTP judge did, for reports and logs.
 
 HTTP calls and their retries, tokens in and out and call latency (p50, p95), counted by the endpoint client
-(``whileai.endpoint.EndpointStats``, which this extends); cache hits, the groups or passes the judge could not grade by
-reason, the ``response_format`` in use, and the agreement between display orders (Kendall's tau) when
-``permutations > 1``. Thread-safe counters: the judge's event loop and the caller's thread both write them. This
-module keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallbacks, spread).
-"""
+(``whileai.http.endpoint.EndpointStats``, which this extends); cache hits, the groups or passes the judge could not
+grade by reason, the ``response_format`` in use, and the agreement between display orders (Kendall's tau) when
+``permutations > 1``. Thread-safe counters: the judge's event loop and the caller's thread both write them. This module
+keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallbacks, spread)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from whileai.endpoint import EndpointStats
+from whileai.http.endpoint import EndpointStats
 
 __all__ = ["JudgeStats"]
 

@@ -6,7 +6,7 @@
 - ``agents``: the agent protocol and ``seeded_agent``.
 - ``model_agent``: an agent served over an OpenAI-compatible endpoint (tool calls in OpenAI's format).
 - ``customer``: a model playing the customer (``simulate(..., simulator=True, customer=...)``).
-- ``chat``: the chat client both use, on ``whileai.endpoint`` (retries, timeouts, key never logged); it does not
+- ``chat``: the chat client both use, on ``whileai.http.endpoint`` (retries, timeouts, key never logged); it does not
   import the judge.
 - ``rollouts``: ``simulate``, rollouts of scenarios by an agent, as the rows the spread gate reads.
 - ``passrate``: ``score`` and pass@k with its intervals (the statistics are ``whileai.stats``).

@@ -1,7 +1,7 @@
 """One chat completion at a time, with tools, over an OpenAI-compatible endpoint: the model agent's and the simulated
 customer's HTTP client.
 
-:class:`ChatClient` asks :class:`whileai.http_client.EndpointClient` plain chat completions through its public
+:class:`ChatClient` asks :class:`whileai.http.client.EndpointClient` plain chat completions through its public
 interface, and so keeps everything that client does for a call: one connection pool on one background event loop
 (so ``chat`` is a plain synchronous method that any number of threads may call at once), the wall-clock timeout,
 retries with exponential backoff and jitter on connection errors, timeouts, 408/409/429 (honouring ``Retry-After``),
@@ -17,7 +17,7 @@ its first failure, and the scenarios still queued on other threads should not ea
 ``close()`` clears that state.
 
 :func:`endpoint_config` turns the keyword settings of ``model_agent`` and ``customer_model`` into checked
-:class:`~whileai.endpoint.EndpointSettings` (the settings the judge's config extends, so an endpoint is
+:class:`~whileai.http.endpoint.EndpointSettings` (the settings the judge's config extends, so an endpoint is
 described the same way everywhere).
 
 What this module does not do: turn a transcript into messages or an answer into an action (``model_agent``,
@@ -32,16 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.endpoint import (
-    Call,
-    CallError,
-    EndpointSettings,
-    EndpointStats,
-    first_choice,
-    read_api_key,
-)
 from whileai.errors import BadInput, EndpointUnavailable
-from whileai.http_client import EndpointClient
+from whileai.http.client import EndpointClient
+from whileai.http.endpoint import Call, CallError, EndpointSettings, EndpointStats, first_choice
+from whileai.http.secrets import read_api_key
 
 __all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
 
@@ -74,8 +68,8 @@ def request_seed(*parts: object) -> int:
 
 
 def endpoint_config(base_url: str, model: str, *, what: str, **settings: Any) -> EndpointSettings:
-    """Checked :class:`~whileai.endpoint.EndpointSettings` for a policy or customer endpoint: ``settings`` are any of
-    its fields (``temperature``, ``max_tokens``, ``timeout_s``, ``max_retries``, ...), the others keep their one
+    """Checked :class:`~whileai.http.endpoint.EndpointSettings` for a policy or customer endpoint: ``settings`` are any
+    of its fields (``temperature``, ``max_tokens``, ``timeout_s``, ``max_retries``, ...), the others keep their one
     default. Answers come whole (``stream: false``): a tool call is read from the whole message.
 
     Raises:

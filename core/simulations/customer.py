@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from whileai.defaults import CUSTOMER_MAX_TOKENS, DEFAULT_CUSTOMER_TEMPERATURE
-from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
+from whileai.http.endpoint import EndpointStats
 from whileai.simulations.agents import Event
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
 from whileai.simulations.scenarios import Scenario
@@ -143,7 +143,7 @@ def customer_model(
         temperature: sampling temperature.
         persona: the system prompt template (``{prompt}``, ``{facts}``).
         send_seed: send each request a ``seed`` derived from the rollout's seed and the turn.
-        settings: any other field of :class:`~whileai.endpoint.EndpointSettings` (``api_key_env``, ``timeout_s``,
+        settings: any other field of :class:`~whileai.http.endpoint.EndpointSettings` (``api_key_env``, ``timeout_s``,
             ``max_retries``, ``concurrency``, ...), with its default there; ``max_tokens`` is
             ``CUSTOMER_MAX_TOKENS`` unless given.
 

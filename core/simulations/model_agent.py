@@ -25,7 +25,7 @@ One agent holds one :class:`~whileai.simulations.chat.ChatClient` (one connectio
 ``simulate(..., max_workers=k)`` runs k rollouts at once on it. Every request carries a seed derived from the
 rollout's seed and the step, so a server that samples deterministically per seed (vLLM) gives the same rows again.
 The API key is read from the environment variable ``api_key_env`` names; every text of a reply is cleaned of it where
-the reply comes in (``whileai.transport``), so even a server that echoes the key cannot put it in a row.
+the reply comes in (``whileai.http.transport``), so even a server that echoes the key cannot put it in a row.
 
 What this module does not do: run the conversation or verify it (``simulate``), play the customer (``customer``), or
 serve or load a model (it only talks HTTP; ``import`` of this module imports no HTTP client).
@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
-from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
+from whileai.http.endpoint import EndpointStats
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
 from whileai.simulations.json_calls import json_tool_calls
@@ -225,7 +225,7 @@ def model_agent(
         max_questions: replies per rollout that may wait for the customer (a reply ending in ``?``).
         tool_calls: ``"server"`` plays the tool calls the server parsed; ``"json"`` also reads calls written as bare
             JSON in an answer's text (a server that parses none, such as llama.cpp's for a small model).
-        settings: any other field of :class:`~whileai.endpoint.EndpointSettings`, with its default there:
+        settings: any other field of :class:`~whileai.http.endpoint.EndpointSettings`, with its default there:
             ``api_key_env`` (the NAME of the variable holding the key; None sends a placeholder, which a local vLLM
             without ``--api-key`` accepts), ``max_tokens``, ``extra_body`` (e.g. ``{"chat_template_kwargs":
             {"enable_thinking": False}}`` for Qwen3 on vLLM), ``timeout_s``, ``max_retries``, ``concurrency`` (at

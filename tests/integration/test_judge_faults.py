@@ -22,10 +22,10 @@ import pytest
 from fault_server import BODY, reply, serving
 
 from whileai import GroupwiseGrading
-from whileai.endpoint import Call, EndpointSettings, first_choice
-from whileai.http_client import EndpointClient
-from whileai.proxies import proxy_for
-from whileai.transport import RESPONSE_LIMIT_BYTES
+from whileai.http.client import EndpointClient
+from whileai.http.endpoint import Call, EndpointSettings, first_choice
+from whileai.http.proxies import proxy_for
+from whileai.http.transport import RESPONSE_LIMIT_BYTES
 
 
 def ask(url: str, times: int = 1, pause: float = 0.0, **fields) -> tuple[list[object], EndpointClient]:

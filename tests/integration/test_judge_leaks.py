@@ -136,7 +136,7 @@ def test_a_password_in_the_base_url_is_sent_as_basic_auth_and_never_shown(
     import base64
 
     assert header == "Basic " + base64.b64encode(f"judge-user:{PASSWORD}".encode()).decode()
-    assert "judge-user:[hidden]@" in texts[2]  # the resolved recipe shows the URL, password masked
+    assert "judge-user:[secret hidden]@" in texts[2]  # the resolved recipe shows the URL, password masked
     from whileai.judge import JudgeConfig
 
     config = JudgeConfig(base_url=url, model="m")

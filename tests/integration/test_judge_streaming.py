@@ -14,9 +14,9 @@ import time
 import pytest
 from fault_server import chunk, delta, read_request, reply, sse_event, sse_head
 
-from whileai.endpoint import Call, EndpointSettings, first_choice
 from whileai.errors import GraderUnavailable
-from whileai.http_client import EndpointClient
+from whileai.http.client import EndpointClient
+from whileai.http.endpoint import Call, EndpointSettings, first_choice
 from whileai.judge import JudgeConfig
 from whileai.judge.client import CallSpec, JudgeClient, server_concurrency
 

@@ -24,7 +24,7 @@ from whileai.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "WHILEAI_PIECES_TEST_KEY"
-PIECE = 8  # the shortest run of the key that counts as a piece of it (whileai.masking.PIECE)
+PIECE = 8  # the shortest run of the key that counts as a piece of it (whileai.http.secrets.PIECE)
 KEY = "sk-" + "".join(random.Random(58).choices(string.ascii_letters + string.digits, k=55))
 runner = CliRunner()
 
@@ -109,8 +109,8 @@ def judge_recipe(tmp_path: Path, base_url: str) -> Path:
 
 
 def test_the_filter_takes_out_every_piece_in_every_form() -> None:
-    from whileai.masking import PIECE as WHILEAI_PIECE
-    from whileai.masking import SecretFilter
+    from whileai.http.secrets import PIECE as WHILEAI_PIECE
+    from whileai.http.secrets import SecretFilter
 
     assert WHILEAI_PIECE == PIECE
     clean = SecretFilter([KEY]).clean

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from fault_server import BODY, COMPLETION, chunk, delta, reply, serving, sse_event, sse_head
 
-from whileai.endpoint import Call, EndpointSettings, first_choice
 from whileai.errors import BadInput
-from whileai.http_client import EndpointClient
+from whileai.http.client import EndpointClient
+from whileai.http.endpoint import Call, EndpointSettings, first_choice
 from whileai.judge import JudgeConfig
 from whileai.judge.client import JudgeClient
 
@@ -105,7 +105,7 @@ def test_a_socks_proxy_is_refused_by_its_variable_and_gets_no_request(fault_serv
     settings = EndpointSettings(base_url="http://judge.example/v1", model="m")
     with pytest.raises(BadInput) as refused:
         EndpointClient(settings)
-    assert "ALL_PROXY=socks5://user:[hidden]@" in str(refused.value) and "pw-Secret" not in str(refused.value)
+    assert "ALL_PROXY=socks5://user:[secret hidden]@" in str(refused.value) and "pw-Secret" not in str(refused.value)
     assert socks.connections == 0
 
 
@@ -198,4 +198,4 @@ def test_a_bad_base_url_is_refused_without_its_password() -> None:
     for url in ("http://u:Passw0rdSecret9@127.0.0.1:1/v1\r\nX-Evil: 1", "ftp://u:Passw0rdSecret9@h/v1"):
         with pytest.raises(BadInput) as refused:
             load_recipe(recipe, [f"grader.judge.base_url={url}"])
-        assert "Passw0rdSecret9" not in str(refused.value) and "u:[hidden]@" in str(refused.value)
+        assert "Passw0rdSecret9" not in str(refused.value) and "u:[secret hidden]@" in str(refused.value)

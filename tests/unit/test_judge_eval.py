@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from whileai.endpoint import EndpointStats
 from whileai.errors import BadInput
 from whileai.grading.evaluate import ReferenceGroup, evaluate_grader, read_reference, reference_tau
 from whileai.grading.groupwise import GroupwiseGrading
+from whileai.http.endpoint import EndpointStats
 from whileai.simulations.agents import FLAWS, rollout_quality, seeded_agent
 from whileai.simulations.rollouts import simulate
 from whileai.stats import quantile

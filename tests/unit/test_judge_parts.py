@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from whileai.endpoint import MalformedResponse, first_choice
-from whileai.endpoint import retry_after as _retry_after
 from whileai.errors import BadInput
+from whileai.http.endpoint import MalformedResponse, first_choice
+from whileai.http.endpoint import retry_after as _retry_after
 from whileai.judge import JudgeAnswerError, JudgeConfig, JudgeStats, load_prompts
 from whileai.judge.client import names_structured_output
 from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, mean_kendall_tau

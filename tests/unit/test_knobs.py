@@ -11,9 +11,9 @@ import pytest
 import whileai as wai
 from whileai.config import load_recipe
 from whileai.config.schema import GradingSection, SpreadSection
-from whileai.endpoint import EndpointSettings
 from whileai.errors import BadInput
 from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds
+from whileai.http.endpoint import EndpointSettings
 from whileai.judge import JudgeConfig
 
 REPO = Path(__file__).resolve().parents[2]

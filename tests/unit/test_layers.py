@@ -125,7 +125,7 @@ def third_party(path: Path) -> set[str]:
         ),
         ("transformers", ("whileai.integrations.trl_trainer", "whileai.training")),
         ("datasets", ("whileai.integrations.trl_trainer", "whileai.training")),
-        ("aiohttp", ("whileai.transport",)),
+        ("aiohttp", ("whileai.http.transport",)),
         # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
         ("verl", ("whileai.integrations.verl",)),
     ],

@@ -11,8 +11,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 
-from whileai.endpoint import masked_url
 from whileai.errors import BadInput
+from whileai.http.secrets import masked_url
 
 __all__ = ["proxy_for"]
 

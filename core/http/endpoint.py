@@ -1,6 +1,6 @@
 """What a call to an OpenAI-compatible server is and how it is made: the settings (``EndpointSettings``, which the
 judge's config extends), the calls and their outcomes, the errors, the counters. The client that makes the calls
-over HTTP is ``whileai.http_client.EndpointClient``; this module imports no HTTP, asyncio or ssl, so the recipe
+over HTTP is ``whileai.http.client.EndpointClient``; this module imports no HTTP, asyncio or ssl, so the recipe
 schema that reads these settings stays light.
 
 Each call has a timeout (``timeout_s``: for the whole answer, or for the silence between two pieces of a streamed
@@ -18,8 +18,8 @@ not retried). Nothing raises into a caller for one bad call: each call gets an :
 the exception that stands in for it (a :class:`CallError` with its ``kind``).
 
 The API key is read from the environment variable the settings name (:func:`read_api_key`), handed to the HTTP client
-and nowhere else; every text a server sends back is cleaned of it where it comes in (``whileai.masking``, run by
-``whileai.transport``). A ``user:password@`` in the base URL
+and nowhere else; every text a server sends back is cleaned of it where it comes in (``whileai.http.secrets``, run by
+``whileai.http.transport``). A ``user:password@`` in the base URL
 is masked in every repr and dump of the settings (:func:`masked_url`). :class:`EndpointStats` counts calls, retries,
 tokens and latency.
 
@@ -30,9 +30,6 @@ conversations (``whileai.simulations``); it imports neither.
 from __future__ import annotations
 
 import copy
-import logging
-import os
-import re
 import threading
 import time
 import urllib.parse
@@ -42,13 +39,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from whileai.errors import BadInput
+from whileai.http.secrets import check_key_variable, hide_pasted_key, masked_url
 from whileai.stats import quantile
 
 __all__ = [
     "CHAT_CONCURRENCY",
-    "NOT_A_VARIABLE_NAME",
-    "PLACEHOLDER_KEY",
     "RETRY_STATUSES",
     "Call",
     "CallError",
@@ -58,21 +53,13 @@ __all__ = [
     "Outcome",
     "check_backoff",
     "check_base_url",
-    "check_key_variable",
     "endpoint_url",
     "first_choice",
-    "hide_pasted_key",
-    "masked_url",
-    "read_api_key",
     "retry_after",
-    "split_credentials",
 ]
 
 
-PLACEHOLDER_KEY = "EMPTY"  # what vLLM's own examples send when the server has no --api-key
 RETRY_STATUSES = frozenset({408, 409, 429})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-NOT_A_VARIABLE_NAME = "<not a variable name: value hidden>"  # what a pasted key is replaced with before validation
 # Calls in flight at once on a policy's or a simulated customer's endpoint: above simulate's workers (8 by default),
 # each of which waits for one answer at a time.
 CHAT_CONCURRENCY = 32
@@ -128,66 +115,6 @@ def endpoint_url(base_url: str, path: str) -> str:
     """
     parts = urllib.parse.urlsplit(base_url)
     return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
-
-
-def split_credentials(base_url: str) -> tuple[str, str | None]:
-    """``base_url`` without a ``user:password@``, and that ``user:password`` (percent-decoded), or None.
-
-    Example:
-        >>> split_credentials("https://me:s3cret@judge.example/v1")
-        ('https://judge.example/v1', 'me:s3cret')
-    """
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.username is None and parts.password is None:
-        return base_url, None
-    netloc = parts.netloc.rpartition("@")[2]
-    credentials = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), credentials
-
-
-def masked_url(base_url: str) -> str:
-    """``base_url`` with the password of a ``user:password@`` masked, for reprs, dumps and messages.
-
-    Example:
-        >>> masked_url("https://me:s3cret@judge.example/v1")
-        'https://me:[hidden]@judge.example/v1'
-    """
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.password is None and parts.username is None:
-        return base_url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:[hidden]@{host}"))
-
-
-def hide_pasted_key(data: Any) -> Any:
-    """Settings ``data`` (a dict before validation) with an ``api_key_env`` that is no variable name replaced by
-    :data:`NOT_A_VARIABLE_NAME`, so that no error message, even one formatted by an enclosing model, echoes a pasted
-    key back.
-
-    Example:
-        >>> hide_pasted_key({"api_key_env": "sk-abc123"})["api_key_env"]
-        '<not a variable name: value hidden>'
-    """
-    if isinstance(data, dict):
-        value = data.get("api_key_env")
-        if isinstance(value, str) and not _ENV_NAME.match(value):
-            data = {**data, "api_key_env": NOT_A_VARIABLE_NAME}
-    return data
-
-
-def check_key_variable(value: str | None) -> str | None:
-    """``value`` checked to be the NAME of an environment variable (or None).
-
-    Raises:
-        ValueError: it is not a variable name (a key pasted in its place, say).
-    """
-    if value is not None and not _ENV_NAME.match(value):
-        raise ValueError(
-            "api_key_env must be the NAME of an environment variable (letters, digits, underscores), "
-            "not the key itself; export the key and name its variable here"
-        )
-    return value
 
 
 def check_backoff(base_s: float, max_s: float) -> None:
@@ -328,38 +255,6 @@ class EndpointSettings(BaseModel):
             request["stream_options"] = {"include_usage": True}
         request.update(self.extra_body)
         return request
-
-
-def read_api_key(api_key_env: str | None, *, field: str = "api_key_env") -> str:
-    """The API key from the environment variable ``api_key_env`` names; a placeholder when it names none.
-
-    Whitespace around the value (a secret made from a file ends in a newline) is stripped, with a one-line warning;
-    any other control character would put a malformed header on the wire, so it is refused.
-
-    Args:
-        api_key_env: the variable's name, or None for a local server without a key.
-        field: the setting's name as the user wrote it, for the message (``judge.api_key_env``).
-
-    Raises:
-        BadInput: the variable is named but not set, or its value holds a control character (the message names the
-            variable, never a value).
-    """
-    if api_key_env is None:
-        return PLACEHOLDER_KEY
-    raw = os.environ.get(api_key_env, "")
-    key = raw.strip()
-    if not key:
-        raise BadInput(
-            f"{field} names {api_key_env}, which is not set: export {api_key_env}=... "
-            "or leave api_key_env out for a local server without a key"
-        )
-    if key != raw:
-        logging.getLogger("whileai.endpoint").warning(
-            "whileai: %s holds whitespace around the key (a newline from a file?); it is stripped", api_key_env
-        )
-    if any(ord(c) < 32 or ord(c) == 127 for c in key):
-        raise BadInput(f"{api_key_env} holds a control character inside the key: set it to the key alone")
-    return key
 
 
 # ---------------------------------------------------------------------------------------------- accounting

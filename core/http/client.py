@@ -1,12 +1,12 @@
-"""``EndpointClient``: the calls of ``whileai.endpoint`` made over HTTP, concurrent, retried and bounded by a deadline,
-behind a synchronous method (see ``whileai.endpoint`` for what a call is and how it is retried).
+"""``EndpointClient``: the calls of ``whileai.http.endpoint`` made over HTTP, concurrent, retried and bounded by a
+deadline, behind a synchronous method (see ``whileai.http.endpoint`` for what a call is and how it is retried).
 
 One aiohttp session (one connection pool) runs on one long-lived event loop in a background thread, so
 ``run(calls)`` is a plain synchronous method that works from any thread, including one whose own event loop is
 running (TRL's), and from several threads at once. Every URL goes through that one session
-(``whileai.transport.Transport``), ``http://`` and ``https://``, direct or through a proxy:
+(``whileai.http.transport.Transport``), ``http://`` and ``https://``, direct or through a proxy:
 
-- proxies come from the environment as httpx (and so the openai SDK) reads them (``whileai.proxies.proxy_for``:
+- proxies come from the environment as httpx (and so the openai SDK) reads them (``whileai.http.proxies.proxy_for``:
   ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` with its domain-suffix rules);
 - compressed replies are decoded; a host name's addresses are tried in turn, the next one 250 ms after the last
   (happy eyeballs), so one address that drops connection attempts does not fail every call;
@@ -19,15 +19,14 @@ running (TRL's), and from several threads at once. Every URL goes through that o
 - a server's ``Retry-After`` is honoured up to ``backoff_max_s``; each retry and its wait is logged at INFO
   (``whileai spread --verbose`` shows them);
 - redirects are followed within the same origin (a load balancer's ``307``); one to another host or scheme is an
-  error that names the URL to set; a reply over ``whileai.transport.RESPONSE_LIMIT_BYTES`` is an error too;
+  error that names the URL to set; a reply over ``whileai.http.transport.RESPONSE_LIMIT_BYTES`` is an error too;
 - ``user:password@`` in the base URL becomes an ``Authorization: Basic`` header, and every request goes to the URL
   without it; the password, its token, the API key and a proxy's password make the client's ``SecretFilter``, which
   the transport runs every text from the server through.
 
-A module of its own so that the settings in ``whileai.endpoint``, which the recipe schema reads, do not bring asyncio
-and ssl into every command (the spread gate with a scripted rule never makes a call). Importing it does not import
-``aiohttp``: the session is built on the first call.
-"""
+A module of its own so that the settings in ``whileai.http.endpoint``, which the recipe schema reads, do not bring
+asyncio and ssl into every command (the spread gate with a scripted rule never makes a call). Importing it does not
+import ``aiohttp``: the session is built on the first call."""
 
 from __future__ import annotations
 
@@ -43,9 +42,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from whileai.endpoint import (
+from whileai.errors import BadInput
+from whileai.http.endpoint import (
     CHAT_CONCURRENCY,
-    PLACEHOLDER_KEY,
     RETRY_STATUSES,
     Call,
     CallError,
@@ -53,18 +52,15 @@ from whileai.endpoint import (
     EndpointStats,
     MalformedResponse,
     Outcome,
-    read_api_key,
     retry_after,
-    split_credentials,
 )
-from whileai.errors import BadInput
-from whileai.masking import SecretFilter
-from whileai.proxies import proxy_for
-from whileai.transport import ConnectionLost, Dropped, Refused, Silent, StatusError, Transport
+from whileai.http.proxies import proxy_for
+from whileai.http.secrets import PLACEHOLDER_KEY, SecretFilter, read_api_key, split_credentials
+from whileai.http.transport import ConnectionLost, Dropped, Refused, Silent, StatusError, Transport
 
 __all__ = ["EndpointClient"]
 
-log = logging.getLogger("whileai.endpoint")
+log = logging.getLogger("whileai.http.endpoint")
 
 
 class _SendAgain(Exception):

@@ -1,9 +1,9 @@
 """Chat-completion POSTs on one aiohttp session (``Transport``): the auth headers, each URL's proxy, same-origin
 redirects, the reply size limit, a streamed reply's events assembled into one chat completion, and aiohttp's errors
-turned into the few this module raises, which ``whileai.http_client.EndpointClient`` retries or reports.
+turned into the few this module raises, which ``whileai.http.client.EndpointClient`` retries or reports.
 
 The boundary: every text that comes from the server (a body, a streamed event, a header, an error aiohttp raises
-quoting it) goes through the client's ``whileai.masking.SecretFilter`` here, before it is parsed, cut, cached or
+quoting it) goes through the client's ``whileai.http.secrets.SecretFilter`` here, before it is parsed, cut, cached or
 logged. Importing it does not import ``aiohttp``: a ``Transport`` imports it when built, on an endpoint's first
 call.
 """
@@ -15,9 +15,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from whileai.endpoint import MalformedResponse, endpoint_url
-from whileai.masking import SecretFilter
-from whileai.proxies import proxy_for
+from whileai.http.endpoint import MalformedResponse, endpoint_url
+from whileai.http.proxies import proxy_for
+from whileai.http.secrets import SecretFilter
 
 __all__ = ["RESPONSE_LIMIT_BYTES", "ConnectionLost", "Dropped", "Refused", "Silent", "StatusError", "Transport"]
 
