@@ -46,7 +46,7 @@ LIBRARY_RUN = r"""
 import json, resource, sys, time
 from pathlib import Path
 from whileai.config import load_recipe
-from whileai.build import build_grading
+from whileai.config.build import build_grading
 from whileai.grading.gate import check_spread_file
 try:
     from whileai.rows import json_parser

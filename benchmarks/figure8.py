@@ -127,8 +127,8 @@ def train(args: list[str], folder: Path, log: Path) -> float:
 
 def series(folder: Path) -> dict[str, list[float]]:
     """The per-step metrics of one run folder, exactly as TRL logged them."""
-    from whileai.experiments import FIGURE_METRICS
-    from whileai.reports import load_report
+    from whileai.reports.experiments import FIGURE_METRICS
+    from whileai.reports.runs import load_report
 
     run = load_report(folder)
     return {name: [row.get(key, float("nan")) for row in run.steps] for name, key in FIGURE_METRICS.items()}
@@ -229,7 +229,7 @@ def main(
         reproduced = {"task": key[0], "arm": key[1], "seed": key[2], "steps": tasks[task]["steps"], "identical": same}
         print(f"{prefix}: rerun of {key[0]} {key[1]} seed {key[2]}: {'identical' if same else 'DIFFERENT'}", flush=True)
 
-    from whileai.experiments import experiment_table, seed_experiment
+    from whileai.reports.experiments import experiment_table, seed_experiment
 
     name = f"{prefix}_quick" if options.quick else prefix
     timing = {

@@ -63,8 +63,8 @@ from processes import (
 )
 from real_judge import write_section, write_whole
 
-from whileai.build import build_grading
 from whileai.config import load_recipe
+from whileai.config.build import build_grading
 from whileai.grading.evaluate import reference_tau
 from whileai.grading.group import pass_scores
 from whileai.judge.client import names_structured_output

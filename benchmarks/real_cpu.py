@@ -125,7 +125,7 @@ def regraded(folder: Path) -> tuple[int, int]:
 def working_table(results: Path, repo: Path = figure8.REPO) -> str:
     """Add the secondary table to ``real_cpu.json`` and ``real_cpu.md`` under ``results`` (the runs as the json names
     them, relative to ``repo``); returns its Markdown."""
-    from whileai.experiments import seed_difference
+    from whileai.reports.experiments import seed_difference
 
     record = json.loads((results / "real_cpu.json").read_text())
     lines = []

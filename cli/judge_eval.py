@@ -38,7 +38,7 @@ def judge_eval(
     Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
     unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).
     """
-    from whileai.build import recipe_grading, rows_to_grade
+    from whileai.config.build import recipe_grading, rows_to_grade
     from whileai.grading.evaluate import evaluate_grader, read_reference
     from whileai.progress import phase_bar
 

@@ -1,12 +1,10 @@
 """``whileai report``: a compact summary of each training run (and of two arms compared) or spread report.
 
-By default each run gets a few lines that fit an 80-column terminal: its steps, the pass rate and mean completion
-length over the first and the last ``--window`` logged steps, and the grader's figures; two runs add the paired
-difference of their final pass rates. ``--steps`` adds the per-step table, which drops its least needed columns
-(and says which) when the terminal is too narrow for all of them. Every pass-rate interval treats each group of
-completions as a cluster (``whileai.stats.clustered_interval``). ``--plot`` draws through ``whileai.plots``, imported
-only then.
-"""
+By default each run gets a few lines that fit an 80-column terminal: its steps, the pass rate and mean completion length
+over the first and the last ``--window`` logged steps, and the grader's figures; two runs add the paired difference of
+their final pass rates. ``--steps`` adds the per-step table, which drops its least needed columns (and says which) when
+the terminal is too narrow for all of them. Every pass-rate interval treats each group of completions as a cluster
+(``whileai.stats.clustered_interval``). ``--plot`` draws through ``whileai.reports.plots``, imported only then."""
 
 from __future__ import annotations
 
@@ -77,7 +75,7 @@ def report(
     Exit codes: 0 ok; 2 a path that is neither a run folder nor a spread report; 3 matplotlib or pyarrow missing;
     130 interrupted (Ctrl-C).
     """
-    from whileai.reports import RunHistory, load_report, reports_data
+    from whileai.reports.runs import RunHistory, load_report, reports_data
 
     loaded = [load_report(p) for p in paths]
     runs = [r for r in loaded if isinstance(r, RunHistory)]
@@ -90,7 +88,7 @@ def report(
         if not runs:
             say("whileai: --plot needs at least one run folder")
         else:
-            from whileai.plots import plot_runs
+            from whileai.reports.plots import plot_runs
 
             data["plot"] = str(plot_runs(runs, plot))
     if as_json:
@@ -122,7 +120,7 @@ def report(
 def _print_report(item: Any, entry: dict[str, Any], steps: bool) -> None:
     """One path's report: a verl grading folder's figures, a run's summary (its spread watch and, with ``steps``,
     its per-step table), or a spread report."""
-    from whileai.reports import GradingFolder, RunHistory
+    from whileai.reports.runs import GradingFolder, RunHistory
 
     if isinstance(item, GradingFolder):
         _heading(f"grading {item.path}", f"the grader's figures of a {item.figures.get('trainer', 'verl')} run")
@@ -279,7 +277,7 @@ def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any],
     def signed(value: float) -> str:
         return f"{value * 100:+.1f}".replace("-", "\u2212")
 
-    from whileai.experiments import run_labels
+    from whileai.reports.experiments import run_labels
 
     where = f"last {window} logged steps" if what == "final pass rate" else "whileai eval, the same prompts"
     first, second = run_labels([a, b])
@@ -297,8 +295,8 @@ def _print_comparison(a: Path, b: Path, window: int, comparison: dict[str, Any],
 
 
 def _seed_experiment(runs: list[Any], window: int) -> dict[str, Any] | None:
-    """Two arms with at least two seeds in one of them: the seeds are the unit (whileai.experiments)."""
-    from whileai.experiments import FIGURE_METRICS, run_arm, seed_experiment
+    """Two arms with at least two seeds in one of them: the seeds are the unit (whileai.reports.experiments)."""
+    from whileai.reports.experiments import FIGURE_METRICS, run_arm, seed_experiment
 
     arms = [run_arm(run.path) for run in runs]
     if len(set(arms)) != 2 or len(set(arms)) == len(arms):
@@ -311,7 +309,7 @@ def _seed_experiment(runs: list[Any], window: int) -> dict[str, Any] | None:
 
 
 def _print_arms(experiment: dict[str, Any]) -> None:
-    from whileai.experiments import format_value
+    from whileai.reports.experiments import format_value
 
     differences = experiment["differences"]
     if not differences:
@@ -395,7 +393,7 @@ def _step_cell(key: str, row: dict[str, Any]) -> str:
 
 def _print_steps(item: Any, entry: dict[str, Any]) -> None:
     """The per-step table; columns the terminal has no room for are left out, least needed first, and named."""
-    from whileai.reports import STEP_COLUMNS
+    from whileai.reports.runs import STEP_COLUMNS
 
     rates = {r["step"]: r for r in entry["pass_rates"]}
     shapes = {(r["n"], r["groups"]) for r in rates.values()}

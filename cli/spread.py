@@ -13,7 +13,7 @@ from whileai.errors import BadInput, GraderUnavailable
 if TYPE_CHECKING:
     from rich.table import Table
 
-# The options spread and judge-eval share (one recipe-and-grader setup: whileai.build.recipe_grading).
+# The options spread and judge-eval share (one recipe-and-grader setup: whileai.config.build.recipe_grading).
 RecipeOption = Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")]
 GraderOption = Annotated[
     str | None,
@@ -78,7 +78,7 @@ def spread(
     On a terminal a bar on stderr counts the groups judged of those sent (controls included), with a judge's
     completion tokens per second.
     """
-    from whileai.build import recipe_grading, rows_to_grade
+    from whileai.config.build import recipe_grading, rows_to_grade
     from whileai.training.folder import grader_recipe_of
 
     given, overrides = rows_and_overrides(arguments)

@@ -34,8 +34,8 @@ def train(
     4 grader unavailable; 5 the spread watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C:
     the message says how to resume).
     """
-    from whileai.build import check_references
     from whileai.config import load_recipe
+    from whileai.config.build import check_references
     from whileai.training.plan import training_plan
 
     loaded = load_recipe(recipe, overrides or [])

@@ -33,8 +33,8 @@ def validate(
 
     Exit codes: 0 valid; 2 bad recipe (the message names the YAML path and what is allowed); 130 interrupted.
     """
-    from whileai.build import check_references
     from whileai.config import load_recipe
+    from whileai.config.build import check_references
 
     loaded = load_recipe(recipe, overrides or [])
     check_references(loaded)

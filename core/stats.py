@@ -14,9 +14,8 @@ whileai`` and the command line stay light), each with its equation and its sourc
 - :func:`pass_at_k`: the unbiased pass@k estimate of one task.
 
 What this module does not do: read files, decide what the unit of analysis is (groups, tasks, seeds: the callers in
-``whileai.reports``, ``whileai.experiments`` and ``whileai.simulations.passrate`` do), format figures or draw them
-(``whileai.plots``). It imports nothing of whileai.
-"""
+``whileai.reports.runs``, ``whileai.reports.experiments`` and ``whileai.simulations.passrate`` do), format figures or
+draw them (``whileai.reports.plots``). It imports nothing of whileai."""
 
 from __future__ import annotations
 

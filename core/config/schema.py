@@ -6,7 +6,7 @@ field says what it does, and cross-field checks fail at parse time with the fix.
 commands that use it: ``whileai spread`` needs a grader and nothing else, ``whileai train`` needs model, data and
 verifier (``Recipe.require``).
 
-This module validates; it builds nothing. ``whileai.build`` turns the grader section into a callable and the
+This module validates; it builds nothing. ``whileai.config.build`` turns the grader section into a callable and the
 training integration turns the trainer section (``whileai.config.trainer``) into TRL's ``GRPOConfig``.
 """
 
@@ -511,8 +511,8 @@ class Recipe(Section):
     def local_files(self, base_dir: Path) -> list[tuple[str, str]]:
         """Every field that names a file or folder of the user's, as ``(dotted field, the path as written)``: rows,
         rubrics, a function's ``.py`` file, the dataset when it is a rows file or folder (not a ``datasets`` name).
-        Relative paths are relative to ``base_dir``, the recipe's folder: ``whileai.build.check_references`` checks
-        them, ``LoadedRecipe.dump`` writes them absolute into a run folder's recipe."""
+        Relative paths are relative to ``base_dir``, the recipe's folder: ``whileai.config.build.check_references``
+        checks them, ``LoadedRecipe.dump`` writes them absolute into a run folder's recipe."""
         found: list[tuple[str, str]] = []
         if self.spread.rows:
             found.append(("spread.rows", self.spread.rows))

@@ -9,9 +9,8 @@
 
 Above ``whileai.methods`` (pure math) and ``whileai.rows`` (what a rollout is, and its rendering), below the recipe
 schema, the judge and the command line, none of which it imports; a recipe becomes a ``GroupwiseGrading`` in
-``whileai.build``. The names below are resolved on first use, so that importing one module of the package does not
-import the rest.
-"""
+``whileai.config.build``. The names below are resolved on first use, so that importing one module of the package does
+not import the rest."""
 
 from __future__ import annotations
 

@@ -226,8 +226,8 @@ class Groups:
         out = Path(settings["out"])
         seed = 0  # the controls' shuffles, as the recipe's spread.seed sets them in TRL's runs
         if grading is None:
-            from whileai.build import build_grading
             from whileai.config import load_recipe
+            from whileai.config.build import build_grading
 
             # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
             loaded = load_recipe(Path(settings["recipe"]), [])

@@ -14,7 +14,7 @@ A call that fails or an answer that cannot be used comes back as an exception in
 ``GraderUnavailable``. The redistribution math, the fallback rules and the spread gate stay in ``whileai.grading``; the
 cache and structured output stay in ``whileai.judge.client``, what a call is and how it is retried in
 ``whileai.http.endpoint``, HTTP in ``whileai.http.client``. A recipe's judge becomes a ``GroupwiseGrading`` in
-``whileai.build``."""
+``whileai.config.build``."""
 
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ def _evaluate(
     run: Path, checkpoint: str | None, prompts: int, seed: int, say: Callable[[str], None], initial: bool
 ) -> HeldOut:
     """``evaluate_run`` once the run folder is this process's."""
-    from whileai.build import build_grading
+    from whileai.config.build import build_grading
     from whileai.grading.gate import check_spread_groups
     from whileai.training.plan import Machine, grpo_kwargs
     from whileai.training.run import quiet_libraries

@@ -123,7 +123,7 @@ def _spread_gate(
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None,
 ) -> Gate:
-    from whileai.build import rows_to_grade
+    from whileai.config.build import rows_to_grade
     from whileai.grading.gate import check_spread_file, check_spread_groups
 
     recipe = loaded.recipe
@@ -357,7 +357,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         "resumed_from": None if run.checkpoint is None else run.checkpoint[0].name,
     }
     if loaded.recipe.grader is not None:
-        from whileai.build import build_grading
+        from whileai.config.build import build_grading
 
         run.grading = build_grading(loaded, say=say if run.main else None)
     if not run.main:

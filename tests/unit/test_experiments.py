@@ -1,5 +1,5 @@
-"""Arms over seeds (whileai.experiments) on run folders written here: the arm and seed each run records, per-step
-bands, final-window differences paired by seed, and `whileai report` printing and drawing them."""
+"""Arms over seeds (whileai.reports.experiments) on run folders written here: the arm and seed each run records,
+per-step bands, final-window differences paired by seed, and `whileai report` printing and drawing them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from whileai.errors import BadInput
-from whileai.experiments import experiment_table, run_arm, run_seed, seed_difference, seed_experiment
+from whileai.reports.experiments import experiment_table, run_arm, run_seed, seed_difference, seed_experiment
 
 # Reference values from scipy.stats (t.ppf, t.interval, ttest_ind(...).confidence_interval), written out so that
 # these tests run where scipy is not installed (CI).

@@ -112,7 +112,7 @@ def third_party(path: Path) -> set[str]:
 @pytest.mark.parametrize(
     ("package", "rooms"),
     [
-        ("matplotlib", ("whileai.plots",)),
+        ("matplotlib", ("whileai.reports.plots",)),
         # trl_fields reads GRPOConfig's fields when asked to regenerate its table (a test compares the two)
         (
             "trl",
@@ -191,7 +191,7 @@ def test_the_circle_finder_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("above", ["whileai.config", "whileai.judge", "whileai.build", "whileai.training"])
+@pytest.mark.parametrize("above", ["whileai.config", "whileai.judge", "whileai.config.build", "whileai.training"])
 def test_grading_stands_below_the_recipe_and_the_judge(above: str) -> None:
     for module, path in MODULES.items():
         if _within(module, "whileai.grading"):

@@ -58,7 +58,7 @@ def test_the_recipe_schema_and_the_spread_gate_load_no_http_client() -> None:
     # The spread gate with a scripted rule makes no call: the judge's settings in the schema must not bring the HTTP
     # client, asyncio and ssl into its start-up (about 50 ms of it).
     code = (
-        "import sys, json, whileai.config, whileai.build, whileai.grading.gate, whileai.judge.settings; "
+        "import sys, json, whileai.config, whileai.config.build, whileai.grading.gate, whileai.judge.settings; "
         "print(json.dumps([m for m in ('asyncio', 'ssl', 'urllib.request', 'aiohttp', 'whileai.http.client', "
         "'whileai.judge.client') if m in sys.modules]))"
     )

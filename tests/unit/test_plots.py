@@ -1,5 +1,5 @@
-"""``whileai.plots`` is the one module that imports matplotlib, only when it draws, and a missing matplotlib is a
-``MissingExtra`` naming ``pip install 'whileai[plot]'`` (exit code 3 from ``whileai report --plot``)."""
+"""``whileai.reports.plots`` is the one module that imports matplotlib, only when it draws, and a missing matplotlib is
+a ``MissingExtra`` naming ``pip install 'whileai[plot]'`` (exit code 3 from ``whileai report --plot``)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,13 @@ def imports_matplotlib(path: Path) -> bool:
 
 def test_only_the_plots_module_imports_matplotlib() -> None:
     found = sorted(str(p.relative_to(CORE)) for p in CORE.rglob("*.py") if imports_matplotlib(p))
-    assert found == ["plots.py"]
+    assert found == ["reports/plots.py"]
 
 
 def test_reading_runs_and_their_statistics_loads_no_matplotlib() -> None:
     code = (
-        "import sys, json, whileai.reports, whileai.experiments, whileai.stats, whileai.plots, whileai.cli.report; "
+        "import sys, json, whileai.reports.runs, whileai.reports.experiments, whileai.stats, whileai.reports.plots; "
+        "import whileai.cli.report; "
         "print(json.dumps([m for m in ('matplotlib', 'numpy', 'pandas') if m in sys.modules]))"
     )
     done = child_processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -44,7 +45,7 @@ def test_reading_runs_and_their_statistics_loads_no_matplotlib() -> None:
 
 def test_a_missing_matplotlib_names_the_plot_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from whileai.cli.main import app
-    from whileai.plots import pyplot
+    from whileai.reports.plots import pyplot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it imports
     with pytest.raises(MissingExtra, match=r"matplotlib is not installed for a test: pip install 'whileai\[plot\]'"):
@@ -63,8 +64,8 @@ def test_a_run_whose_checks_all_broke_still_gets_the_watch_panel_with_its_failur
     pytest.importorskip("matplotlib")
     import matplotlib.axes
 
-    from whileai.plots import plot_runs
-    from whileai.reports import load_report
+    from whileai.reports.plots import plot_runs
+    from whileai.reports.runs import load_report
 
     run = tmp_path / "run"
     run.mkdir()

@@ -53,7 +53,7 @@ def test_aliases_within_the_limit_read_as_before(tmp_path: Path) -> None:
 
 
 def test_an_include_an_override_a_prompt_file_and_a_rule_file_are_read_the_same_way(tmp_path: Path) -> None:
-    from whileai.build import grader_from_spec
+    from whileai.config.build import grader_from_spec
     from whileai.config.schema import GradingSection
     from whileai.judge.prompts import load_prompts
 

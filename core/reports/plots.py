@@ -2,11 +2,11 @@
 
 The only module of whileai that imports matplotlib, and only when a figure is drawn (:func:`pyplot`): the optional
 ``plot`` extra, ``pip install 'whileai[plot]'``. What it draws comes ready from the modules that compute it: each
-run's per-step pass rate with its clustered interval (``whileai.reports.step_pass_rates``) and each arm's mean over
-seeds with its t band (``whileai.experiments.seed_experiment``).
+run's per-step pass rate with its clustered interval (``whileai.reports.runs.step_pass_rates``) and each arm's mean over
+seeds with its t band (``whileai.reports.experiments.seed_experiment``).
 
-What this module does not do: compute a figure or an interval (``whileai.stats``, ``whileai.reports``,
-``whileai.experiments``) or print one (``whileai.cli.report``).
+What this module does not do: compute a figure or an interval (``whileai.stats``, ``whileai.reports.runs``,
+``whileai.reports.experiments``) or print one (``whileai.cli.report``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import MissingExtra
-from whileai.experiments import FIGURE_METRICS, SHARES, run_arm, run_labels, seed_experiment
-from whileai.reports import RunHistory, step_pass_rates
+from whileai.reports.experiments import FIGURE_METRICS, SHARES, run_arm, run_labels, seed_experiment
+from whileai.reports.runs import RunHistory, step_pass_rates
 
 __all__ = ["plot_runs", "pyplot"]
 
@@ -54,8 +54,8 @@ def plot_runs(runs: list[RunHistory], path: Path) -> Path:
     """Pass rate, completion length, tool calls, the share cut off and the spread watch's std of the grader's scores
     against step, one panel each (those the runs logged), written to ``path`` as a PNG.
 
-    Runs of one arm repeated over seeds (``whileai.experiments``: the arm and seed each run folder records) are drawn
-    as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
+    Runs of one arm repeated over seeds (``whileai.reports.experiments``: the arm and seed each run folder records) are
+    drawn as the arm's mean over seeds with a 95% t band over seeds (drawn within the metric's range), as in Figure 8;
     otherwise each run is its own line, its pass rate with the clustered interval of its completion logs.
 
     Returns:

@@ -11,10 +11,9 @@ as its own trial is too narrow. Every pass-rate interval here treats each group 
 (``whileai.stats.clustered_interval``) and reports n as completions and groups; this module finds the groups, the
 tasks and the windows, and ``whileai.stats`` does the arithmetic.
 
-What this module does not do: format tables (the command line draws them), draw figures (``whileai.plots``), judge
-whether two runs differ by enough to matter, or compare arms over seeds (``whileai.experiments``, which reads its run
-folders with :func:`load_report`).
-"""
+What this module does not do: format tables (the command line draws them), draw figures (``whileai.reports.plots``),
+judge whether two runs differ by enough to matter, or compare arms over seeds (``whileai.reports.experiments``, which
+reads its run folders with :func:`load_report`)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ recipe's ``comparison_arm`` as recorded in the run, else ``binary`` for a recipe
 ``grs`` by the grading mode for one with a grader, else the parent folder's name) and has a seed (``trainer.seed``).
 For each arm and metric:
 
-- **per step**: the mean over seeds with a 95% t interval over seeds (the band ``whileai.plots`` draws for
+- **per step**: the mean over seeds with a 95% t interval over seeds (the band ``whileai.reports.plots`` draws for
   ``whileai report --plot``);
 - **final window**: per run, the mean of the metric over its last ``window`` logged steps;
 - **difference** (second arm minus the first; ``binary`` first when present): paired by seed when both arms ran the
@@ -22,7 +22,7 @@ the mean completion length in tokens (``completions/mean_length``), tool calls p
 
 What this module does not do: the interval arithmetic (``whileai.stats``: :func:`~whileai.stats.t_interval`,
 :func:`~whileai.stats.welch_interval`, :func:`~whileai.stats.detectable_difference`), read a run's log history itself
-(``whileai.reports.load_report``), or draw (``whileai.plots``).
+(``whileai.reports.runs.load_report``), or draw (``whileai.reports.plots``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
-from whileai.reports import RunHistory, load_report
+from whileai.reports.runs import RunHistory, load_report
 from whileai.stats import detectable_difference, mean, t_interval, welch_interval
 
 __all__ = [
