@@ -112,6 +112,35 @@ HUB_CHECK_TIMEOUT_S: Final[float] = 10.0
 YAML_EXPANDED_VALUES: Final[int] = 100_000
 
 
+# The longest one call of a plain grader function may take before its group falls back (a hung grader must not
+# hang training). Not from the report: a rule or a local function answers in well under a second, and a minute leaves
+# room for a grader that calls out to a service of its own.
+GRADER_TIMEOUT_S: Final[float] = 60.0
+
+# How many groups a grader that declares ``thread_safe = True`` is called on at once.
+GRADER_CONCURRENCY: Final[int] = 8
+
+# Judge calls in flight at once when the server does not say how many it runs (a hosted API, a vLLM without metrics):
+# every call of a batch, up to this cap. A batch is one call per graded group and per order, rarely above a few
+# hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it on large GPUs): a server that
+# schedules that many at once answers a batch of 64 groups in about one call's latency (benchmarks/README.md, judge).
+JUDGE_CONCURRENCY: Final[int] = 256
+
+# Calls in flight at once against a server on this machine that says nothing of its slots: llama-cpp-python's server
+# answers one request at a time (its C++ llama-server says how many in /props), and a call queued behind another is
+# silent while it waits, so it would spend its timeout_s in the queue.
+LOCAL_CONCURRENCY: Final[int] = 1
+
+# Calls in flight at once on a policy's or a simulated customer's endpoint: above simulate's workers (8 by default),
+# each of which waits for one answer at a time.
+CHAT_CONCURRENCY: Final[int] = 32
+
+# How long a group of responses that arrive one at a time (verl's reward workers) may wait for its last one before it
+# falls back to its verifier rewards: a slow rollout's tool calls take minutes, and a quarter hour is past any verl
+# step a group's members share.
+GROUP_WAIT_S: Final[float] = 900.0
+
+
 def cache_dir(name: str) -> Path:
     """Where whileai keeps what it can make again but need not: ``$WHILEAI_CACHE/NAME`` when that variable is set,
     else ``$XDG_CACHE_HOME/whileai/NAME`` (the XDG base directory convention), ``~/.cache/whileai/NAME`` when neither

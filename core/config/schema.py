@@ -18,15 +18,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from whileai.config.guard import signal_problems
 from whileai.config.trainer import TrainerSection
 from whileai.defaults import (
     SPREAD_CONTROL_GROUPS,
 )
 from whileai.errors import BadInput
-from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds
+from whileai.grading.guard import signal_problems
+from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds, WatchSettings
 from whileai.grading.scripted import ScriptedRule
-from whileai.grading.watch import WatchSettings
 from whileai.judge.settings import JudgeConfig
 from whileai.rows import RowFields
 from whileai.rows.files import SUFFIXES

@@ -24,15 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["GRADER_CONCURRENCY", "GRADER_TIMEOUT_S", "GraderCalls", "GraderTimeout", "each_or_error"]
-
-# The longest one call of a plain grader function may take before its group falls back (a hung grader must not
-# hang training). Not from the report: a rule or a local function answers in well under a second, and a minute leaves
-# room for a grader that calls out to a service of its own.
-GRADER_TIMEOUT_S = 60.0
-
-# How many groups a grader that declares ``thread_safe = True`` is called on at once.
-GRADER_CONCURRENCY = 8
+__all__ = ["GraderCalls", "GraderTimeout", "each_or_error"]
 
 
 def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:

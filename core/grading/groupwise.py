@@ -6,8 +6,8 @@ The object holds a grader and the report's knobs and uses them three ways:
   vary (the spread gate).
 - ``shape(rewards, prompts, completions, group_size)``: the shaped rewards of a batch of consecutive groups.
 - ``trl_reward(verifier, num_generations)``: a reward function for TRL's ``GRPOTrainer`` that returns
-  ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields equation 3 exactly (a door into
-  ``whileai.integrations.trl``, which holds TRL's calling convention).
+  ``A'_i + mean(R)`` so that TRL's group-mean subtraction yields equation 3 exactly (its calling convention in
+  ``whileai.grading.trl``, read when it is called).
 
 Advantage mode (GAR, section 4.3.2) calls the grader once per group with every rollout and moves the positive
 advantage among the passes; reward mode (GRS, section 4.3.1) calls it once per pass with the task's rubric and
@@ -28,10 +28,18 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from whileai.defaults import GROUPWISE_CAP, GROUPWISE_FLOOR, GROUPWISE_HACK_ZERO, GROUPWISE_MIN_FACTOR, GROUPWISE_MODE
+from whileai.defaults import (
+    GRADER_CONCURRENCY,
+    GRADER_TIMEOUT_S,
+    GROUPWISE_CAP,
+    GROUPWISE_FLOOR,
+    GROUPWISE_HACK_ZERO,
+    GROUPWISE_MIN_FACTOR,
+    GROUPWISE_MODE,
+)
 from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
-from whileai.grading.calls import GRADER_CONCURRENCY, GRADER_TIMEOUT_S, GraderCalls
+from whileai.grading.calls import GraderCalls
 from whileai.grading.gate import SpreadReport, check_spread_rows
 from whileai.grading.group import (
     GradedGroup,
@@ -581,7 +589,7 @@ class GroupwiseGrading:
             ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
                 wrong number of rewards. These are set-up errors, not grader misbehaviour.
         """
-        from whileai.integrations.trl import groupwise_reward_function  # the door to TRL's room
+        from whileai.grading.trl import groupwise_reward_function  # TRL's calling convention, read when asked
 
         return groupwise_reward_function(
             self, verifier, num_generations, gather=gather, on_graded=on_graded, watch=watch

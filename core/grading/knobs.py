@@ -2,7 +2,8 @@
 
 ``GradingKnobs`` (mode, cap, min_factor, hack_zero, hack_reward, floor, timeout_s) is what ``GroupwiseGrading``
 checks its arguments with, and the recipe's ``grading`` section is this model plus the rubrics; ``SpreadThresholds``
-is what counts as spread, and the recipe's ``spread`` section is this model plus which rows to grade. A bound
+is what counts as spread, and the recipe's ``spread`` section is this model plus which rows to grade;
+``WatchSettings`` is ``spread.watch``, the gate's checks repeated during training (``whileai.grading.watch``). A bound
 written here holds for a recipe, an override, the command line and a Python caller alike.
 
 Defaults come from ``whileai.defaults``, which names their sources. This module validates values; it grades nothing.
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from whileai.defaults import (
+    GRADER_TIMEOUT_S,
     GROUPWISE_CAP,
     GROUPWISE_FLOOR,
     GROUPWISE_HACK_ZERO,
@@ -27,10 +29,13 @@ from whileai.defaults import (
     SPREAD_MIN_MEASURED_CONTROLS,
     SPREAD_MIN_STD,
     SPREAD_TOLERANCE,
+    WATCH_CONTROLS,
+    WATCH_EVERY_STEPS,
+    WATCH_MAX_EXTRA_CALLS,
+    WATCH_PATIENCE,
 )
-from whileai.grading.calls import GRADER_TIMEOUT_S
 
-__all__ = ["GradingKnobs", "RecipeThresholds", "SpreadThresholds", "checked"]
+__all__ = ["GradingKnobs", "RecipeThresholds", "SpreadThresholds", "WatchSettings", "checked"]
 
 Mode = Literal["advantage", "reward"]
 
@@ -165,3 +170,41 @@ def checked(model: type[BaseModel], **values: Any) -> Any:
         return model(**values)
     except ValidationError as error:
         raise ValueError(_first_error(error, model)) from None
+
+
+class WatchSettings(BaseModel):
+    """``spread.watch``: the spread gate's checks repeated during training (the module docstring says what each
+    check does and costs)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    enabled: bool = Field(True, description="Watch a grader arm's grading while it trains (a binary arm has none).")
+    every_steps: int = Field(WATCH_EVERY_STEPS, ge=1, description="A check every this many optimizer steps.")
+    window: int | None = Field(
+        None, ge=1, description="The steps of graded groups a check reads (default: every_steps, each group once)."
+    )
+    controls: int = Field(
+        WATCH_CONTROLS,
+        ge=0,
+        description="Control groups per check: graded groups shown to the grader again, shuffled, with a copy of "
+        "one pass (one extra grader call each; 0: spread only).",
+    )
+    max_extra_calls: float = Field(
+        WATCH_MAX_EXTRA_CALLS,
+        ge=0,
+        le=1,
+        description="The controls' grader calls stay within this share of the grader calls training made; a check "
+        "sends fewer controls, or none, to keep it.",
+    )
+    on_fail: Literal["warn", "stop"] = Field(
+        "warn",
+        description="'warn': say what failed, once per change; 'stop': also end the run at a checkpoint after "
+        "patience failed checks in a row (whileai train exits 5).",
+    )
+    patience: int = Field(WATCH_PATIENCE, ge=1, description="Failed checks in a row that stop the run (on_fail: stop).")
+
+    @model_validator(mode="after")
+    def _window(self) -> WatchSettings:
+        if self.window is None:
+            object.__setattr__(self, "window", self.every_steps)
+        return self

@@ -33,54 +33,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from whileai.defaults import WATCH_CONTROLS, WATCH_EVERY_STEPS, WATCH_MAX_EXTRA_CALLS, WATCH_PATIENCE
 from whileai.grading.controls import ControlsTally
 from whileai.grading.gate import SpreadReport, spread_report
 from whileai.grading.group import GradedGroup
+from whileai.grading.knobs import WatchSettings
 
 __all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
-
-
-class WatchSettings(BaseModel):
-    """``spread.watch``: the spread gate's checks repeated during training (the module docstring says what each
-    check does and costs)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    enabled: bool = Field(True, description="Watch a grader arm's grading while it trains (a binary arm has none).")
-    every_steps: int = Field(WATCH_EVERY_STEPS, ge=1, description="A check every this many optimizer steps.")
-    window: int | None = Field(
-        None, ge=1, description="The steps of graded groups a check reads (default: every_steps, each group once)."
-    )
-    controls: int = Field(
-        WATCH_CONTROLS,
-        ge=0,
-        description="Control groups per check: graded groups shown to the grader again, shuffled, with a copy of "
-        "one pass (one extra grader call each; 0: spread only).",
-    )
-    max_extra_calls: float = Field(
-        WATCH_MAX_EXTRA_CALLS,
-        ge=0,
-        le=1,
-        description="The controls' grader calls stay within this share of the grader calls training made; a check "
-        "sends fewer controls, or none, to keep it.",
-    )
-    on_fail: Literal["warn", "stop"] = Field(
-        "warn",
-        description="'warn': say what failed, once per change; 'stop': also end the run at a checkpoint after "
-        "patience failed checks in a row (whileai train exits 5).",
-    )
-    patience: int = Field(WATCH_PATIENCE, ge=1, description="Failed checks in a row that stop the run (on_fail: stop).")
-
-    @model_validator(mode="after")
-    def _window(self) -> WatchSettings:
-        if self.window is None:
-            object.__setattr__(self, "window", self.every_steps)
-        return self
 
 
 @dataclass

@@ -42,9 +42,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from whileai.defaults import CHAT_CONCURRENCY
 from whileai.errors import BadInput
 from whileai.http.endpoint import (
-    CHAT_CONCURRENCY,
     RETRY_STATUSES,
     Call,
     CallError,

@@ -39,11 +39,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
+from whileai.defaults import CHAT_CONCURRENCY
 from whileai.http.secrets import check_key_variable, hide_pasted_key, masked_url
 from whileai.stats import quantile
 
 __all__ = [
-    "CHAT_CONCURRENCY",
     "RETRY_STATUSES",
     "Call",
     "CallError",
@@ -60,9 +60,6 @@ __all__ = [
 
 
 RETRY_STATUSES = frozenset({408, 409, 429})
-# Calls in flight at once on a policy's or a simulated customer's endpoint: above simulate's workers (8 by default),
-# each of which waits for one answer at a time.
-CHAT_CONCURRENCY = 32
 
 
 # ---------------------------------------------------------------------------------------------- settings

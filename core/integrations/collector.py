@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from whileai.defaults import GROUP_WAIT_S
 from whileai.grading.group import GradedGroup, describe, new_group, widen
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.rows.rewards import scorable_members
@@ -123,7 +124,7 @@ class GroupCollector:
         grading: GroupwiseGrading,
         group_size: int,
         *,
-        wait_s: float = 900.0,
+        wait_s: float = GROUP_WAIT_S,
         on_graded: Callable[[list[GradedGroup]], None] | None = None,
         say: Callable[[str], None] | None = None,
         watch: Callable[[list[GradedGroup], list[Any], list[Any]], None] | None = None,

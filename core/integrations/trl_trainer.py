@@ -4,7 +4,7 @@
 Built in Python in one call, ``GroupwiseGRPOTrainer(model=..., grading=gar, verifier=check, args=GRPOConfig(...),
 train_dataset=...)`` makes the grader's reward function (``GroupwiseGrading.trl_reward``, its groups gathered across
 processes) and refuses, on construction, whatever would move TRL's advantages off equation 3
-(``whileai.integrations.trl.refuse_off_equation_3``, the rule ``whileai train`` applies). Left without ``args``, it
+(``whileai.grading.trl.refuse_off_equation_3``, the rule ``whileai train`` applies). Left without ``args``, it
 trains with TRL's defaults but ``scale_rewards="none"``. ``whileai train`` builds the same class with its own reward
 function.
 
@@ -47,7 +47,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from whileai.errors import BadInput, MissingExtra
-from whileai.integrations.trl import refuse_off_equation_3
+from whileai.grading.trl import refuse_off_equation_3
 
 __all__ = ["EpochRepeatSampler", "GroupwiseGRPOTrainer", "grpo_trainer", "json_tool_arguments"]
 
@@ -110,7 +110,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 name = f"{str(name).rstrip('/').split('/')[-1]}-GRPO"
                 # TRL's GRPOConfig() alone refuses a machine without CUDA (bf16 on a CPU); said here, it trains there.
                 args = GRPOConfig(output_dir=name, scale_rewards="none", use_cpu=not torch.cuda.is_available())
-            from whileai.integrations.trl import TorchGather
+            from whileai.grading.trl import TorchGather
 
             reward_funcs = [grading.trl_reward(verifier, args.num_generations, gather=TorchGather())]
         self._say = say

@@ -57,17 +57,17 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from whileai.config.guard import config_value, verl_signal_problems
+from whileai.defaults import GROUP_WAIT_S
 from whileai.errors import BadInput, WatchStopped, describe
 from whileai.grading.group import GradedGroup
 from whileai.grading.groupwise import GroupwiseGrading
+from whileai.grading.guard import config_value, verl_signal_problems
 from whileai.grading.watch import SpreadWatch, WatchLog, WatchSettings
 from whileai.integrations.collector import GroupCollector, Response, Shaped
 from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
 
 __all__ = ["GROUPS_ACTOR", "Groups", "Preflight", "WhileaiRewardManager"]
 
-DEFAULT_GROUP_WAIT_S = 900.0
 # The named Ray actor the reward workers of a run share (named actors are per Ray namespace: one per job).
 GROUPS_ACTOR = "whileai_groups"
 # Calls it holds at once: every response of a step may wait there for its group.
@@ -124,7 +124,7 @@ def _settings(config: Any) -> dict[str, Any]:
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise BadInput(f"reward.reward_kwargs: unknown option(s) {', '.join(unknown)} ({', '.join(_OPTIONS)})")
-    wait = options.get("group_wait_s", DEFAULT_GROUP_WAIT_S)
+    wait = options.get("group_wait_s", GROUP_WAIT_S)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait > 0:
         raise BadInput(f"reward.reward_kwargs.group_wait_s must be a number of seconds > 0, got {wait!r}")
     out = options.get("out")
@@ -358,7 +358,7 @@ class WhileaiRewardManager(RewardManagerBase):
 
     verl builds it on each reward worker as ``cls(config, tokenizer, compute_score, reward_router_address=...,
     reward_model_tokenizer=...)``. It refuses a config that would move the advantages off equation 3 or keep
-    groups from forming (``whileai.config.guard.verl_signal_problems``): the reward worker then fails to start,
+    groups from forming (``whileai.grading.guard.verl_signal_problems``): the reward worker then fails to start,
     with the message.
 
     Args:

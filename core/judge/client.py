@@ -35,13 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from whileai.defaults import JUDGE_CONCURRENCY, LOCAL_CONCURRENCY
 from whileai.errors import GraderUnavailable
 from whileai.http.client import EndpointClient
 from whileai.http.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.judge.cache import JudgeCache
 from whileai.judge.prompts import Message
 from whileai.judge.replies import JudgeAnswerError
-from whileai.judge.settings import JUDGE_CONCURRENCY, LOCAL_CONCURRENCY, JudgeConfig
+from whileai.judge.settings import JudgeConfig
 from whileai.judge.usage import JudgeStats
 
 __all__ = [

@@ -17,18 +17,7 @@ from pydantic import Field, field_validator
 from whileai.defaults import cache_dir
 from whileai.http.endpoint import EndpointSettings
 
-__all__ = ["JUDGE_CONCURRENCY", "LOCAL_CONCURRENCY", "JudgeConfig", "default_cache_dir"]
-
-# Judge calls in flight at once when the server does not say how many it runs (a hosted API, a vLLM without metrics):
-# every call of a batch, up to this cap. A batch is one call per graded group and per order, rarely above a few
-# hundred. 256 is vLLM's long-standing default max_num_seqs (newer versions raise it on large GPUs): a server that
-# schedules that many at once answers a batch of 64 groups in about one call's latency (benchmarks/README.md, judge).
-JUDGE_CONCURRENCY = 256
-
-# Calls in flight at once against a server on this machine that says nothing of its slots: llama-cpp-python's server
-# answers one request at a time (its C++ llama-server says how many in /props), and a call queued behind another is
-# silent while it waits, so it would spend its timeout_s in the queue.
-LOCAL_CONCURRENCY = 1
+__all__ = ["JudgeConfig", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:

@@ -436,7 +436,7 @@ def held_out_summary(folder: Path, checkpoint: str | None = None) -> dict[str, A
     """What ``whileai eval`` measured on the run's final model (``eval.json``; ``checkpoint="initial"``: the model it
     started from, ``eval-initial.json``), or None where it has not run. ``stale`` says whether the run trained on
     after it: the steps the evaluated model had are fewer than the run's now (None where the file does not say)."""
-    from whileai.training.held_out import EVAL_FORMAT, eval_file
+    from whileai.training.folder import EVAL_FORMAT, eval_file
 
     path = eval_file(folder, checkpoint)
     if not path.is_file():

@@ -1,6 +1,6 @@
 """What the processes of a multi-process run do together before training, on ``torch.distributed``.
 
-The reward function's gather across processes during training is ``whileai.integrations.trl.TorchGather``.
+The reward function's gather across processes during training is ``whileai.grading.trl.TorchGather``.
 
 - ``on_first_process``: work done once before training (the spread gate, a tiny model's warm start) on rank 0, its
   result handed to every process, with a wait sized to that work rather than to the process group's timeout.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from whileai.integrations.trl import TorchGather
+from whileai.grading.trl import TorchGather
 
 __all__ = ["PREPARE_WAIT_S", "on_first_process"]
 

@@ -26,8 +26,10 @@ from whileai.errors import BadInput, json_problem
 from whileai.yamldata import read_yaml_file
 
 __all__ = [
+    "EVAL_FORMAT",
     "HOLDER_FILE",
     "GradingLog",
+    "eval_file",
     "forget_after",
     "last_checkpoint",
     "mark_run",
@@ -36,6 +38,15 @@ __all__ = [
     "training_output",
     "write_json",
 ]
+
+
+# What ``whileai eval`` writes into a run folder, and ``whileai report`` reads.
+EVAL_FORMAT = "whileai-eval/1"
+
+
+def eval_file(run: Path, checkpoint: str | None = None) -> Path:
+    """Where ``whileai eval`` writes (and ``whileai report`` reads) a run's held-out figures."""
+    return run / ("eval.json" if checkpoint is None else f"eval-{checkpoint}.json")
 
 
 # Who holds a run folder, written by the holder while it holds it (the lock itself is on the folder).
@@ -229,7 +240,7 @@ class GradingLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, groups: list[Any], state: Any) -> None:
-        from whileai.integrations.trl import logged_step
+        from whileai.grading.trl import logged_step
 
         with self.path.open("a") as handle:
             for group in groups:

@@ -29,11 +29,9 @@ from typing import Any
 from whileai.errors import BadInput
 from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.stats import clustered_interval
-from whileai.training.folder import run_lock
+from whileai.training.folder import EVAL_FORMAT, eval_file, run_lock
 
-__all__ = ["EVAL_FORMAT", "HeldOut", "eval_file", "evaluate_run"]
-
-EVAL_FORMAT = "whileai-eval/1"
+__all__ = ["HeldOut", "evaluate_run"]
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,6 @@ class HeldOut:
         return lines
 
 
-def eval_file(run: Path, checkpoint: str | None = None) -> Path:
-    """Where ``whileai eval`` writes (and ``whileai report`` reads) a run's held-out figures."""
-    return run / ("eval.json" if checkpoint is None else f"eval-{checkpoint}.json")
-
-
 def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any, Any]:
     """The held-out rows, where they come from, the loaded recipe and the task that holds them."""
     from whileai.config import load_recipe
@@ -97,7 +90,7 @@ def _tool_loop_groups(
     TRL measured (the tokens the model wrote, tool results left out, as training logs it)."""
     from transformers import AutoTokenizer
 
-    from whileai.integrations.trl import binary_reward
+    from whileai.grading.trl import binary_reward
     from whileai.integrations.trl_trainer import grpo_trainer
     from whileai.rows.text import completion_text, prompt_text
 
@@ -130,7 +123,7 @@ def _tool_loop_groups(
 def _model(run: Path, loaded: Any, checkpoint: str | None, initial: bool) -> Path:
     """The model to evaluate: the run's final one, a checkpoint of it, or the one it started from."""
     if initial:
-        from whileai.training.run import model_path
+        from whileai.training.plan import model_path
 
         model = Path(model_path(loaded))
     else:
@@ -168,8 +161,7 @@ def _evaluate(
     """``evaluate_run`` once the run folder is this process's."""
     from whileai.config.build import build_grading
     from whileai.grading.gate import check_spread_groups
-    from whileai.training.plan import Machine, grpo_kwargs
-    from whileai.training.run import quiet_libraries
+    from whileai.training.plan import Machine, grpo_kwargs, quiet_libraries
     from whileai.training.sample import group_passes, sample_groups
     from whileai.training.tasks import load_verifier
 

@@ -11,14 +11,17 @@ the verifier, the model and data besides. Nothing here imports TRL or calls a gr
 from __future__ import annotations
 
 import importlib.util
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
 from whileai.config.machine import model_source
+from whileai.errors import MissingExtra
 
-__all__ = ["Machine", "TrainingPlan", "cpu_threads", "grpo_kwargs", "training_plan"]
+__all__ = ["Machine", "TrainingPlan", "cpu_threads", "grpo_kwargs", "model_path", "quiet_libraries", "training_plan"]
 
 
 @dataclass(frozen=True)
@@ -198,3 +201,31 @@ def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
     plan.steps.append(("generation", f"{machine.generation(args)} on this machine (whileai train asks torch again)"))
     plan.steps.append(("run directory", str(recipe.output_dir)))
     return plan
+
+
+def model_path(loaded: LoadedRecipe) -> str:
+    """Where the policy loads from: the tiny model's folder in the run, or the recipe's model. A local folder is
+    made absolute: LoRA adapters record the path of the model they sit on, and are loaded from other folders."""
+    model = loaded.recipe.model
+    assert model is not None
+    path = str(Path(loaded.recipe.output_dir) / "base_model") if model.tiny is not None else model.name_or_path
+    assert path is not None
+    return str(Path(path).resolve()) if model.tiny is not None or Path(path).is_dir() else path
+
+
+def quiet_libraries(command: str = "whileai train") -> None:
+    """Import the trainer's libraries (naming the extra when one is missing, for ``command``) and silence what a
+    recipe user cannot act on."""
+    try:
+        import datasets  # noqa: F401
+        import torch  # noqa: F401
+        import trl  # noqa: F401
+        from transformers.utils import logging as transformers_logging
+    except ImportError as err:
+        raise MissingExtra(err.name or "trl", "train", command) from None
+    transformers_logging.disable_progress_bar()
+    # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
+    # give to TRL's users.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")

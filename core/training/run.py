@@ -12,7 +12,7 @@
    completions with ``spread.sample``) and the tiny random-weight model (saved first: TRL and vLLM load models by
    name); a refusal stops here unless told to skip, and is recorded either way;
 5. the reward function (``grading.trl_reward(verifier, num_generations)``, or the verifier alone for a binary arm),
-   logging each graded group to ``grading.jsonl``, and TRL's trainer (``whileai.integrations.trl.grpo_trainer``);
+   logging each graded group to ``grading.jsonl``, and TRL's trainer (``whileai.grading.trl.grpo_trainer``);
 6. train, save the final model and ``whileai_run.json``.
 
 The run folder's files and how a run continues in it: ``whileai.training.folder``. torch, transformers, trl and
@@ -25,7 +25,6 @@ import contextlib
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +32,10 @@ from typing import Any
 
 from whileai.config.load import LoadedRecipe
 from whileai.config.machine import check_hub
-from whileai.errors import BadInput, MissingExtra
+from whileai.errors import BadInput
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.grading.trl import binary_reward, generations_per_step
 from whileai.integrations.tool_calls import recipe_tool_calls
-from whileai.integrations.trl import binary_reward, generations_per_step
 from whileai.training.folder import (
     GradingLog,
     arm_changes,
@@ -49,8 +48,9 @@ from whileai.training.folder import (
     training_output,
     write_json,
 )
+from whileai.training.plan import model_path, quiet_libraries
 
-__all__ = ["Gate", "TrainingResult", "binary_reward", "quiet_libraries", "run_training"]
+__all__ = ["Gate", "TrainingResult", "binary_reward", "run_training"]
 
 
 @dataclass
@@ -406,19 +406,9 @@ def _prepare(
     return gate
 
 
-def model_path(loaded: LoadedRecipe) -> str:
-    """Where the policy loads from: the tiny model's folder in the run, or the recipe's model. A local folder is
-    made absolute: LoRA adapters record the path of the model they sit on, and are loaded from other folders."""
-    model = loaded.recipe.model
-    assert model is not None
-    path = str(Path(loaded.recipe.output_dir) / "base_model") if model.tiny is not None else model.name_or_path
-    assert path is not None
-    return str(Path(path).resolve()) if model.tiny is not None or Path(path).is_dir() else path
-
-
 def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence[Any]) -> Any:
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
-    from whileai.integrations.trl import TorchGather
+    from whileai.grading.trl import TorchGather
     from whileai.integrations.trl_trainer import grpo_trainer
     from whileai.training.callbacks import RichProgress
 
@@ -519,24 +509,6 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     result = TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
     result.watch_stopped = run.summary.get("stopped_by_watch")
     return result
-
-
-def quiet_libraries(command: str = "whileai train") -> None:
-    """Import the trainer's libraries (naming the extra when one is missing, for ``command``) and silence what a
-    recipe user cannot act on."""
-    try:
-        import datasets  # noqa: F401
-        import torch  # noqa: F401
-        import trl  # noqa: F401
-        from transformers.utils import logging as transformers_logging
-    except ImportError as err:
-        raise MissingExtra(err.name or "trl", "train", command) from None
-    transformers_logging.disable_progress_bar()
-    # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
-    # give to TRL's users.
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
 
 def _grpo_config(run: _Run) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 import whileai as wai
-from whileai.integrations.trl import TorchGather
+from whileai.grading.trl import TorchGather
 from whileai.training.distributed import on_first_process
 
 COMPLETIONS = ["done", "x", "done done done", "done done", "y", "done", "done done", "z"]

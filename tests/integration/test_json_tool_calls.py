@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from whileai.integrations.trl import binary_reward
+from whileai.grading.trl import binary_reward
 from whileai.integrations.trl_trainer import grpo_trainer
 from whileai.simulations.environment import (
     SupportEnvironment,

@@ -168,7 +168,7 @@ def test_readme_cpu_command_is_the_files_own() -> None:
 PROBE = """\
 import json, os, sys
 from accelerate import PartialState
-from whileai.integrations.trl import TorchGather
+from whileai.grading.trl import TorchGather
 
 state = PartialState(cpu=True)  # what whileai train's GRPOConfig(use_cpu=True) builds on a machine without CUDA
 gather = TorchGather()

@@ -1,7 +1,7 @@
 """What whileai relies on of TRL's and transformers' private parts, one test per hook, against the pinned versions.
 
 ``whileai.integrations.trl_trainer.GroupwiseGRPOTrainer`` overrides ``GRPOTrainer.log`` (reading TRL's ``_logs``) and
-transformers' ``Trainer._issue_warnings_after_load``; ``whileai.integrations.trl.trl_phase`` reads the phase from the
+transformers' ``Trainer._issue_warnings_after_load``; ``whileai.grading.trl.trl_phase`` reads the phase from the
 trainer that TRL's ``log_metric`` is bound to. Each test uses the real trainer on a tiny model and fails if TRL or
 transformers renames or changes the part the hook stands on.
 """
@@ -97,7 +97,7 @@ def test_the_load_hook_ties_a_checkpoint_s_tied_weights_and_says_so_once(tiny) -
 def test_the_phase_is_read_from_the_trainer_log_metric_is_bound_to(tiny) -> None:
     """TRL hands each reward function ``log_metric``, bound to the trainer, whose ``model.training`` says the phase
     and whose ``num_generations_eval`` the evaluation's group size."""
-    from whileai.integrations.trl import trl_phase
+    from whileai.grading.trl import trl_phase
 
     seen: list[tuple[str, int]] = []
 

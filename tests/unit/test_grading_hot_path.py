@@ -19,7 +19,7 @@ import whileai as wai
 from whileai.grading import group as group_module
 from whileai.grading.calls import GraderCalls
 from whileai.grading.tally import GradingStats
-from whileai.integrations.trl import group_labels
+from whileai.grading.trl import group_labels
 from whileai.methods import redistribute_result
 from whileai.rows.text import completion_text, prompt_text, render_messages
 

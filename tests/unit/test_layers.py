@@ -2,7 +2,8 @@
 
 Ground floor: ``whileai.defaults`` and ``whileai.errors``. The pure math (``methods``, ``advantages``) stands on it
 alone; nothing in the library imports the command line; the judge and the offline path do not import each other (both
-use the endpoint client); the grading object reaches TRL's room only through its ``trl_reward`` door.
+use the endpoint client); the grading object imports no trainer side; no circle between packages; at most nine floors
+of imports; at most eight modules loose in ``core/``.
 """
 
 from __future__ import annotations
@@ -75,16 +76,15 @@ def test_the_judge_and_the_offline_path_do_not_import_each_other(one: str, other
                 assert not _within(name, other), f"{module} imports {name}"
 
 
-def test_grading_reaches_trl_only_through_its_door() -> None:
-    """``whileai.grading`` never imports the trainer side at module level: ``trl_reward`` imports
-    ``whileai.integrations.trl`` when called; training and the TRL room import grading, not the other way."""
+def test_grading_imports_nothing_of_the_trainer_side() -> None:
+    """``whileai.grading`` knows groups, answers and how TRL calls a reward function (``grading.trl``), and imports
+    neither the trainers whileai builds (``whileai.integrations``) nor the training run: they import grading."""
     for module, path in MODULES.items():
         if not _within(module, "whileai.grading"):
             continue
-        for name, top_level in imports(path):
+        for name, _ in imports(path):
             assert not _within(name, "whileai.training"), f"{module} imports {name}"
-            if _within(name, "whileai.integrations"):
-                assert not top_level and module == "whileai.grading.groupwise", f"{module} imports {name}"
+            assert not _within(name, "whileai.integrations"), f"{module} imports {name}"
 
 
 def test_the_page_s_defaults_path_re_exports_the_ground_floor() -> None:
@@ -117,7 +117,7 @@ def third_party(path: Path) -> set[str]:
         (
             "trl",
             (
-                "whileai.integrations.trl",
+                "whileai.grading.trl",
                 "whileai.integrations.trl_trainer",
                 "whileai.training",
                 "whileai.config.trl_fields",
@@ -140,11 +140,6 @@ def package_of(module: str) -> str:
     """``whileai.grading.gate`` -> ``whileai.grading``; a module of the top level is its own package."""
     parts = module.split(".")
     return ".".join(parts[:2])
-
-
-# The one import that points up, and why: ``GroupwiseGrading.trl_reward`` opens the door to TRL's room when it is
-# called, so that a user of the page's object gets TRL's reward function from it.
-DOORS = {("whileai.grading", "whileai.integrations")}
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -178,12 +173,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_circle_between_packages_but_the_trl_door() -> None:
-    graph = package_graph()
-    for source, target in DOORS:
-        assert target in graph[source], "the door is gone: drop it from DOORS"
-        graph[source].discard(target)
-    assert cycles(graph) == []
+def test_no_circle_between_packages() -> None:
+    """Counting every import, lazy and type-only ones too."""
+    assert cycles(package_graph()) == []
 
 
 def test_the_circle_finder_finds_a_circle() -> None:
@@ -204,3 +196,37 @@ def test_the_judge_imports_no_grading() -> None:
         if _within(module, "whileai.judge"):
             for name, _ in imports(path):
                 assert not _within(name, "whileai.grading"), f"{module} imports {name}"
+
+
+def floors() -> tuple[int, list[str]]:
+    """The longest chain of imports between whileai's modules (every import counted, a module's circle one floor),
+    and that chain."""
+    graph = {m: {resolved for name, _ in imports(p) if (resolved := _module_of(name)) not in (None, m, "whileai")}
+             for m, p in MODULES.items() if m != "whileai"}  # fmt: skip
+    depth: dict[str, tuple[int, list[str]]] = {}
+
+    def longest(module: str, path: tuple[str, ...]) -> tuple[int, list[str]]:
+        if module in depth:
+            return depth[module]
+        below = [longest(d, (*path, module)) for d in graph[module] if d not in path]  # a circle is cut where it closes
+        best = max(below, default=(0, []), key=lambda found: found[0])
+        depth[module] = (best[0] + 1, [module, *best[1]])
+        return depth[module]
+
+    return max((longest(m, ()) for m in graph), key=lambda found: found[0])
+
+
+def _module_of(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_at_most_nine_floors_of_imports() -> None:
+    count, chain = floors()
+    assert count <= 9, " -> ".join(chain)
+
+
+def test_at_most_eight_modules_loose_in_core() -> None:
+    loose = sorted(p.name for p in CORE.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 8, loose

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.integrations.trl import binary_reward
+from whileai.grading.trl import binary_reward
 from whileai.methods import positive_passes, rank_factors, redistribute
 from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import whileai as wai
-from whileai.integrations.trl import binary_reward
+from whileai.grading.trl import binary_reward
 from whileai.rows.verdicts import VerifierFailures, read_verdict, verdict_of
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from whileai.config.guard import config_value, verl_signal_problems
+from whileai.grading.guard import config_value, verl_signal_problems
 
 
 def good(**changes: Any) -> dict[str, Any]:

@@ -521,7 +521,7 @@ def test_the_guard_refuses_each_setting_that_moves_off_equation_3(tmp_path, toke
 
 def test_verl_defaults_alone_are_refused_on_every_count(tmp_path, tokenizer_dir) -> None:
     """verl's config as it ships (gae, the std division, rollout.n 1), the manager not even named."""
-    from whileai.config.guard import verl_signal_problems
+    from whileai.grading.guard import verl_signal_problems
 
     defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
     problems = verl_signal_problems(OmegaConf.load(defaults))
@@ -550,7 +550,7 @@ def test_the_shipped_config_composes_with_verl_s_and_the_manager_starts(tmp_path
     no guard problem, validation groups the size of training's, and verl's reward worker builds the manager."""
     from hydra import compose, initialize_config_dir
 
-    from whileai.config.guard import verl_signal_problems
+    from whileai.grading.guard import verl_signal_problems
 
     _recipe(tmp_path)
     overrides = [

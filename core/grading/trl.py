@@ -1,10 +1,11 @@
 """TRL's side of groupwise grading: the reward function ``GRPOTrainer`` calls, and its calling convention.
 
-``GroupwiseGrading`` knows groups and answers; this module knows the trainer. TRL 1.16 (``grpo_trainer.py``,
-``_calculate_rewards``) calls a reward function by keyword with ``prompts``, ``completions``, ``completion_ids``,
-every extra dataset column, ``trainer_state``, ``log_metric`` (bound to the trainer) and ``log_extra``, on
-``num_generations`` consecutive completions per prompt (``num_generations_eval`` in evaluation), each process on its
-own slice; it then subtracts each group's mean (and divides by a std unless ``scale_rewards="none"``).
+``GroupwiseGrading`` knows groups and answers; this module knows how TRL calls a reward function, without importing TRL
+(the trainer whileai builds is ``whileai.integrations.trl_trainer``'s, which imports it). TRL 1.16 (``grpo_trainer.py``,
+``_calculate_rewards``) calls a reward function by keyword with ``prompts``, ``completions``, ``completion_ids``, every
+extra dataset column, ``trainer_state``, ``log_metric`` (bound to the trainer) and ``log_extra``, on ``num_generations``
+consecutive completions per prompt (``num_generations_eval`` in evaluation), each process on its own slice; it then
+subtracts each group's mean (and divides by a std unless ``scale_rewards="none"``).
 
 - :func:`groupwise_reward_function`: what ``GroupwiseGrading.trl_reward`` returns (``A'_i + mean(R)``, so TRL's
   mean subtraction gives equation 3), with the distributed gather and the logs ``whileai spread`` reads back.
@@ -27,12 +28,12 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from whileai.config.guard import signal_problems
 from whileai.errors import BadInput
+from whileai.grading.guard import signal_problems
 from whileai.rows.text import completion_text, prompt_text
 from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
 
-if TYPE_CHECKING:  # annotations only: the grading object opens its trl_reward door onto this module
+if TYPE_CHECKING:  # annotations only: GroupwiseGrading.trl_reward imports this module when it is called
     from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
 
@@ -129,7 +130,7 @@ def groupwise_reward_function(
 
 def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None, groupwise: bool | None = None) -> None:
     """Raise ``BadInput`` when a ``GRPOTrainer`` that holds a groupwise reward function would move its advantages off
-    equation 3 (:func:`whileai.config.guard.signal_problems`: std scaling, reward weights, another reward function,
+    equation 3 (:func:`whileai.grading.guard.signal_problems`: std scaling, reward weights, another reward function,
     ``normalize_then_sum``); a trainer without one (a binary arm) may do any of these.
 
     The one rule for every way a trainer is made: ``whileai train`` and ``GroupwiseGRPOTrainer`` check on
