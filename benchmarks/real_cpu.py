@@ -65,7 +65,7 @@ def working_of_passes(folder: Path, steps: range) -> dict[str, float]:
     """The ``WORKING`` figures of one run's passing completions over ``steps``, from its completion logs."""
     import pyarrow.parquet as pq
 
-    from whileai.training.word_problems import check_working, working_errors
+    from whileai.tasks.word_problems import check_working, working_errors
 
     texts = []
     for path in sorted((folder / "completions").glob("completions_*.parquet")):
@@ -93,7 +93,7 @@ def regraded(folder: Path) -> tuple[int, int]:
     of the logged factors, the logged hacks), re-read from the run's completion logs."""
     import pyarrow.parquet as pq
 
-    from whileai.training.word_problems import check_working
+    from whileai.tasks.word_problems import check_working
 
     members: dict[str, list[dict[str, Any]]] = {}
     for path in sorted((folder / "completions").glob("completions_*.parquet")):

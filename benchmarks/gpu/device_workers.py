@@ -167,7 +167,7 @@ def build_agent_model(folder: Path, shape: dict[str, Any], device: str, warm: di
 
     from whileai.config import load_recipe
     from whileai.simulations.environment import environment_tools
-    from whileai.training.tasks import load_task
+    from whileai.tasks.load import load_task
     from whileai.training.tiny import train_chat_tokenizer, trl_rollout_ids, warm_batch
 
     started = time.monotonic()

@@ -323,7 +323,7 @@ class ModelSection(Section):
         return self
 
 
-# The built-in tasks and verifiers (``whileai.training.tasks``; a test keeps the two lists equal).
+# The built-in tasks and verifiers (``whileai.tasks.load``; a test keeps the two lists equal).
 BUILTIN_DATASETS = ("builtin:echo_digits", "builtin:support", "builtin:word_problems")
 BUILTIN_VERIFIERS = ("echoes_digits", "support", "word_problems")
 BUILTIN_TASK_OF_VERIFIER = dict(zip(BUILTIN_VERIFIERS, BUILTIN_DATASETS, strict=True))
@@ -382,7 +382,7 @@ class DataSection(Section):
 def is_rows_path(name: str) -> bool:
     """Whether a ``data.dataset`` value can only be a rows file or folder, not a ``datasets`` name: a rows suffix, or
     a path that starts as one (``./``, ``../``, ``/``, ``~``). A bare ``owner/name`` is read as a folder where one
-    exists beside the recipe, else as a ``datasets`` name (``whileai.training.tasks.load_task``)."""
+    exists beside the recipe, else as a ``datasets`` name (``whileai.tasks.load.load_task``)."""
     return name.endswith(SUFFIXES) or name.startswith(("./", "../", "/", "~", ".\\"))
 
 

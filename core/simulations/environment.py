@@ -7,7 +7,7 @@ described to the model by its type hints and Google-style docstring. One instanc
 
 Two classes, because of what ``get_reward`` does in TRL: a class that defines it owns a reward, and TRL adds
 ``get_reward`` as one more reward function of weight 1 beside the trainer's ``reward_funcs``. With whileai's grader
-the reward function already holds the verifier's verdict (``whileai.training.tasks.support_verifier`` reads
+the reward function already holds the verifier's verdict (``whileai.tasks.load.support_verifier`` reads
 :attr:`SupportEnvironment.verdict`), so an environment that also owned one would be counted twice: TRL's advantage
 would be ``A + A'`` instead of equation 3's ``A'``, and a zeroed hack would still get its +1. So:
 

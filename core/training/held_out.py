@@ -66,7 +66,7 @@ class HeldOut:
 def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any, Any]:
     """The held-out rows, where they come from, the loaded recipe and the task that holds them."""
     from whileai.config import load_recipe
-    from whileai.training.tasks import load_task
+    from whileai.tasks.load import load_task
 
     loaded = load_recipe(recipe_path)
     task = load_task(loaded)
@@ -161,9 +161,9 @@ def _evaluate(
     """``evaluate_run`` once the run folder is this process's."""
     from whileai.config.build import build_grading
     from whileai.grading.gate import check_spread_groups
+    from whileai.tasks.load import load_verifier
     from whileai.training.plan import Machine, grpo_kwargs, quiet_libraries
     from whileai.training.sample import group_passes, sample_groups
-    from whileai.training.tasks import load_verifier
 
     rows, source, loaded, task = _held_out_rows(run / "recipe.yaml", prompts)
     model = _model(run, loaded, checkpoint, initial)

@@ -313,8 +313,8 @@ def _train(
     quiet_libraries()
     from accelerate import PartialState
 
+    from whileai.tasks.load import check_verifier_signature, load_task, load_verifier
     from whileai.training.distributed import on_first_process
-    from whileai.training.tasks import check_verifier_signature, load_task, load_verifier
 
     args = _grpo_config(run)
     processes = PartialState().num_processes

@@ -456,7 +456,7 @@ def building(key: str, cache: Path) -> Iterator[None]:
 
 def build_recipe_model(path: str, model: Any, task: Any, seed: int, say: Callable[[str], None]) -> None:
     """Build a recipe's tiny random-weight model (``model``: its model section) for ``task`` (a
-    ``whileai.training.tasks.TrainingTask``): word-level for a text task, a warm-started tool caller for a multi-turn
+    ``whileai.tasks.load.TrainingTask``): word-level for a text task, a warm-started tool caller for a multi-turn
     one, copied from the cache where a run with the same task, settings and seed left one."""
     from whileai.defaults import cache_dir
 

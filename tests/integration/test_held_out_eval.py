@@ -162,7 +162,7 @@ def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, m
 
     def trained_on(recipe_path, prompts):
         from whileai.config import load_recipe
-        from whileai.training.tasks import load_task
+        from whileai.tasks.load import load_task
 
         _, _, loaded, _ = original(recipe_path, prompts)
         task = load_task(load_recipe(recipe_path))

@@ -111,7 +111,7 @@ def test_the_environment_is_reset_with_its_row_and_read_by_the_verifier(own_runs
 
 def test_parquet_rows_are_the_jsonl_rows() -> None:
     from whileai.config.load import load_recipe
-    from whileai.training.tasks import load_task
+    from whileai.tasks.load import load_task
 
     recipe = REPO / "recipes" / "my_task_gar.yaml"
     jsonl = load_task(load_recipe(recipe))
@@ -125,7 +125,7 @@ def test_a_datasets_name_without_a_hub_is_one_error_naming_the_field(monkeypatch
 
     from whileai.config.load import load_recipe
     from whileai.errors import BadInput
-    from whileai.training.tasks import load_task
+    from whileai.tasks.load import load_task
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
@@ -137,7 +137,7 @@ def test_a_datasets_name_without_a_hub_is_one_error_naming_the_field(monkeypatch
 def test_a_verifier_trl_could_not_call_is_refused_before_training(tmp_path: Path) -> None:
     from whileai.config.load import load_recipe
     from whileai.errors import BadInput
-    from whileai.training.tasks import check_verifier_signature, load_task, load_verifier
+    from whileai.tasks.load import check_verifier_signature, load_task, load_verifier
 
     (tmp_path / "check.py").write_text("def check(prompts, completions, answer):\n    return [0.0] * len(prompts)\n")
     loaded = load_recipe(REPO / "recipes" / "my_task_gar.yaml", [f"verifier.function={tmp_path / 'check.py'}:check"])

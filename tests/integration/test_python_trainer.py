@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict], Path]:
-    from whileai.training.tasks import _echo_digits
+    from whileai.tasks.load import _echo_digits
     from whileai.training.tiny import build_tiny_model
 
     task = _echo_digits(4, seed=0)
@@ -72,7 +72,7 @@ def test_a_plain_grpo_trainer_off_equation_3_is_refused_before_its_first_step(ti
 
     import whileai as wai
     from whileai.errors import BadInput
-    from whileai.training.tasks import echoes_digits
+    from whileai.tasks.load import echoes_digits
 
     path, rows, root = tiny
     gar = wai.GroupwiseGrading(grader=_fewest_words)
@@ -100,7 +100,7 @@ def test_the_groupwise_trainer_refuses_on_construction(tiny) -> None:
 
     import whileai as wai
     from whileai.errors import BadInput
-    from whileai.training.tasks import echoes_digits
+    from whileai.tasks.load import echoes_digits
 
     path, rows, root = tiny
     with pytest.raises(BadInput, match=r"this GroupwiseGRPOTrainer would not train on equation 3: GRPOConfig\."):
@@ -122,7 +122,7 @@ def test_the_groupwise_trainer_trains_on_equation_3_in_one_call(tiny) -> None:
 
     import whileai as wai
     from whileai.methods import rank_factors, redistribute
-    from whileai.training.tasks import echoes_digits
+    from whileai.tasks.load import echoes_digits
 
     path, rows, root = tiny
     gar = wai.GroupwiseGrading(grader=_fewest_words)
@@ -168,7 +168,7 @@ def test_the_trainers_own_defaults_leave_std_scaling_off(tiny) -> None:
     import datasets
 
     import whileai as wai
-    from whileai.training.tasks import echoes_digits
+    from whileai.tasks.load import echoes_digits
 
     path, rows, _ = tiny
     trainer = wai.GroupwiseGRPOTrainer(
@@ -191,7 +191,7 @@ def test_a_groupwise_reward_wrapped_in_the_user_s_own_function_is_still_checked(
 
     import whileai as wai
     from whileai.errors import BadInput
-    from whileai.training.tasks import echoes_digits
+    from whileai.tasks.load import echoes_digits
 
     path, rows, root = tiny
     reward = wai.GroupwiseGrading(grader=_fewest_words).trl_reward(echoes_digits, num_generations=4)

@@ -45,7 +45,7 @@ VERIFIER = '''
 import numpy as np
 import torch
 
-from whileai.training.tasks import echoes_digits
+from whileai.tasks.load import echoes_digits
 import child_processes
 
 
@@ -214,8 +214,8 @@ def test_the_gate_s_generation_config_is_the_one_trl_builds(tmp_path: Path) -> N
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
+    from whileai.tasks.load import _echo_digits
     from whileai.training.sample import generation_config
-    from whileai.training.tasks import _echo_digits
     from whileai.training.tiny import build_tiny_model
 
     task = _echo_digits(8, seed=0)

@@ -20,7 +20,7 @@ import whileai as wai
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from whileai.training.tasks import _echo_digits
+    from whileai.tasks.load import _echo_digits
     from whileai.training.tiny import build_tiny_model
 
     task = _echo_digits(8, seed=0)
@@ -45,8 +45,8 @@ def test_evaluation_batches_are_graded_in_their_own_groups(
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
+    from whileai.tasks.load import _echo_digits, echoes_digits
     from whileai.training.folder import GradingLog
-    from whileai.training.tasks import _echo_digits, echoes_digits
 
     rows = _echo_digits(8, seed=0).rows
     grading = wai.GroupwiseGrading(grader=by_length)

@@ -20,7 +20,7 @@ pd = pytest.importorskip("pandas")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict], Path]:
-    from whileai.training.tasks import _echo_digits
+    from whileai.tasks.load import _echo_digits
     from whileai.training.tiny import build_tiny_model
 
     task = _echo_digits(8, seed=0)

@@ -124,7 +124,8 @@ def third_party(path: Path) -> set[str]:
             ),
         ),
         ("transformers", ("whileai.integrations.trl_trainer", "whileai.training")),
-        ("datasets", ("whileai.integrations.trl_trainer", "whileai.training")),
+        # tasks.load reads a recipe's data given as a datasets name, importing datasets only then
+        ("datasets", ("whileai.integrations.trl_trainer", "whileai.training", "whileai.tasks.load")),
         ("aiohttp", ("whileai.http.transport",)),
         # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
         ("verl", ("whileai.integrations.verl",)),

@@ -147,8 +147,8 @@ def test_the_trl_field_check_tells_used_fields_from_the_rest(monkeypatch: pytest
 def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
     from whileai.config.load import default_recipe
     from whileai.config.schema import BUILTIN_DATASETS, BUILTIN_VERIFIERS
-    from whileai.training.tasks import BUILTIN_VERIFIERS as verifiers
-    from whileai.training.tasks import load_task
+    from whileai.tasks.load import BUILTIN_VERIFIERS as verifiers
+    from whileai.tasks.load import load_task
 
     assert tuple(verifiers) == BUILTIN_VERIFIERS
     for dataset in BUILTIN_DATASETS:  # every name the schema allows loads

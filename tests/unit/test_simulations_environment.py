@@ -35,7 +35,7 @@ def owns_a_reward(environment_class) -> bool:
 
 def test_the_environment_whileai_trains_with_owns_no_reward():
     """TRL would add get_reward as a second reward of weight 1 beside the grader's: A + A' instead of A'."""
-    from whileai.training.tasks import _support
+    from whileai.tasks.load import _support
 
     task = _support(4, seed=0)
     assert not owns_a_reward(type(task.environment_factory()))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from whileai.training.word_problems import (
+from whileai.tasks.word_problems import (
     check_working,
     final_answer,
     word_problem_rows,
@@ -68,7 +68,7 @@ def test_the_verifier_without_the_answer_column_names_it() -> None:
 
 def test_the_recipe_verifier_knows_the_length_limit() -> None:
     from whileai.config.load import default_recipe
-    from whileai.training.tasks import load_verifier
+    from whileai.tasks.load import load_verifier
 
     loaded = default_recipe(["verifier.builtin=word_problems", "trainer.max_completion_length=4"])
     verifier = load_verifier(loaded)

@@ -9,7 +9,7 @@ passes differ in how they got there.
 
 - ``final_answer`` (the verifier, ``verifier.builtin: word_problems``): 1.0 when the last ``\\boxed{}`` holds the
   problem's answer and the completion finished before the length limit, else 0.0. It reads only the answer.
-- ``check_working`` (the grader, ``grader.function: whileai.training.word_problems:check_working``): ranks the passes
+- ``check_working`` (the grader, ``grader.function: whileai.tasks.word_problems:check_working``): ranks the passes
   of a group by what the verifier does not read. Every calculation written as ``<numbers and operators> = <number>``
   is evaluated, line by line, units written as words left out; a pass that shows no calculation ranks below every
   pass that shows one, then a pass with fewer wrong calculations ranks first, and among equals the shorter one

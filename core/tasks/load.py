@@ -9,7 +9,7 @@ Built-in tasks (``data.dataset: builtin:NAME``):
 - ``builtin:support``: the support scenarios of ``whileai.simulations`` as a multi-turn TRL environment
   (``environment_factory``), for a real instruct model.
 - ``builtin:word_problems``: short arithmetic word problems for a real instruct model, single-turn, answered in
-  ``\\boxed{}`` (``whileai.training.word_problems``, with a grader that reads the working).
+  ``\\boxed{}`` (``whileai.tasks.word_problems``, with a grader that reads the working).
 
 Built-in verifiers (``verifier.builtin``): ``echoes_digits``, ``support`` (the scenario's end-state check, read from
 the environment TRL passes) and ``word_problems`` (the boxed answer against the row's). A recipe may instead name its
@@ -33,7 +33,7 @@ from whileai.config.load import LoadedRecipe
 from whileai.errors import BadInput, MissingExtra, describe
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
-from whileai.training.word_problems import final_answer, word_problem_rows
+from whileai.tasks.word_problems import final_answer, word_problem_rows
 
 __all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
 
