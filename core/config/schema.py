@@ -27,7 +27,7 @@ from whileai.grading.guard import signal_problems
 from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds, WatchSettings
 from whileai.grading.scripted import ScriptedRule
 from whileai.judge.settings import JudgeConfig
-from whileai.rows import RowFields
+from whileai.rows.fields import RowFields
 from whileai.rows.files import SUFFIXES
 
 __all__ = [

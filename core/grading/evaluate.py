@@ -43,7 +43,8 @@ from whileai.defaults import SPREAD_BROKEN_FRACTION, SPREAD_MAX_ORDERED_COPIES, 
 from whileai.errors import BadInput
 from whileai.grading.controls import ControlGroup, controls_report, make_control
 from whileai.grading.group import GradedGroup, pass_scores
-from whileai.rows import Member, RowFields, iter_rows
+from whileai.rows.fields import Member, RowFields
+from whileai.rows.groups import iter_rows
 from whileai.rows.rewards import FLOAT32_LIMIT
 from whileai.stats import bootstrap_interval, kendall_tau, mean, quantile
 

@@ -38,7 +38,8 @@ from whileai.errors import GraderUnavailable, NoSpread
 from whileai.grading.controls import ControlsReport, ControlsTally
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import SpreadThresholds
-from whileai.rows import GroupsNotContiguous, RowFields, RowStats, iter_groups
+from whileai.rows.fields import RowFields, RowStats
+from whileai.rows.groups import GroupsNotContiguous, iter_groups
 from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.rows.text import completion_text
 

@@ -191,7 +191,7 @@ def _own_rows(loaded: LoadedRecipe) -> list[dict[str, Any]]:
     """The rows of a recipe's own ``data.dataset``: a rows file or folder beside the recipe, else a ``datasets`` name
     (``datasets.load_dataset(name, data.subset, split=data.split)``, from a model hub)."""
     from whileai.config.schema import is_rows_path
-    from whileai.rows import read_rows
+    from whileai.rows.groups import read_rows
 
     data = loaded.recipe.data
     assert data is not None
