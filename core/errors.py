@@ -13,6 +13,7 @@ __all__ = [
     "GraderUnavailable",
     "MissingExtra",
     "NoSpread",
+    "Recurring",
     "WhileaiError",
     "describe",
     "json_problem",
@@ -70,6 +71,30 @@ class WatchStopped(WhileaiError, RuntimeError):
     ``patience`` checks in a row: the grader stopped telling the policy's passes apart, or broke."""
 
     exit_code = 5
+
+
+class Recurring:
+    """A count of something that can go wrong many times in a run (a verifier's failure, a late response), to be
+    said the first time and then once in each hundred: a part that is broken shows at once, and one that fails now
+    and then does not fill the log.
+
+    Example:
+        >>> late = Recurring()
+        >>> [n for n in range(1, 251) if late.add()]
+        [1, 100, 200]
+        >>> late.add(120), late.count  # counted in a batch: said when the batch crosses a hundred
+        (True, 370)
+    """
+
+    EVERY = 100
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, times: int = 1) -> bool:
+        """Count ``times`` more; whether now is a time to say it (the first, or a hundred crossed)."""
+        before, self.count = self.count, self.count + times
+        return before == 0 or before // self.EVERY != self.count // self.EVERY
 
 
 def describe(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.defaults import GROUP_WAIT_S
+from whileai.errors import Recurring
 from whileai.grading.group import GradedGroup, describe, new_group, widen
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.rows.rewards import scorable_members
@@ -139,8 +140,8 @@ class GroupCollector:
         self.on_graded = on_graded
         self.watch = watch
         self.say = say or (lambda message: None)
-        self.late = 0
-        self.repeated = 0
+        self.late = Recurring()
+        self.repeated = Recurring()
         self._open: dict[str, _Open] = {}
         self._closed: OrderedDict[str, bool] = OrderedDict()  # answered groups: was each whole?
         self._queue: list[tuple[str, _Open]] = []
@@ -180,20 +181,19 @@ class GroupCollector:
     def _answered_already(self, key: str, response: Response) -> Shaped:
         value = trainer_values([response.reward])[0]
         if not self._closed[key]:
-            self.late += 1
-            if self.late == 1 or self.late % 100 == 0:
+            if self.late.add():
                 self.say(
-                    f"whileai: a response of group {key!r} came after its group fell back incomplete ({self.late} so "
-                    "far): it gets its verifier reward as it is"
+                    f"whileai: a response of group {key!r} came after its group fell back incomplete "
+                    f"({self.late.count} so far): it gets its verifier reward as it is"
                 )
             return Shaped(value, key, fallback="late response")
-        self.repeated += 1
-        if self.repeated == 1 or self.repeated % 100 == 0:
+        if self.repeated.add():
             self.say(
-                f"whileai: group {key!r} was answered whole and a response of that uid came again ({self.repeated} "
-                "so far): it gets its verifier reward as it is. verl pads a validation batch with copies of its first "
-                "rows (a few a validation); more means a uid used again in a later step (verl v0's validation keeps "
-                "a dataset's own 'uid' column): drop that column, so that each step's groups are new"
+                f"whileai: group {key!r} was answered whole and a response of that uid came again "
+                f"({self.repeated.count} so far): it gets its verifier reward as it is. verl pads a validation batch "
+                "with copies of its first rows (a few a validation); more means a uid used again in a later step (verl "
+                "v0's validation keeps a dataset's own 'uid' column): drop that column, so that each step's groups are "
+                "new"
             )
         return Shaped(value, key, fallback="repeated uid")
 
@@ -206,8 +206,8 @@ class GroupCollector:
         """The grading object's figures, with the collector's own: late and repeated responses, groups still open."""
         return {
             **self.grading.figures(),
-            "late_responses": self.late,
-            "repeated_uid_responses": self.repeated,
+            "late_responses": self.late.count,
+            "repeated_uid_responses": self.repeated.count,
             "open_groups": self.open_groups,
         }
 

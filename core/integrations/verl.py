@@ -58,7 +58,7 @@ from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from whileai.defaults import GROUP_WAIT_S
-from whileai.errors import BadInput, WatchStopped, describe
+from whileai.errors import BadInput, Recurring, WatchStopped, describe
 from whileai.grading.group import GradedGroup
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.guard import config_value, verl_signal_problems
@@ -391,7 +391,7 @@ class WhileaiRewardManager(RewardManagerBase):
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
         self.failures = VerifierFailures(print)
-        self.groups_errors = 0
+        self.groups_errors = Recurring()
         self._left_out: set[str] = set()
         self._reconnect = asyncio.Lock()
         if grading is None and _inside_ray():
@@ -454,9 +454,8 @@ class WhileaiRewardManager(RewardManagerBase):
         try:
             return await asyncio.wait_for(groups.reward.remote(*arguments, failed), timeout=limit)
         except Exception as error:  # the actor died (a node lost, out of memory) or hangs: R, said, counted
-            self.groups_errors += 1
-            if self.groups_errors == 1 or self.groups_errors % 100 == 0:
-                print(f"whileai: the groups actor failed ({self.groups_errors} so far): {describe(error)}")
+            if self.groups_errors.add():
+                print(f"whileai: the groups actor failed ({self.groups_errors.count} so far): {describe(error)}")
             if isinstance(error, ray.exceptions.RayActorError):
                 await self._replace_groups(groups)
                 if self.groups is not groups:  # its group's other responses go to the new actor: it fills there

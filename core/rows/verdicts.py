@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.errors import describe
+from whileai.errors import Recurring, describe
 from whileai.rows.rewards import verifier_reward
 
 __all__ = ["Verdict", "VerifierFailures", "raised", "read_verdict", "verdict_of"]
@@ -71,7 +71,7 @@ def verdict_of(call: Callable[[], object]) -> Verdict:
     return read_verdict(value)
 
 
-class VerifierFailures:
+class VerifierFailures(Recurring):
     """How many responses a verifier gave no reward for (it raised, or answered something that is not one).
 
     Args:
@@ -79,12 +79,11 @@ class VerifierFailures:
     """
 
     def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__()
         self.say = say
-        self.count = 0
 
     def __call__(self, error: str, responses: int = 1) -> None:
-        before, self.count = self.count, self.count + responses
-        if before == 0 or before // 100 != self.count // 100:
+        if self.add(responses):
             self.say(
                 f"whileai: the verifier gave no reward ({self.count} response(s) so far): {error}; "
                 "such a response counts as unscorable (advantage 0)"

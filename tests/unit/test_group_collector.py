@@ -127,7 +127,7 @@ def test_a_group_that_never_fills_gets_its_verifier_rewards_after_the_wait() -> 
     collector.close()
     assert [a.value for a in three] == [1.0, 1.0, 0.0]
     assert {a.fallback for a in three} == {"group incomplete"}
-    assert late == Shaped(1.0, "short", -1, "late response") and collector.late == 1
+    assert late == Shaped(1.0, "short", -1, "late response") and collector.late.count == 1
     assert grading.stats.failed == 1 and grading.stats.fallbacks == {"group incomplete": 1}
     assert logged[0].reason == "group incomplete: 3 of 4 responses within 0.2 s"
 
@@ -145,7 +145,7 @@ def test_a_uid_used_again_after_its_group_was_answered_whole_is_counted_and_name
     collector.close()
     assert {a.fallback for a in first} == {""}
     assert [a.value for a in again] == [r for r, _ in GROUP] and {a.fallback for a in again} == {"repeated uid"}
-    assert collector.repeated == 4 and collector.late == 0
+    assert collector.repeated.count == 4 and collector.late.count == 0
     assert collector.figures()["repeated_uid_responses"] == 4
     assert len(said) == 1 and "'row-7'" in said[0] and "'uid' column" in said[0]
 
