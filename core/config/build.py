@@ -129,15 +129,9 @@ def build_grading(
     knobs = recipe.grading
     grading = GroupwiseGrading(
         grader=grader,
-        mode=knobs.mode,
-        cap=knobs.cap,
-        min_factor=knobs.min_factor,
-        hack_zero=knobs.hack_zero,
-        hack_reward=knobs.hack_reward,
-        floor=knobs.floor,
+        **knobs.values(),
         rubrics=_rubrics(knobs, loaded.base_dir),
         spread=recipe.spread.thresholds(),
-        timeout_s=knobs.timeout_s,
     )
     if say is not None and (plan := judge_plan(grading)) is not None:
         say(f"whileai: {plan}")

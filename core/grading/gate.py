@@ -146,42 +146,66 @@ class SpreadReport:
         return text
 
     @property
-    def conclusion(self) -> str:
-        """The second line: the verdict and, when it is not "yes", what to change."""
-        if self.verdict == "yes":
-            return "spread: yes. The grader tells these passes apart." + self.fell_back
-        if self.verdict == "broken":
+    def rule(self) -> str | None:
+        """The rule the verdict rests on: "broken", "too few" (scores), "controls" (too few measured, or they
+        refuse), "std", "near median"; None for "yes"."""
+        limits = self.thresholds
+        if self.verdict in ("yes", "broken"):
+            return None if self.verdict == "yes" else "broken"
+        if self.verdict == "too few":
+            short = len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough
+            return "controls" if short else "too few"
+        if self.std < limits.min_std:
+            return "std"
+        return "near median" if self.near_median > limits.max_near_median else "controls"
+
+    @property
+    def finding(self) -> str:
+        """The verdict and the figure it rests on, one sentence without its full stop: the conclusion starts with it,
+        and the spread watch says it for each check."""
+        rule, limits = self.rule, self.thresholds
+        if rule is None:
+            return "spread: yes. The grader tells these passes apart"
+        if rule == "broken":
             kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
             first = next(iter(self.first_failures.values()), "")
             return (
                 f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
-                f"({kinds}; first: {first}), at least {self.thresholds.broken_fraction:.0%} is a broken grader, not a "
-                "flat one. "
+                f"({kinds}; first: {first})"
+            )
+        if rule == "too few":
+            return f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)"
+        if rule == "controls":
+            assert self.controls is not None
+            if self.verdict == "too few":
+                return f"spread: {self.controls.shortfall}"
+            return f"spread: no. The scores vary, but {self.controls.why}"
+        if rule == "std":
+            return f"spread: no. the scores' std {self.std:.3f} is below {limits.min_std:g}"
+        return (
+            f"spread: no. {self.near_median:.0%} of the scores lie within {limits.tolerance:g} of the median "
+            f"(at most {limits.max_near_median:.0%} allowed)"
+        )
+
+    @property
+    def conclusion(self) -> str:
+        """The second line: the verdict and, when it is not "yes", what to change."""
+        rule, finding = self.rule, self.finding
+        if rule == "broken":
+            return (
+                f"{finding}, at least {self.thresholds.broken_fraction:.0%} is a broken grader, not a flat one. "
                 "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
             )
-        if self.verdict == "too few":
-            if len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough:
-                return f"spread: {self.controls.shortfall}.{self.fell_back}"
-            if self.failed:
-                return (
-                    f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
-                    f"{self.fell_back} Fix the grader first: --json lists the reasons, --debug shows tracebacks."
-                )
-            return (
-                f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)."
-                f"{self.fell_back} Send more groups with at least two passes each."
+        if rule == "too few":
+            fix = (
+                "Fix the grader first: --json lists the reasons, --debug shows tracebacks."
+                if self.failed
+                else "Send more groups with at least two passes each."
             )
-        limits = self.thresholds
-        if self.std >= limits.min_std and self.near_median <= limits.max_near_median and self.controls is not None:
-            return f"spread: no. The scores vary, but {self.controls.why}.{self.fell_back}"
-        if self.std < self.thresholds.min_std:
-            why = f"the scores' std {self.std:.3f} is below {self.thresholds.min_std:g}"
-        else:
-            why = (
-                f"{self.near_median:.0%} of the scores lie within {self.thresholds.tolerance:g} of the median "
-                f"(at most {self.thresholds.max_near_median:.0%} allowed)"
-            )
-        return f"spread: no. {why}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
+            return f"{finding}.{self.fell_back} {fix}"
+        if rule in ("std", "near median"):
+            return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
+        return f"{finding}.{self.fell_back}"
 
     @property
     def advice(self) -> str:

@@ -25,7 +25,7 @@ import inspect
 import numbers
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from whileai.defaults import (
@@ -40,7 +40,7 @@ from whileai.defaults import (
 from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
 from whileai.grading.calls import GraderCalls
-from whileai.grading.gate import SpreadReport, check_spread_rows
+from whileai.grading.gate import check_spread_rows
 from whileai.grading.group import (
     GradedGroup,
     Mode,
@@ -51,7 +51,7 @@ from whileai.grading.group import (
     new_group,
     widen,
 )
-from whileai.grading.knobs import GradingKnobs, SpreadThresholds, checked
+from whileai.grading.knobs import GradingKnobs, Knob, SpreadThresholds, checked
 from whileai.grading.tally import GradingStats
 from whileai.methods import centered, hack_rewards, positive_passes, redistribute_checked, synthesize_reward
 from whileai.rows.rewards import verifier_reward
@@ -97,6 +97,14 @@ class GroupwiseGrading:
         [1.1666666666666665, 0.8333333333333333, 0.0, 0.0]
     """
 
+    # Each knob is read from ``self.knobs`` and set through it, so its bounds are checked in one place.
+    mode: Mode = Knob()
+    cap: float = Knob()
+    min_factor: float = Knob()
+    hack_zero: bool = Knob()
+    hack_reward: float | None = Knob()
+    floor: float = Knob()
+
     def __init__(
         self,
         grader: Grader,
@@ -135,12 +143,7 @@ class GroupwiseGrading:
             raise ValueError(f"spread must be a SpreadThresholds, got {type(spread).__name__}")
 
         self.grader = grader
-        self.mode: Mode = knobs.mode
-        self.cap = knobs.cap
-        self.min_factor = knobs.min_factor
-        self.hack_zero = knobs.hack_zero
-        self.hack_reward = knobs.hack_reward
-        self.floor = knobs.floor
+        self.knobs: GradingKnobs = knobs
         self.rubrics = rubrics
         self.spread = spread if spread is not None else SpreadThresholds()
         self.stats = GradingStats(mode=knobs.mode)
@@ -530,27 +533,8 @@ class GroupwiseGrading:
 
     # ------------------------------------------------------------------ spread gate
 
-    def check_spread(
-        self,
-        rows: Iterable[Mapping[str, Any]],
-        strict: bool = True,
-        *,
-        group_key: str = "scenario_id",
-        reward_key: str = "reward",
-        text_key: str = "final_text",
-        prompt_key: str = "prompt",
-        controls: int = 0,
-        seed: int = 0,
-    ) -> SpreadReport:
-        """The spread gate on ``rows``: grade every group with at least two passes and judge the spread of the
-        grader's scores (``whileai.grading.gate.check_spread_rows``, which says what the rows hold and raises).
-
-        Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional). No spread is a
-        ``NoSpread`` (a ``ValueError``) that says what to change; ``strict=False`` returns the report instead.
-        ``controls=N`` shows up to N graded groups again, shuffled and with one pass copied.
-        """
-        keys = {"group_key": group_key, "reward_key": reward_key, "text_key": text_key, "prompt_key": prompt_key}
-        return check_spread_rows(self, rows, strict, **keys, controls=controls, seed=seed)
+    # The spread gate on rows, ``gar.check_spread(rows)``: the gate's one function, its signature and docstring.
+    check_spread = check_spread_rows
 
     # ------------------------------------------------------------------ TRL
 

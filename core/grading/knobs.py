@@ -35,7 +35,7 @@ from whileai.defaults import (
     WATCH_PATIENCE,
 )
 
-__all__ = ["GradingKnobs", "RecipeThresholds", "SpreadThresholds", "WatchSettings", "checked"]
+__all__ = ["GradingKnobs", "Knob", "RecipeThresholds", "SpreadThresholds", "WatchSettings", "checked"]
 
 Mode = Literal["advantage", "reward"]
 
@@ -80,6 +80,36 @@ class GradingKnobs(BaseModel):
         description="The longest one call of a scripted or Python grader may take, in seconds (null: no limit); a "
         "call that runs over makes its group fall back, counted. The judge has its own timeout_s.",
     )
+
+    def values(self) -> dict[str, Any]:
+        """The knobs alone, as keyword arguments of ``GroupwiseGrading`` (a recipe's section has more fields)."""
+        return {name: getattr(self, name) for name in GradingKnobs.model_fields}
+
+
+class Knob:
+    """An attribute of ``GroupwiseGrading`` that is one of its ``knobs``: read from them, and set through them, so a
+    value set later is checked as one given at the start.
+
+    Example:
+        >>> from whileai import GroupwiseGrading
+        >>> gar = GroupwiseGrading(grader=lambda group: {"ranking": []})
+        >>> gar.cap = 0.5
+        Traceback (most recent call last):
+        ...
+        ValueError: cap: Input should be greater than or equal to 1 (got 0.5); upper bound on lambda in equation 3 (at least 1: lambda is never below 1; inf: none).
+    """  # noqa: E501
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, holder: Any, owner: type | None = None) -> Any:
+        return self if holder is None else getattr(holder.knobs, self.name)
+
+    def __set__(self, holder: Any, value: Any) -> None:
+        try:
+            setattr(holder.knobs, self.name, value)
+        except ValidationError as error:
+            raise ValueError(_first_error(error, GradingKnobs)) from None
 
 
 class RecipeThresholds(BaseModel):

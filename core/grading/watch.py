@@ -51,6 +51,7 @@ class WatchCheck:
     first_step: int
     verdict: str
     why: str
+    rule: str | None
     figures: dict[str, float]
     failed_in_a_row: int
     controls_sent: int
@@ -67,6 +68,7 @@ class WatchCheck:
             "verdict": self.verdict,
             "failed": self.failed,
             "why": self.why,
+            "rule": self.rule,
             "failed_in_a_row": self.failed_in_a_row,
             "controls_sent": self.controls_sent,
             "stop": self.stop,
@@ -106,7 +108,7 @@ class SpreadWatch:
         >>> for step in (1, 2):
         ...     graded = flat.grade_batch([1, 1, 1, 0], ["p"] * 4, texts, 4)
         ...     figures = watch.observe(step, graded, ["p"] * 4, texts, 4)
-        whileai: the watch failed at step 2 (steps 1-2): no spread: std 0.000 ... stopping the run (on_fail: stop)
+        whileai: the watch failed at step 2 (steps 1-2): spread: no. the scores' std 0.000 ... (on_fail: stop)
         >>> figures["whileai/watch/std"], watch.stop_requested
         (0.0, True)
     """
@@ -125,7 +127,7 @@ class SpreadWatch:
     _extra: int = 0  # controls sent
     _kept: int = 0  # groups kept so far, for keys that stay unique as old groups are let go
     _batches: dict[int, int] = field(default_factory=dict)  # graded batches seen of the latest step
-    _last_told: tuple[str, str] | None = None
+    _last_told: tuple[str, str | None] | None = None
     _last_passed: WatchCheck | None = None
 
     def observe(
@@ -226,7 +228,8 @@ class SpreadWatch:
         before = self.checks[-1].failed_in_a_row if self.checks else 0
         # "too few" neither passes nor fails: a window too thin to judge leaves the count of failures in a row as is
         streak = {"no": before + 1, "broken": before + 1, "too few": before}.get(report.verdict, 0)
-        check = WatchCheck(step, first, report.verdict, _why(report), figures, streak, sent)
+        why = f"{report.finding} ({len(report.scores)} scores in {report.groups} groups)"
+        check = WatchCheck(step, first, report.verdict, why, report.rule, figures, streak, sent)
         check.stop = check.failed and self.settings.on_fail == "stop" and streak >= self.settings.patience
         self.stop_requested = self.stop_requested or check.stop
         return check
@@ -287,7 +290,7 @@ class SpreadWatch:
     def _tell(self, check: WatchCheck) -> None:
         """Say a failed check once per change of verdict and of what failed (spread, controls, a broken grader),
         with where the figures were when it last passed; say when the watch passes after failing."""
-        told = (check.verdict, check.why.split(":", 1)[0])  # what failed, not its figures, which move every check
+        told = (check.verdict, check.rule)  # what failed, not its figures, which move every check
         if check.failed and (told != self._last_told or check.stop):
             since = ""
             good = self._last_passed
@@ -326,28 +329,3 @@ class WatchLog:
     def __call__(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
-
-
-def _why(report: SpreadReport) -> str:
-    """A check's verdict in one line, with the figure behind it."""
-    limits, controls = report.thresholds, report.controls
-    scores = f"{len(report.scores)} scores in {report.groups} groups"
-    if report.verdict == "broken":
-        kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(report.failed.items()))
-        return f"broken: the grader fell back on {sum(report.failed.values())} of {report.attempted} groups ({kinds})"
-    if report.verdict == "too few":
-        if controls is not None and not controls.enough and len(report.scores) >= 2:
-            return f"too few: {controls.shortfall}"
-        return f"too few: {scores}"
-    if report.verdict == "no":
-        if report.std < limits.min_std:
-            return f"no spread: std {report.std:.3f} below {limits.min_std:g} ({scores})"
-        if report.near_median > limits.max_near_median:
-            return (
-                f"no spread: {report.near_median:.0%} of {scores} within {limits.tolerance:g} of the median "
-                f"(at most {limits.max_near_median:.0%})"
-            )
-        assert controls is not None
-        return f"controls: {controls.why}"
-    tau = "" if controls is None or controls.agreement is None else f", control tau {controls.agreement:.2f}"
-    return f"spread: std {report.std:.3f}, {report.near_median:.0%} near the median{tau} ({scores})"

@@ -840,7 +840,9 @@ def test_a_watch_set_to_stop_ends_the_run_through_verl_s_reward_loop(tmp_path, t
 
     _watched_recipe(tmp_path, "constant", every_steps=1, on_fail="stop", patience=1)
     config = verl_config(tmp_path, tokenizer_dir, 4, "data.train_batch_size=2")
-    with pytest.raises(WatchStopped, match=r"the spread watch stopped training \(step 1: no spread: std 0\.000"):
+    with pytest.raises(
+        WatchStopped, match=r"the spread watch stopped training \(step 1: spread: no\. the scores' std 0\.000"
+    ):
         rewards_through_verl(config, make_batch(tokenizer_dir, refund_groups()))
     (check, *_) = [json.loads(line) for line in (_out(tmp_path) / "watch.jsonl").read_text().splitlines()]
     assert check["stop"] and check["verdict"] == "no"
