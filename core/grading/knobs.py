@@ -35,7 +35,7 @@ from whileai.defaults import (
     WATCH_PATIENCE,
 )
 
-__all__ = ["GradingKnobs", "Knob", "RecipeThresholds", "SpreadThresholds", "WatchSettings", "checked"]
+__all__ = ["GradingKnobs", "Knob", "RecipeThresholds", "SpreadThresholds", "WatchSettings", "checked", "first_problem"]
 
 Mode = Literal["advantage", "reward"]
 
@@ -109,7 +109,7 @@ class Knob:
         try:
             setattr(holder.knobs, self.name, value)
         except ValidationError as error:
-            raise ValueError(_first_error(error, GradingKnobs)) from None
+            raise ValueError(first_problem(error, GradingKnobs)) from None
 
 
 class RecipeThresholds(BaseModel):
@@ -174,10 +174,10 @@ class SpreadThresholds(RecipeThresholds):
         try:
             super().__init__(**values)
         except ValidationError as error:
-            raise ValueError(_first_error(error, type(self), "spread ")) from None
+            raise ValueError(first_problem(error, type(self), "spread ")) from None
 
 
-def _first_error(error: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
+def first_problem(error: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
     """The first error on one line: the field, pydantic's words, the value given, and what the field is."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
@@ -199,7 +199,7 @@ def checked(model: type[BaseModel], **values: Any) -> Any:
     try:
         return model(**values)
     except ValidationError as error:
-        raise ValueError(_first_error(error, model)) from None
+        raise ValueError(first_problem(error, model)) from None
 
 
 class WatchSettings(BaseModel):

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 from hydra.experimental.callback import Callback
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -62,6 +63,7 @@ from whileai.errors import BadInput, Recurring, WatchStopped, describe
 from whileai.grading.group import GradedGroup
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.guard import config_value, verl_signal_problems
+from whileai.grading.knobs import first_problem
 from whileai.grading.watch import SpreadWatch, WatchLog, WatchSettings
 from whileai.integrations.collector import GroupCollector, Response, Shaped
 from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
@@ -114,7 +116,35 @@ class _GradingLog:
             temporary.replace(self.summary)
 
 
-def _settings(config: Any) -> dict[str, Any]:
+class VerlSettings(BaseModel):
+    """What the manager runs with: whileai's options from ``reward.reward_kwargs`` (the module docstring says what
+    each is for), and what it reads of the rest of verl's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipe: str | None = Field(None, description="The recipe whose grader grades, as an absolute path.")
+    out: str = Field(description="The folder of grading.jsonl and whileai_verl.json.")
+    group_wait_s: float = Field(
+        GROUP_WAIT_S, gt=0, strict=True, allow_inf_nan=False, description="Seconds a group may wait for its last one."
+    )
+    verifier_keys: list[str] = Field(
+        default_factory=list, description="A dict verifier's keys, besides score and acc, kept in verl's extra info."
+    )
+    group_size: int = Field(ge=1, description="actor_rollout_ref.rollout.n: the responses of a group.")
+    groups_per_step: int = Field(1, ge=1, description="data.train_batch_size: the groups of a training step.")
+
+    @field_validator("verifier_keys")
+    @classmethod
+    def _names_whileai_leaves(cls, keys: list[str]) -> list[str]:
+        taken = sorted(set(keys) & {*_VERIFIER_FIELDS, *_WHILEAI_FIELDS})
+        if taken:
+            raise ValueError(f"{', '.join(taken)} always written; list only the others")
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key is listed twice: {keys}")
+        return keys
+
+
+def _settings(config: Any) -> VerlSettings:
     """whileai's options from ``reward.reward_kwargs``, checked, with the group size and the log folder."""
     kwargs = config_value(config, "reward.reward_kwargs", None)
     if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -124,36 +154,20 @@ def _settings(config: Any) -> dict[str, Any]:
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise BadInput(f"reward.reward_kwargs: unknown option(s) {', '.join(unknown)} ({', '.join(_OPTIONS)})")
-    wait = options.get("group_wait_s", GROUP_WAIT_S)
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait > 0:
-        raise BadInput(f"reward.reward_kwargs.group_wait_s must be a number of seconds > 0, got {wait!r}")
-    out = options.get("out")
-    if out is None:
-        out = Path(str(config_value(config, "trainer.default_local_dir", "checkpoints"))) / "whileai"
-    recipe = options.get("recipe")
-    return {
-        "recipe": None if recipe is None else str(Path(str(recipe)).resolve()),  # the same file on the actor's node
-        "out": str(Path(str(out)).resolve()),
-        "group_wait_s": float(wait),
-        "group_size": int(config_value(config, "actor_rollout_ref.rollout.n")),
-        "groups_per_step": int(config_value(config, "data.train_batch_size", 1) or 1),
-        "verifier_keys": _verifier_keys(options.get("verifier_keys")),
-    }
-
-
-def _verifier_keys(value: Any) -> list[str]:
-    """The declared ``verifier_keys``: names, none of them one whileai writes itself."""
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
-        raise BadInput(f"reward.reward_kwargs.verifier_keys must be a list of names ([pred]), got {value!r}")
-    keys = [str(key) for key in value]
-    taken = sorted(set(keys) & {*_VERIFIER_FIELDS, *_WHILEAI_FIELDS})
-    if taken:
-        raise BadInput(f"reward.reward_kwargs.verifier_keys: {', '.join(taken)} always written; list only the others")
-    if len(set(keys)) != len(keys):
-        raise BadInput(f"reward.reward_kwargs.verifier_keys lists a key twice: {keys}")
-    return keys
+    options = {key: value for key, value in options.items() if value is not None}
+    if hasattr(options.get("verifier_keys"), "__iter__") and not isinstance(options["verifier_keys"], (str, Mapping)):
+        options["verifier_keys"] = [str(key) for key in options["verifier_keys"]]  # an OmegaConf list, as names
+    out = options.get("out") or Path(str(config_value(config, "trainer.default_local_dir", "checkpoints"))) / "whileai"
+    options["out"] = str(Path(str(out)).resolve())
+    if options.get("recipe") is not None:
+        options["recipe"] = str(Path(str(options["recipe"])).resolve())  # the same file on the actor's node
+    options["group_size"] = config_value(config, "actor_rollout_ref.rollout.n")
+    options["groups_per_step"] = config_value(config, "data.train_batch_size", 1) or 1
+    try:
+        return VerlSettings.model_validate(options)
+    except ValidationError as error:
+        where = "" if error.errors()[0]["loc"][0] in ("group_size", "groups_per_step") else "reward.reward_kwargs."
+        raise BadInput(first_problem(error, VerlSettings, where)) from None
 
 
 def _check_recipe(recipe: str | None) -> None:
@@ -172,7 +186,7 @@ def _check_recipe(recipe: str | None) -> None:
     load_recipe(Path(recipe), [])  # a bad recipe is said here, at the command line or the reward worker's start
 
 
-def check_config(config: Any, *, recipe: bool = True) -> dict[str, Any]:
+def check_config(config: Any, *, recipe: bool = True) -> VerlSettings:
     """Everything whileai can check of verl's config before anything starts, one place for the manager and
     :class:`Preflight`: the settings that keep verl on equation 3 (``verl_signal_problems``), whileai's options
     and (``recipe``) the recipe. Returns the options read.
@@ -185,7 +199,7 @@ def check_config(config: Any, *, recipe: bool = True) -> dict[str, Any]:
         raise BadInput(f"whileai's reward manager: verl would not train on equation 3: {'; '.join(problems)}")
     settings = _settings(config)
     if recipe:
-        _check_recipe(settings["recipe"])
+        _check_recipe(settings.recipe)
     return settings
 
 
@@ -205,7 +219,7 @@ class Preflight(Callback):
         except Exception as error:  # a config OmegaConf cannot read (an interpolation, a bad value)
             print(f"whileai: verl's config could not be checked: {describe(error)}", file=sys.stderr)
             raise SystemExit(BadInput.exit_code) from None
-        print(f"whileai: verl's config keeps equation 3; recipe {settings['recipe']}")
+        print(f"whileai: verl's config keeps equation 3; recipe {settings.recipe}")
 
 
 class Groups:
@@ -213,24 +227,24 @@ class Groups:
     with ``grading.jsonl``. Under Ray one named actor of this class serves every reward worker of the run.
 
     Args:
-        settings: what ``_settings`` read from verl's config (recipe, out, group_wait_s, group_size).
+        settings: what the manager read from verl's config.
         grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python).
     """
 
     def __init__(
         self,
-        settings: Mapping[str, Any],
+        settings: VerlSettings,
         grading: GroupwiseGrading | None = None,
         watch: WatchSettings | None = None,
     ) -> None:
-        out = Path(settings["out"])
+        out = Path(settings.out)
         seed = 0  # the controls' shuffles, as the recipe's spread.seed sets them in TRL's runs
         if grading is None:
             from whileai.config import load_recipe
             from whileai.config.build import build_grading
 
             # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
-            loaded = load_recipe(Path(settings["recipe"]), [])
+            loaded = load_recipe(Path(settings.recipe), [])
             grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
             watch, seed = loaded.recipe.spread.watch, loaded.recipe.spread.seed
         self.grading = grading
@@ -238,16 +252,15 @@ class Groups:
         self.watch = _VerlWatch(grading, watch, settings, out, seed) if watch is not None and watch.enabled else None
         self.collector = GroupCollector(
             grading,
-            int(settings["group_size"]),
-            wait_s=float(settings["group_wait_s"]),
+            settings.group_size,
+            wait_s=settings.group_wait_s,
             on_graded=self.log,
             say=print,
             watch=None if self.watch is None else self._watch_batch,
         )
         self.verifier_failures = 0
         self.actor_lost = 0
-        wait = settings["group_wait_s"]
-        size = settings["group_size"]
+        size, wait = settings.group_size, settings.group_wait_s
         print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
 
     async def reward(
@@ -306,10 +319,10 @@ class _VerlWatch:
     well); the checks go to ``watch.jsonl`` beside ``grading.jsonl`` and into ``whileai_verl.json``."""
 
     def __init__(
-        self, grading: GroupwiseGrading, settings: WatchSettings, options: Mapping[str, Any], out: Path, seed: int = 0
+        self, grading: GroupwiseGrading, settings: WatchSettings, options: VerlSettings, out: Path, seed: int = 0
     ) -> None:
-        self.per_step = max(1, int(options.get("groups_per_step") or 1))
-        self.size = int(options["group_size"])
+        self.per_step = options.groups_per_step
+        self.size = options.group_size
         self.groups = 0
         self.watch = SpreadWatch(grading, settings, say=print, on_check=WatchLog(out / "watch.jsonl"), seed=seed)
 
@@ -334,7 +347,7 @@ def _inside_ray() -> bool:
     return bool(ray.is_initialized())
 
 
-def _groups_actor(settings: Mapping[str, Any]) -> Any:
+def _groups_actor(settings: VerlSettings) -> Any:
     """The run's ``Groups`` actor, created by the first reward worker that asks and found by the others."""
     import ray
 
@@ -344,7 +357,7 @@ def _groups_actor(settings: Mapping[str, Any]) -> Any:
         max_concurrency=GROUPS_ACTOR_CONCURRENCY,
         num_cpus=0,  # placed even where the trainer holds every CPU: its work is waiting, and calls to a judge
     )
-    handle = remote.remote(dict(settings))
+    handle = remote.remote(settings)
     try:  # a recipe the actor cannot build, or a log folder it cannot write, is said here, before the first step
         ray.get(handle.__ray_ready__.remote(), timeout=GROUPS_ACTOR_START_S)
     except Exception as error:
@@ -439,7 +452,7 @@ class WhileaiRewardManager(RewardManagerBase):
             shaped = await self.groups.reward(*arguments, bool(verdict.error))
         if shaped.stop:  # spread.watch.on_fail: stop, patience failed checks in a row: the run ends here
             raise WatchStopped(
-                f"whileai: the spread watch stopped training ({shaped.stop}); watch.jsonl in {self.settings['out']} "
+                f"whileai: the spread watch stopped training ({shaped.stop}); watch.jsonl in {self.settings.out} "
                 "has each check. Change the recipe's grader, then resume from verl's last checkpoint"
             )
         return {"reward_score": shaped.value, "reward_extra_info": self._fields(verdict, shaped)}
@@ -449,7 +462,7 @@ class WhileaiRewardManager(RewardManagerBase):
         after this one, and this one keeps its verifier reward, counted on the new actor."""
         import ray
 
-        limit = GROUPS_ANSWER_FACTOR * self.settings["group_wait_s"]
+        limit = GROUPS_ANSWER_FACTOR * self.settings.group_wait_s
         groups = self.groups
         try:
             return await asyncio.wait_for(groups.reward.remote(*arguments, failed), timeout=limit)
@@ -478,7 +491,7 @@ class WhileaiRewardManager(RewardManagerBase):
         """The response's extra info: the same keys, in the same order, whatever the verifier answered."""
         reward = verdict.reward if math.isfinite(verdict.reward) else None
         answer = verdict.fields
-        left_out = set(answer) - {*_VERIFIER_FIELDS, *self.settings["verifier_keys"]} - self._left_out
+        left_out = set(answer) - {*_VERIFIER_FIELDS, *self.settings.verifier_keys} - self._left_out
         if left_out:
             self._left_out |= left_out
             names = ",".join(sorted(left_out))
@@ -487,7 +500,7 @@ class WhileaiRewardManager(RewardManagerBase):
                 f"response to carry the same keys; declare them with +reward.reward_kwargs.verifier_keys=[{names}]"
             )
         fields: dict[str, Any] = {"score": reward, "acc": answer.get("acc") if answer else reward}
-        fields.update((key, answer.get(key)) for key in self.settings["verifier_keys"])
+        fields.update((key, answer.get(key)) for key in self.settings.verifier_keys)
         fields.update(
             whileai_reward=reward,
             whileai_group=shaped.group,

@@ -682,11 +682,11 @@ def test_the_shipped_config_without_a_recipe_exits_2_with_the_preflight_s_messag
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("reward.reward_kwargs.group_wait_s=-1", "group_wait_s must be a number of seconds > 0"),
-        ("reward.reward_kwargs.group_wait_s=soon", "group_wait_s must be a number of seconds > 0"),
+        ("reward.reward_kwargs.group_wait_s=-1", "reward_kwargs.group_wait_s: Input should be greater than 0"),
+        ("reward.reward_kwargs.group_wait_s=soon", "reward_kwargs.group_wait_s: Input should be a valid number"),
         ("reward.reward_kwargs.recipe=not/here.yaml", "give an absolute path"),
         ("reward.reward_kwargs.wait=3", "unknown option"),
-        ("reward.reward_kwargs.verifier_keys=pred", "must be a list of names"),
+        ("reward.reward_kwargs.verifier_keys=pred", "verifier_keys: Input should be a valid list"),
         ("reward.reward_kwargs.verifier_keys=[acc,pred]", "acc always written"),
     ],
 )
