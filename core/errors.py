@@ -7,6 +7,9 @@ counted (``whileai.grading``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "BadInput",
     "EndpointUnavailable",
@@ -17,6 +20,7 @@ __all__ = [
     "WhileaiError",
     "describe",
     "json_problem",
+    "needs_extra",
 ]
 
 
@@ -49,6 +53,24 @@ class MissingExtra(WhileaiError, ImportError):
         what = f" for {purpose}" if purpose else ""
         line = install or f"pip install 'whileai[{extra}]'"  # a package no extra of whileai brings names its own
         super().__init__(f"{module} is not installed{what}: {line}")
+
+
+@contextmanager
+def needs_extra(extra: str, purpose: str) -> Iterator[None]:
+    """Optional imports: one that fails inside this block is a ``MissingExtra`` naming the module, ``extra`` and
+    ``purpose``.
+
+    Example:
+        >>> with needs_extra("plot", "drawing a run"):
+        ...     import not_a_module_anyone_has
+        Traceback (most recent call last):
+        ...
+        whileai.errors.MissingExtra: not_a_module_anyone_has is not installed for drawing a run: pip install 'whileai[plot]'
+    """  # noqa: E501
+    try:
+        yield
+    except ImportError as err:
+        raise MissingExtra(err.name or extra, extra, purpose) from None
 
 
 class GraderUnavailable(WhileaiError, RuntimeError):

@@ -20,12 +20,10 @@ setting (TF32).
 
 from __future__ import annotations
 
-try:
-    import torch  # noqa: F401  (the estimators are torch code)
-except ImportError:  # pragma: no cover - exercised in a subprocess without torch
-    from whileai.errors import MissingExtra
+from whileai.errors import needs_extra
 
-    raise MissingExtra("torch", "train", "whileai.advantages") from None
+with needs_extra("train", "whileai.advantages"):
+    import torch  # noqa: F401  (the estimators are torch code)
 
 from whileai.advantages.critic import critic_values, explained_variance, fit_critic, make_critic
 from whileai.advantages.groups import (

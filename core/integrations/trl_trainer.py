@@ -46,7 +46,7 @@ from typing import Any
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from whileai.errors import BadInput, MissingExtra
+from whileai.errors import BadInput, needs_extra
 from whileai.grading.trl import refuse_off_equation_3
 
 __all__ = ["EpochRepeatSampler", "GroupwiseGRPOTrainer", "grpo_trainer", "json_tool_arguments"]
@@ -227,10 +227,8 @@ def grpo_trainer(
 
     peft_config = None
     if lora is not None:
-        try:
+        with needs_extra("train", "model.lora"):
             from peft import LoraConfig
-        except ImportError as err:
-            raise MissingExtra(err.name or "peft", "train", "model.lora") from None
         peft_config = LoraConfig(**lora)
     trainer = GroupwiseGRPOTrainer(
         model=model,

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import MissingExtra
+from whileai.errors import needs_extra
 from whileai.reports.experiments import FIGURE_METRICS, SHARES, run_arm, run_labels, seed_experiment
 from whileai.reports.runs import RunHistory, step_pass_rates
 
@@ -40,13 +40,11 @@ def pyplot(purpose: str = "drawing figures") -> Any:
     Raises:
         MissingExtra: matplotlib is not installed; the message names ``pip install 'whileai[plot]'`` and ``purpose``.
     """
-    try:
+    with needs_extra("plot", purpose):
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingExtra("matplotlib", "plot", purpose) from None
     return plt
 
 

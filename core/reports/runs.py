@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.defaults import REPORT_WINDOW
-from whileai.errors import BadInput, MissingExtra
+from whileai.errors import BadInput, needs_extra
 from whileai.stats import bootstrap_interval, clustered_interval, newcombe_difference, quantile
 
 __all__ = [
@@ -194,10 +194,8 @@ def _completion_logs(folder: Path) -> list[Path]:
 
 
 def _read_completions(path: Path, columns: list[str]) -> list[dict[str, Any]]:
-    try:
+    with needs_extra("parquet", "reading a run's completion logs"):
         import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingExtra("pyarrow", "parquet", "reading a run's completion logs") from None
     table = pq.ParquetFile(path)
     present = [c for c in columns if c in table.schema_arrow.names]
     return table.read(columns=present).to_pylist()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import BadInput, MissingExtra, json_problem
+from whileai.errors import BadInput, MissingExtra, json_problem, needs_extra
 
 __all__ = [
     "JSON_ENV",
@@ -170,10 +170,8 @@ def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
 
 
 def _parquet_batches(path: Path, columns: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
-    try:
+    with needs_extra("parquet", "reading .parquet rows"):
         import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingExtra("pyarrow", "parquet", "reading .parquet rows") from None
     try:
         reader = pq.ParquetFile(path)
     except Exception as err:
@@ -183,10 +181,8 @@ def _parquet_batches(path: Path, columns: list[str] | None = None) -> Iterator[l
 
 
 def _parquet_columns(path: Path) -> list[str]:
-    try:
+    with needs_extra("parquet", "reading .parquet rows"):
         import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingExtra("pyarrow", "parquet", "reading .parquet rows") from None
     try:
         return list(pq.ParquetFile(path).schema_arrow.names)
     except Exception as err:

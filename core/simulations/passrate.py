@@ -189,10 +189,6 @@ def _check_spread(rows: list[Mapping[str, Any]], judge: Any) -> Any:
     """The grader's spread report on ``rows``, through ``whileai.GroupwiseGrading`` (imported only when needed)."""
     if hasattr(judge, "check_spread"):
         return judge.check_spread(rows, strict=False)
-    try:
-        from whileai.grading.groupwise import GroupwiseGrading
-    except ImportError as error:  # pragma: no cover - the grading package ships with whileai
-        raise RuntimeError(
-            f"score(judge=...) needs whileai.grading.GroupwiseGrading, which failed to import: {error}"
-        ) from error
+    from whileai.grading.groupwise import GroupwiseGrading
+
     return GroupwiseGrading(grader=judge).check_spread(rows, strict=False)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
-from whileai.errors import BadInput, MissingExtra, describe
+from whileai.errors import BadInput, describe, needs_extra
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
 from whileai.tasks.word_problems import final_answer, word_problem_rows
@@ -200,10 +200,8 @@ def _own_rows(loaded: LoadedRecipe) -> list[dict[str, Any]]:
         return read_rows(path)
     if is_rows_path(data.dataset):
         raise BadInput(f"data.dataset: no such file {path}")
-    try:
+    with needs_extra("train", f"data.dataset: {data.dataset}"):
         import datasets
-    except ImportError as err:
-        raise MissingExtra(err.name or "datasets", "train", f"data.dataset: {data.dataset}") from None
     try:
         loaded_rows = datasets.load_dataset(data.dataset, data.subset, split=data.split)
     except Exception as err:  # the hub unreachable, no such dataset, subset or split: datasets' own words

@@ -19,7 +19,7 @@ from typing import Any
 
 from whileai.config.load import LoadedRecipe
 from whileai.config.machine import model_source
-from whileai.errors import MissingExtra
+from whileai.errors import needs_extra
 
 __all__ = ["Machine", "TrainingPlan", "cpu_threads", "grpo_kwargs", "model_path", "quiet_libraries", "training_plan"]
 
@@ -216,13 +216,11 @@ def model_path(loaded: LoadedRecipe) -> str:
 def quiet_libraries(command: str = "whileai train") -> None:
     """Import the trainer's libraries (naming the extra when one is missing, for ``command``) and silence what a
     recipe user cannot act on."""
-    try:
+    with needs_extra("train", command):
         import datasets  # noqa: F401
         import torch  # noqa: F401
         import trl  # noqa: F401
         from transformers.utils import logging as transformers_logging
-    except ImportError as err:
-        raise MissingExtra(err.name or "trl", "train", command) from None
     transformers_logging.disable_progress_bar()
     # whileai chose TRL's environment_factory for its multi-turn tasks; its "experimental feature" notice is TRL's to
     # give to TRL's users.

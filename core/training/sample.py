@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from whileai.errors import MissingExtra
+from whileai.errors import needs_extra
 from whileai.progress import phase
 from whileai.rows.rewards import verifier_reward
 from whileai.rows.text import completion_text, prompt_text
@@ -89,11 +89,9 @@ def sample_groups(
             (``model_init_kwargs``: the recipe's dtype) come from it, so the gate samples the model that trains.
         seed: torch's seed for the sampling.
     """
-    try:
+    with needs_extra("train", "sampling the spread gate's rows"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as err:
-        raise MissingExtra(err.name or "torch", "train", "sampling the spread gate's rows") from None
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, **(args.model_init_kwargs or {}))

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import MissingExtra
+from whileai.errors import needs_extra
 from whileai.progress import phase
 
 __all__ = [
@@ -72,11 +72,9 @@ TINY_DEFAULTS: dict[str, Any] = {
 
 def train_tokenizer(texts: Iterable[str]) -> Any:
     """A word-level ``PreTrainedTokenizerFast`` trained on ``texts`` (whitespace-separated words)."""
-    try:
+    with needs_extra("train", "a tiny model's tokenizer"):
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
         from transformers import PreTrainedTokenizerFast
-    except ImportError as err:
-        raise MissingExtra(err.name or "transformers", "train", "a tiny model's tokenizer") from None
 
     tokenizer = Tokenizer(models.WordLevel(unk_token=SPECIAL_TOKENS["unk_token"]))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -115,11 +113,9 @@ def build_tiny_model(
         seed: the seed of the random weights.
         chat: give the tokenizer ``TINY_CHAT_TEMPLATE``, for chat prompts.
     """
-    try:
+    with needs_extra("train", "a tiny model"):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
-    except ImportError as err:
-        raise MissingExtra(err.name or "torch", "train", "a tiny model") from None
 
     tokenizer = train_tokenizer([*texts, "system : user : assistant :"] if chat else texts)
     if chat:
@@ -166,10 +162,8 @@ class WarmStart:
 
 def _qwen_template() -> str:
     """TRL's copy of Qwen2.5's chat template: TRL recognizes it by equality to parse tool calls."""
-    try:
+    with needs_extra("train", "a tiny agent model's chat template"):
         from trl.chat_template_utils import qwen2_5_chat_template
-    except ImportError as err:
-        raise MissingExtra(err.name or "trl", "train", "a tiny agent model's chat template") from None
     return qwen2_5_chat_template
 
 
@@ -181,11 +175,9 @@ def train_chat_tokenizer(conversations: Sequence[Sequence[Mapping[str, Any]]], t
     conversation, becomes a few tokens a line; any text still encodes (byte level), so malformed output decodes.
     ``<|im_end|>`` is the EOS token (the end of a turn), ``<|endoftext|>`` the padding.
     """
-    try:
+    with needs_extra("train", "a tiny model's tokenizer"):
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
         from transformers import PreTrainedTokenizerFast
-    except ImportError as err:
-        raise MissingExtra(err.name or "transformers", "train", "a tiny model's tokenizer") from None
     template = _qwen_template()
     renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
     texts = [
@@ -350,11 +342,9 @@ def build_tiny_agent_model(
     Returns:
         ``folder``; ``folder/warm_start.json`` records the steps and the last loss.
     """
-    try:
+    with needs_extra("train", "a tiny model"):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
-    except ImportError as err:
-        raise MissingExtra(err.name or "torch", "train", "a tiny model") from None
 
     template = _qwen_template()
     tokenizer = train_chat_tokenizer(conversations, tools)
