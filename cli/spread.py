@@ -79,6 +79,7 @@ def spread(
     completion tokens per second.
     """
     from whileai.config.build import recipe_grading, rows_to_grade
+    from whileai.grading.gate import unavailable_report
     from whileai.training.folder import grader_recipe_of
 
     given, overrides = rows_and_overrides(arguments)
@@ -102,7 +103,7 @@ def spread(
         err.print(f"whileai: error: {error}", markup=False)
         if is_debug():
             _print_traceback(error)
-        print_json({**_unavailable(error), "grader": grading.figures()})
+        print_json({**unavailable_report(error), "grader": grading.figures()})
         raise typer.Exit(GraderUnavailable.exit_code) from None
     _say_rows(run.rows, rows)
     if as_json:
@@ -209,25 +210,6 @@ def rows_and_overrides(arguments: list[str] | None) -> tuple[Path | None, list[s
     if len(paths) > 1:
         raise BadInput(f"give one ROWS file or folder, got {len(paths)}: {', '.join(paths)}")
     return (Path(paths[0]) if paths else None), overrides
-
-
-def _unavailable(error: GraderUnavailable) -> dict[str, Any]:
-    """The ``--json`` report of a check the grader gave out on: verdict ``"broken"``, the error, and the failures
-    the check had counted by then by kind (``whileai.grading.gate.SpreadUnavailable``; else the error's own kind)."""
-    failed = getattr(error, "failed", None)
-    attempted = getattr(error, "attempted", None)
-    sent = f"after {attempted} group(s) sent" if attempted is not None else "before a verdict"
-    return {
-        "verdict": "broken",
-        "unavailable": True,
-        "error": str(error),
-        "attempted_groups": attempted,
-        "failed_groups": dict(failed) if failed is not None else {},
-        "first_failures": dict(getattr(error, "first_failures", None) or {GraderUnavailable.kind: str(error)}),
-        "summary": f"spread check: stopped {sent}: the grader is unavailable",
-        "conclusion": f"spread: unknown. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
-        "(whileai --debug spread ... shows the traceback) and run the gate again.",
-    }
 
 
 def _group_table(group) -> Table:

@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "GroupwiseGrading": "whileai.grading.groupwise",
     "GradingStats": "whileai.grading.tally",
-    "SpreadReport": "whileai.grading.gate",
+    "SpreadReport": "whileai.grading.verdict",
     "redistribute": "whileai.methods",
     "rank_factors": "whileai.methods",
     "synthesize_reward": "whileai.methods",
@@ -62,9 +62,9 @@ __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's 
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from whileai.grading.gate import SpreadReport
     from whileai.grading.groupwise import GroupwiseGrading
     from whileai.grading.tally import GradingStats
+    from whileai.grading.verdict import SpreadReport
     from whileai.integrations.trl_trainer import GroupwiseGRPOTrainer
     from whileai.methods import rank_factors, redistribute, synthesize_reward
     from whileai.simulations.agents import seeded_agent

@@ -21,19 +21,19 @@ _LAZY = {
     "GradedGroup": "whileai.grading.group",
     "GradingStats": "whileai.grading.tally",
     "GroupwiseGrading": "whileai.grading.groupwise",
-    "SpreadReport": "whileai.grading.gate",
+    "SpreadReport": "whileai.grading.verdict",
     "SpreadThresholds": "whileai.grading.knobs",
-    "spread_report": "whileai.grading.gate",
+    "spread_report": "whileai.grading.verdict",
 }
 
 __all__ = ["GradedGroup", "GradingStats", "GroupwiseGrading", "SpreadReport", "SpreadThresholds", "spread_report"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from whileai.grading.gate import SpreadReport, spread_report
     from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
     from whileai.grading.knobs import SpreadThresholds
     from whileai.grading.tally import GradingStats
+    from whileai.grading.verdict import SpreadReport, spread_report
 
 
 def __getattr__(name: str) -> Any:

@@ -8,56 +8,38 @@ with one pass copied, to catch a grader that follows position. Everything the ga
 - its thresholds are ``whileai.grading.knobs.SpreadThresholds`` (the recipe's ``spread`` section extends them);
 - ``check_spread_rows``, ``check_spread_groups``, ``check_spread_file``: the gate on rows, on streamed groups, on a
   rows file or folder (``GroupwiseGrading.check_spread``, ``whileai spread`` and ``whileai train`` call these);
-- ``SpreadReport``, ``spread_report``: the verdict, in the page's two lines (three with controls);
-  ``SpreadUnavailable``: a grader that gave out mid-check, with what had been counted.
-
-The verdicts:
-
-- ``"yes"``: the scores vary, and the controls (when run) say the grader reads the rollouts, not their order;
-- ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
-- ``"too few"``: fewer than two scores to judge, or fewer than ``min_measured_controls`` of the control groups came
-  back graded, so nothing says whether the grader reads content (exit 1);
-- ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
-  (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
+- the verdict on what comes back is ``whileai.grading.verdict`` (``SpreadReport``, ``spread_report``: the page's two
+  lines, three with controls); ``SpreadUnavailable`` here is a grader that gave out mid-check, with what had been
+  counted.
 
 It reads rows files through ``whileai.rows`` and prints nothing; the command line maps the verdict to an exit code.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from whileai.defaults import (
-    SPREAD_MIN_SCORES,
-)
 from whileai.errors import GraderUnavailable, NoSpread
-from whileai.grading.controls import ControlsReport, ControlsTally
+from whileai.grading.controls import ControlsTally
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import SpreadThresholds
+from whileai.grading.verdict import SpreadReport, spread_report
 from whileai.rows.fields import RowFields, RowStats
 from whileai.rows.groups import GroupsNotContiguous, iter_groups
 from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.rows.text import completion_text
 
 __all__ = [
-    "SpreadReport",
     "SpreadRun",
-    "SpreadThresholds",
     "SpreadUnavailable",
     "check_spread_file",
     "check_spread_groups",
     "check_spread_rows",
-    "spread_report",
+    "unavailable_report",
 ]
-
-Verdict = Literal["yes", "no", "too few", "broken"]
-
-# Float noise must not push a score that sits exactly on the tolerance out of it.
-_EDGE = 1e-12
 
 
 class GradesGroups(Protocol):
@@ -70,251 +52,6 @@ class GradesGroups(Protocol):
     def grade_many(
         self, requests: Sequence[Any], preflight: bool = ..., record: bool = ..., shape: bool = ..., fresh: bool = ...
     ) -> list[GradedGroup]: ...
-
-
-@dataclass
-class SpreadReport:
-    """The grader's scores on a sample of passes and the verdict on their spread.
-
-    Attributes:
-        scores: every score, in group order (quality factors in advantage mode, S_sol * S_beh in reward mode).
-        groups: groups that produced scores.
-        std: population standard deviation of the scores.
-        median: median of the scores.
-        near_median: fraction of the scores within ``tolerance`` of the median.
-        verdict: ``"yes"``, ``"no"``, ``"too few"`` (fewer than two scores, or too few controls measured) or
-            ``"broken"``.
-        per_group: the scores of each group, by group id.
-        mode: the grading mode that produced the scores.
-        thresholds: the thresholds applied.
-        skipped: groups not sent to the grader (fewer than two passes).
-        unscorable: completions the verifier could not score (None, NaN, inf), left out of their groups: the
-            verifier's doing, never counted as a grader failure.
-        failed: groups whose grading fell back, by kind (the exception's type, a judge call's ``"http 429"``,
-            ``"unusable answer"``, ``"grader timed out"``, ...).
-        first_failures: the first reason of each kind, whole.
-        hacks: confirmed hacks, by group id.
-        attempted: groups sent to the grader.
-        controls: the controls' figures, or None when they were not run.
-        first_error: the first exception behind a failure (for ``--debug``; not serialized).
-    """
-
-    scores: list[float]
-    groups: int
-    std: float
-    median: float
-    near_median: float
-    verdict: Verdict
-    per_group: dict[str, list[float]] = field(default_factory=dict)
-    mode: str = "advantage"
-    thresholds: SpreadThresholds = field(default_factory=lambda: SpreadThresholds())
-    skipped: int = 0
-    failed: dict[str, int] = field(default_factory=dict)
-    hacks: dict[str, list[int]] = field(default_factory=dict)
-    first_failures: dict[str, str] = field(default_factory=dict)
-    attempted: int = 0
-    controls: ControlsReport | None = None
-    unscorable: int = 0
-    first_error: BaseException | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def ok(self) -> bool:
-        """True only for a "yes" verdict."""
-        return self.verdict == "yes"
-
-    @property
-    def summary(self) -> str:
-        """The first line: how many scores, their std and how many sit at the median."""
-        return (
-            f"spread check: {len(self.scores)} grader scores over {self.groups} group(s), std {self.std:.3f}, "
-            f"{self.near_median:.0%} within {self.thresholds.tolerance:g} of the median {self.median:.2f}"
-        )
-
-    @property
-    def fell_back(self) -> str:
-        """How many groups fell back and why, and how many completions the verifier could not score (empty when
-        neither happened)."""
-        text = ""
-        if self.failed:
-            reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
-            text = f" {sum(self.failed.values())} group(s) fell back ({reasons})."
-        if self.unscorable:
-            text += (
-                f" {self.unscorable} completion(s) the verifier could not score (None, NaN or inf) were left out of "
-                "their groups."
-            )
-        return text
-
-    @property
-    def rule(self) -> str | None:
-        """The rule the verdict rests on: "broken", "too few" (scores), "controls" (too few measured, or they
-        refuse), "std", "near median"; None for "yes"."""
-        limits = self.thresholds
-        if self.verdict in ("yes", "broken"):
-            return None if self.verdict == "yes" else "broken"
-        if self.verdict == "too few":
-            short = len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough
-            return "controls" if short else "too few"
-        if self.std < limits.min_std:
-            return "std"
-        return "near median" if self.near_median > limits.max_near_median else "controls"
-
-    @property
-    def finding(self) -> str:
-        """The verdict and the figure it rests on, one sentence without its full stop: the conclusion starts with it,
-        and the spread watch says it for each check."""
-        rule, limits = self.rule, self.thresholds
-        if rule is None:
-            return "spread: yes. The grader tells these passes apart"
-        if rule == "broken":
-            kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
-            first = next(iter(self.first_failures.values()), "")
-            return (
-                f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
-                f"({kinds}; first: {first})"
-            )
-        if rule == "too few":
-            return f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)"
-        if rule == "controls":
-            assert self.controls is not None
-            if self.verdict == "too few":
-                return f"spread: {self.controls.shortfall}"
-            return f"spread: no. The scores vary, but {self.controls.why}"
-        if rule == "std":
-            return f"spread: no. the scores' std {self.std:.3f} is below {limits.min_std:g}"
-        return (
-            f"spread: no. {self.near_median:.0%} of the scores lie within {limits.tolerance:g} of the median "
-            f"(at most {limits.max_near_median:.0%} allowed)"
-        )
-
-    @property
-    def conclusion(self) -> str:
-        """The second line: the verdict and, when it is not "yes", what to change."""
-        rule, finding = self.rule, self.finding
-        if rule == "broken":
-            return (
-                f"{finding}, at least {self.thresholds.broken_fraction:.0%} is a broken grader, not a flat one. "
-                "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
-            )
-        if rule == "too few":
-            fix = (
-                "Fix the grader first: --json lists the reasons, --debug shows tracebacks."
-                if self.failed
-                else "Send more groups with at least two passes each."
-            )
-            return f"{finding}.{self.fell_back} {fix}"
-        if rule in ("std", "near median"):
-            return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
-        return f"{finding}.{self.fell_back}"
-
-    @property
-    def advice(self) -> str:
-        """What to change when the grader shows no spread."""
-        floor = " or lower the reward-mode floor, which flattens low scores" if self.mode == "reward" else ""
-        return (
-            "Grade more or different groups, move to multi-turn tasks where passes differ (an extra tool call, a "
-            f"skipped verification, an invented id), or use a finer grader or rubric{floor}."
-        )
-
-    def __str__(self) -> str:
-        text = f"{self.summary}\n{self.conclusion}"
-        if self.controls is not None and self.verdict != "broken":
-            text += f"\n{self.controls.line}"
-        return text
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready values."""
-        return {
-            "verdict": self.verdict,
-            "scores": len(self.scores),
-            "groups": self.groups,
-            "std": self.std,
-            "median": self.median,
-            "near_median": self.near_median,
-            "thresholds": {
-                "min_std": self.thresholds.min_std,
-                "tolerance": self.thresholds.tolerance,
-                "max_near_median": self.thresholds.max_near_median,
-            },
-            "mode": self.mode,
-            "skipped_groups": self.skipped,
-            "verifier_unscorable": self.unscorable,
-            "attempted_groups": self.attempted,
-            "failed_groups": dict(self.failed),
-            "first_failures": dict(self.first_failures),
-            "broken_fraction": self.thresholds.broken_fraction,
-            "controls": None if self.controls is None else self.controls.as_dict(),
-            "hacks": {k: list(v) for k, v in self.hacks.items()},
-            "per_group": {k: list(v) for k, v in self.per_group.items()},
-            "summary": self.summary,
-            "conclusion": self.conclusion,
-        }
-
-
-def spread_report(
-    per_group: Mapping[str, Sequence[float]],
-    *,
-    thresholds: SpreadThresholds | None = None,
-    mode: str = "advantage",
-    skipped: int = 0,
-    failed: Mapping[str, int] | None = None,
-    hacks: Mapping[str, Sequence[int]] | None = None,
-    attempted: int | None = None,
-    first_failures: Mapping[str, str] | None = None,
-    controls: ControlsReport | None = None,
-    unscorable: int = 0,
-) -> SpreadReport:
-    """The verdict on a grader's scores, grouped by the group that produced them.
-
-    No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
-    median (the ``thresholds``), or ``controls`` that refuse; fewer than two scores, or ``controls`` measured on too
-    few groups, is ``"too few"``, never ``"yes"``;
-    failures on ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that
-    gave scores plus the failed ones) is ``"broken"``.
-
-    Example:
-        >>> print(spread_report({"a": [1.0, 0.5], "b": [1.0, 0.5]}))
-        spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75
-        spread: yes. The grader tells these passes apart.
-    """
-    limits = thresholds if thresholds is not None else SpreadThresholds()
-    groups = {str(k): [float(s) for s in v] for k, v in per_group.items() if len(v)}
-    scores = [s for v in groups.values() for s in v]
-    std = median = near = 0.0
-    if scores:
-        std, median = statistics.pstdev(scores), statistics.median(scores)
-        near = sum(abs(s - median) <= limits.tolerance + _EDGE for s in scores) / len(scores)
-    failures = sum((failed or {}).values())
-    tried = attempted if attempted is not None else len(groups) + failures
-    verdict: Verdict
-    if failures and failures >= limits.broken_fraction * tried:
-        verdict = "broken"
-    elif len(scores) < SPREAD_MIN_SCORES:
-        verdict = "too few"
-    elif std < limits.min_std or near > limits.max_near_median or (controls is not None and controls.refuses):
-        verdict = "no"
-    elif controls is not None and not controls.enough:
-        verdict = "too few"  # the controls that would say "yes" were not measured
-    else:
-        verdict = "yes"
-    return SpreadReport(
-        scores=scores,
-        groups=len(groups),
-        std=std,
-        median=median,
-        near_median=near,
-        verdict=verdict,
-        per_group=groups,
-        mode=mode,
-        thresholds=limits,
-        skipped=skipped,
-        failed=dict(failed or {}),
-        hacks={str(k): list(v) for k, v in (hacks or {}).items()},
-        first_failures=dict(first_failures or {}),
-        attempted=tried,
-        controls=controls,
-        unscorable=unscorable,
-    )
 
 
 def check_spread_rows(
@@ -385,6 +122,31 @@ class SpreadUnavailable(GraderUnavailable):
         self.failed = dict(failed)
         self.first_failures = dict(first_failures)
         self.attempted = attempted
+
+
+def unavailable_report(error: GraderUnavailable) -> dict[str, Any]:
+    """The JSON report of a spread check the grader gave out on: verdict ``"broken"``, the error, and the failures
+    counted by kind by then (a ``SpreadUnavailable``'s; else the error is its own failure).
+
+    Example:
+        >>> unavailable_report(GraderUnavailable("http 503"))["first_failures"]
+        {'unreachable': 'http 503'}
+    """
+    attempted = getattr(error, "attempted", None)
+    failed = getattr(error, "failed", None)
+    first_failures = getattr(error, "first_failures", None)
+    sent = f"after {attempted} group(s) sent" if attempted is not None else "before a verdict"
+    return {
+        "verdict": "broken",
+        "unavailable": True,
+        "error": str(error),
+        "attempted_groups": attempted,
+        "failed_groups": dict(failed or {}),
+        "first_failures": dict(first_failures or {GraderUnavailable.kind: str(error)}),
+        "summary": f"spread check: stopped {sent}: the grader is unavailable",
+        "conclusion": f"spread: unknown. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
+        "(whileai --debug spread ... shows the traceback) and run the gate again.",
+    }
 
 
 def check_spread_groups(

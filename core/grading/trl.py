@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import BadInput
 from whileai.grading.guard import signal_problems
+from whileai.rows.files import logged_step
 from whileai.rows.text import completion_text, prompt_text
 from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
 
@@ -46,7 +47,6 @@ __all__ = [
     "binary_reward",
     "group_labels",
     "groupwise_reward_function",
-    "logged_step",
     "refuse_off_equation_3",
     "trl_phase",
 ]
@@ -286,21 +286,6 @@ def generations_per_step(args: Any) -> int:
     """
     every = (getattr(args, "steps_per_generation", None) or 1) * (getattr(args, "num_iterations", None) or 1)
     return max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1) // every)
-
-
-def logged_step(trainer_state: Any, phase: str) -> int:
-    """The step TRL logs a batch's completions under: in training the step the batch trains (``global_step + 1``, so
-    the first generation is step 1, as TRL's logs and ``completions_00001.parquet`` count), in evaluation the step
-    the model has reached (``global_step``).
-
-    Example:
-        >>> state = type("State", (), {"global_step": 3})()
-        >>> logged_step(state, "train"), logged_step(state, "eval")
-        (4, 3)
-    """
-    step = getattr(trainer_state, "global_step", 0)
-    step = step if isinstance(step, int) else 0
-    return step + 1 if phase == "train" else step
 
 
 class BatchNames:

@@ -14,8 +14,8 @@ every ``every_steps`` optimizer steps, the way the gate checks:
   no more of them than keeps the run's extra calls within ``max_extra_calls`` of the grader calls training made;
 - **broken**: groups that fell back, as a share of those attempted; and the confirmed hacks among the passes.
 
-A check's verdict is the gate's (``whileai.grading.gate.spread_report``): ``yes``, ``no`` (no spread, or controls that
-refuse), ``broken`` (the grader failing on ``broken_fraction`` of the groups) or ``too few`` (not enough scores or
+A check's verdict is the gate's (``whileai.grading.verdict.spread_report``): ``yes``, ``no`` (no spread, or controls
+that refuse), ``broken`` (the grader failing on ``broken_fraction`` of the groups) or ``too few`` (not enough scores or
 controls to judge, which neither passes nor fails). ``no`` and ``broken`` fail. The policy: ``warn`` says what failed
 once each time the verdict or what failed changes; ``stop`` also asks the run to stop, at a checkpoint, after
 ``patience`` failed checks in a row, with a message that says what changed since the last passing check.
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from whileai.grading.controls import ControlsTally
-from whileai.grading.gate import SpreadReport, spread_report
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import WatchSettings
+from whileai.grading.verdict import SpreadReport, spread_report
 
 __all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
 

@@ -21,6 +21,7 @@ __all__ = [
     "first_columns",
     "json_parser",
     "list_row_files",
+    "logged_step",
     "parse_line",
     "raw_rows",
     "row_place",
@@ -80,6 +81,21 @@ def log_step(path: Path) -> int | None:
     """The step of one of TRL's completion logs (``completions_00012.parquet`` is step 12), None for another file."""
     match = _LOG_STEP.fullmatch(path.name)
     return int(match.group(1)) if match else None
+
+
+def logged_step(trainer_state: Any, phase: str) -> int:
+    """The step TRL logs a batch's completions under: in training the step the batch trains (``global_step + 1``, so
+    the first generation is step 1, as TRL's logs and ``completions_00001.parquet`` count), in evaluation the step
+    the model has reached (``global_step``).
+
+    Example:
+        >>> state = type("State", (), {"global_step": 3})()
+        >>> logged_step(state, "train"), logged_step(state, "eval")
+        (4, 3)
+    """
+    step = getattr(trainer_state, "global_step", 0)
+    step = step if isinstance(step, int) else 0
+    return step + 1 if phase == "train" else step
 
 
 def list_row_files(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput, json_problem
+from whileai.rows.files import logged_step
 from whileai.yamldata import read_yaml_file
 
 __all__ = [
@@ -240,8 +241,6 @@ class GradingLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, groups: list[Any], state: Any) -> None:
-        from whileai.grading.trl import logged_step
-
         with self.path.open("a") as handle:
             for group in groups:
                 handle.write(json.dumps({"step": logged_step(state, group.phase), **group.as_dict()}) + "\n")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import whileai as wai
 from whileai.grading.controls import ControlGroup, controls_report, make_control
-from whileai.grading.gate import spread_report
+from whileai.grading.verdict import spread_report
 from whileai.stats import kendall_tau
 
 

@@ -200,21 +200,31 @@ def test_the_judge_imports_no_grading() -> None:
 
 
 def floors() -> tuple[int, list[str]]:
-    """The longest chain of imports between whileai's modules (every import counted, a module's circle one floor),
-    and that chain."""
+    """The longest chain of imports between whileai's modules (every import counted, a circle of modules one
+    floor), and that chain."""
     graph = {m: {resolved for name, _ in imports(p) if (resolved := _module_of(name)) not in (None, m, "whileai")}
              for m, p in MODULES.items() if m != "whileai"}  # fmt: skip
-    depth: dict[str, tuple[int, list[str]]] = {}
+    reach = {m: _reachable(graph, m) for m in graph}
+    floor_of = {m: frozenset({m, *(n for n in reach[m] if m in reach[n])}) for m in graph}  # a circle: one floor
+    below = {f: {floor_of[d] for m in f for d in graph[m]} - {f} for f in set(floor_of.values())}
+    depth: dict[frozenset[str], tuple[int, list[str]]] = {}
 
-    def longest(module: str, path: tuple[str, ...]) -> tuple[int, list[str]]:
-        if module in depth:
-            return depth[module]
-        below = [longest(d, (*path, module)) for d in graph[module] if d not in path]  # a circle is cut where it closes
-        best = max(below, default=(0, []), key=lambda found: found[0])
-        depth[module] = (best[0] + 1, [module, *best[1]])
-        return depth[module]
+    def longest(floor: frozenset[str]) -> tuple[int, list[str]]:
+        if floor not in depth:
+            best = max((longest(f) for f in below[floor]), default=(0, []), key=lambda found: found[0])
+            depth[floor] = (best[0] + 1, ["/".join(sorted(floor)), *best[1]])
+        return depth[floor]
 
-    return max((longest(m, ()) for m in graph), key=lambda found: found[0])
+    return max((longest(f) for f in below), key=lambda found: found[0])
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for module in graph[todo.pop()] - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
 
 
 def _module_of(name: str) -> str | None:

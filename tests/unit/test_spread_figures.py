@@ -7,8 +7,8 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whileai.grading.gate import spread_report
 from whileai.grading.knobs import SpreadThresholds
+from whileai.grading.verdict import spread_report
 
 TOLERANCE = 0.05
 

@@ -1,0 +1,471 @@
+"""The spread gate's verdict on a grader's scores: ``spread_report`` judges them, ``SpreadReport`` says it, with
+the controls' figures (``ControlsReport``; ``whileai.grading.controls`` makes and measures the control groups).
+
+The verdicts:
+
+- ``"yes"``: the scores vary, and the controls (when run) say the grader reads the rollouts, not their order;
+- ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
+- ``"too few"``: fewer than two scores to judge, or fewer than ``min_measured_controls`` of the control groups came
+  back graded, so nothing says whether the grader reads content (exit 1);
+- ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
+  (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
+
+The report's sentences (``finding``, ``conclusion``) are the gate's and the spread watch's alike. No I/O: the gate
+(``whileai.grading.gate``) grades, this module judges what came back.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from whileai.defaults import (
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
+    SPREAD_MIN_MEASURED_CONTROLS,
+    SPREAD_MIN_SCORES,
+)
+from whileai.grading.knobs import SpreadThresholds
+
+__all__ = ["ControlsReport", "SpreadReport", "Verdict", "spread_report"]
+
+Verdict = Literal["yes", "no", "too few", "broken"]
+
+# Float noise must not push a score that sits exactly on the tolerance out of it.
+_EDGE = 1e-12
+
+
+@dataclass
+class ControlsReport:
+    """What the controls found, with the thresholds the gate applies.
+
+    Attributes:
+        taus: Kendall's tau per measured control whose first grading ordered two passes; a control that tied every
+            one of them counts as 0.
+        tied: controls that tied every pass the first grading ordered (in ``taus`` as 0).
+        copies: for each measured control, whether the copy got the same score as its original.
+        existing: for each graded group that already held identical passes, whether the first grading gave them all
+            the same score.
+        failed: control groups whose grading fell back (measured nothing).
+        failures: those, by kind (as the report's ``failed``).
+        sent: control groups sent (measured ones and failed ones).
+        min_agreement: the lowest mean tau that passes.
+        max_ordered_copies: the largest fraction of ordered copies that passes.
+        min_measured: the smallest fraction of the control groups sent that must be measured for a "yes".
+    """
+
+    taus: list[float] = field(default_factory=list)
+    copies: list[bool] = field(default_factory=list)
+    existing: list[bool] = field(default_factory=list)
+    tied: int = 0
+    failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    sent: int = 0
+    min_agreement: float = SPREAD_MIN_AGREEMENT
+    max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
+    min_measured: float = SPREAD_MIN_MEASURED_CONTROLS
+
+    @property
+    def agreement(self) -> float | None:
+        """Mean Kendall's tau between the two gradings; None without a group to compare."""
+        return sum(self.taus) / len(self.taus) if self.taus else None
+
+    @property
+    def checks(self) -> list[bool]:
+        """Every identical-pass check, tied or not: the controls' copies, then the groups' own identical passes."""
+        return [*self.copies, *self.existing]
+
+    @property
+    def ordered_copies(self) -> float | None:
+        """Fraction of the identical-pass checks whose passes got different scores; None without one."""
+        checks = self.checks
+        return sum(not tied for tied in checks) / len(checks) if checks else None
+
+    @property
+    def measured(self) -> int:
+        """Control groups that came back graded."""
+        return max(self.sent - self.failed, 0)
+
+    @property
+    def needed(self) -> int:
+        """Control groups that must be measured for a "yes": ``min_measured`` of those sent, rounded up."""
+        return math.ceil(self.min_measured * self.sent - 1e-9)
+
+    @property
+    def enough(self) -> bool:
+        """Enough controls were measured to say "yes"."""
+        return self.measured >= self.needed
+
+    @property
+    def follows_position(self) -> bool:
+        """The ranking does not survive reordering."""
+        return self.agreement is not None and self.agreement < self.min_agreement
+
+    @property
+    def orders_copies(self) -> bool:
+        """Identical passes were told apart."""
+        return self.ordered_copies is not None and self.ordered_copies > self.max_ordered_copies
+
+    @property
+    def refuses(self) -> bool:
+        """What was measured says the grader does not read content (a "no", however many were measured)."""
+        return self.follows_position or self.orders_copies
+
+    @property
+    def ok(self) -> bool:
+        """Enough controls measured, and they pass."""
+        return self.enough and not self.refuses
+
+    def _copies_where(self, note: str = "") -> str:
+        """What the identical-pass checks were: "controls", or checks from two sources when groups held some;
+        ``note`` goes in the parentheses."""
+        if not self.existing:
+            return f"controls ({note})" if note else "controls"
+        sources = f"{len(self.copies)} control copies, {len(self.existing)} groups that held identical passes"
+        return f"checks ({sources}; {note})" if note else f"checks ({sources})"
+
+    @property
+    def _kinds(self) -> str:
+        return ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failures.items()))
+
+    @property
+    def line(self) -> str:
+        """The figures, one line under the verdict: tau, the identical passes, and what was not measured."""
+        if self.agreement is None:
+            none = (
+                "no control measured"
+                if self.sent and not self.measured
+                else "no group whose grading ordered two passes"
+            )
+            reorder = f"agreement under reordering: {none}"
+        else:
+            tied = f", {self.tied} of them tied every pass and count as tau 0;" if self.tied else ","
+            reorder = (
+                f"agreement under reordering tau {self.agreement:.2f} (n={len(self.taus)} groups{tied} at least "
+                f"{self.min_agreement:.2f} needed)"
+            )
+        checks = self.checks
+        if not checks:
+            copies = "identical passes: no control measured" if self.sent else "identical passes: no control"
+        else:
+            where = self._copies_where(f"at most {self.max_ordered_copies:.0%} may differ")
+            copies = f"identical passes tied in {sum(checks)} of {len(checks)} {where}"
+        failed = ""
+        if self.failed:
+            kinds = f" ({self._kinds})" if self.failures else ""
+            failed = (
+                f"; {self.failed} control(s) fell back{kinds}: {self.measured} of {self.sent} measured, at least "
+                f"{self.needed} needed"
+            )
+        return f"controls: {reorder}; {copies}{failed}"
+
+    @property
+    def why(self) -> str:
+        """Why the controls refuse the grader, and what to change (empty when they do not)."""
+        parts = []
+        if self.follows_position:
+            tied = (
+                f"; {self.tied} of {len(self.taus)} controls tied every pass the first grading had ordered"
+                if self.tied
+                else ""
+            )
+            parts.append(
+                f"the grader's ranking does not survive reordering (tau {self.agreement:.2f}, at least "
+                f"{self.min_agreement:.2f} needed{tied}): it follows the position of the rollouts, not their content. "
+                "Show them in a shuffled order, or for a judge use permutations >= 2"
+            )
+        if self.orders_copies:
+            checks = self.checks
+            where = self._copies_where() if not self.existing else f"identical-pass {self._copies_where()}"
+            parts.append(
+                f"identical passes got different scores in {sum(not t for t in checks)} of {len(checks)} {where}: "
+                "the grader orders what it cannot tell apart. Return a tie (an inner list in the ranking) for passes "
+                "that do not differ"
+            )
+        return "; and ".join(parts)
+
+    @property
+    def shortfall(self) -> str:
+        """Why too few controls were measured for a verdict, and what to change (empty when enough were)."""
+        if self.enough:
+            return ""
+        kinds = f" ({self._kinds})" if self.failures else ""
+        return (
+            f"too few controls measured to judge ({self.measured} of {self.sent} control groups, at least "
+            f"{self.needed} needed): {self.failed} fell back{kinds}, so nothing says whether the grader reads the "
+            "rollouts or their order. Fix those failures (--json lists them by kind, --debug shows the first "
+            "traceback); for a judge, lower grader.judge.concurrency or raise grader.judge.timeout_s"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values; ``identical_copies`` counts every identical-pass check (the controls'
+        copies and the groups' own identical passes), ``identical_copies_in_groups`` the latter alone."""
+        return {
+            "agreement_tau": self.agreement,
+            "agreement_groups": len(self.taus),
+            "identical_copies": len(self.checks),
+            "identical_copies_ordered": sum(not t for t in self.checks),
+            "failed": self.failed,
+            "thresholds": {
+                "min_agreement": self.min_agreement,
+                "max_ordered_copies": self.max_ordered_copies,
+                "min_measured": self.min_measured,
+            },
+            "ok": self.ok,
+            "sent": self.sent,
+            "measured": self.measured,
+            "needed": self.needed,
+            "enough": self.enough,
+            "tied": self.tied,
+            "failed_kinds": dict(self.failures),
+            "identical_copies_in_groups": len(self.existing),
+            "identical_copies_in_groups_ordered": sum(not t for t in self.existing),
+        }
+
+
+@dataclass
+class SpreadReport:
+    """The grader's scores on a sample of passes and the verdict on their spread.
+
+    Attributes:
+        scores: every score, in group order (quality factors in advantage mode, S_sol * S_beh in reward mode).
+        groups: groups that produced scores.
+        std: population standard deviation of the scores.
+        median: median of the scores.
+        near_median: fraction of the scores within ``tolerance`` of the median.
+        verdict: ``"yes"``, ``"no"``, ``"too few"`` (fewer than two scores, or too few controls measured) or
+            ``"broken"``.
+        per_group: the scores of each group, by group id.
+        mode: the grading mode that produced the scores.
+        thresholds: the thresholds applied.
+        skipped: groups not sent to the grader (fewer than two passes).
+        unscorable: completions the verifier could not score (None, NaN, inf), left out of their groups: the
+            verifier's doing, never counted as a grader failure.
+        failed: groups whose grading fell back, by kind (the exception's type, a judge call's ``"http 429"``,
+            ``"unusable answer"``, ``"grader timed out"``, ...).
+        first_failures: the first reason of each kind, whole.
+        hacks: confirmed hacks, by group id.
+        attempted: groups sent to the grader.
+        controls: the controls' figures, or None when they were not run.
+        first_error: the first exception behind a failure (for ``--debug``; not serialized).
+    """
+
+    scores: list[float]
+    groups: int
+    std: float
+    median: float
+    near_median: float
+    verdict: Verdict
+    per_group: dict[str, list[float]] = field(default_factory=dict)
+    mode: str = "advantage"
+    thresholds: SpreadThresholds = field(default_factory=lambda: SpreadThresholds())
+    skipped: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    hacks: dict[str, list[int]] = field(default_factory=dict)
+    first_failures: dict[str, str] = field(default_factory=dict)
+    attempted: int = 0
+    controls: ControlsReport | None = None
+    unscorable: int = 0
+    first_error: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True only for a "yes" verdict."""
+        return self.verdict == "yes"
+
+    @property
+    def summary(self) -> str:
+        """The first line: how many scores, their std and how many sit at the median."""
+        return (
+            f"spread check: {len(self.scores)} grader scores over {self.groups} group(s), std {self.std:.3f}, "
+            f"{self.near_median:.0%} within {self.thresholds.tolerance:g} of the median {self.median:.2f}"
+        )
+
+    @property
+    def fell_back(self) -> str:
+        """How many groups fell back and why, and how many completions the verifier could not score (empty when
+        neither happened)."""
+        text = ""
+        if self.failed:
+            reasons = ", ".join(f"{reason} x{count}" for reason, count in sorted(self.failed.items()))
+            text = f" {sum(self.failed.values())} group(s) fell back ({reasons})."
+        if self.unscorable:
+            text += (
+                f" {self.unscorable} completion(s) the verifier could not score (None, NaN or inf) were left out of "
+                "their groups."
+            )
+        return text
+
+    @property
+    def rule(self) -> str | None:
+        """The rule the verdict rests on: "broken", "too few" (scores), "controls" (too few measured, or they
+        refuse), "std", "near median"; None for "yes"."""
+        limits = self.thresholds
+        if self.verdict in ("yes", "broken"):
+            return None if self.verdict == "yes" else "broken"
+        if self.verdict == "too few":
+            short = len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough
+            return "controls" if short else "too few"
+        if self.std < limits.min_std:
+            return "std"
+        return "near median" if self.near_median > limits.max_near_median else "controls"
+
+    @property
+    def finding(self) -> str:
+        """The verdict and the figure it rests on, one sentence without its full stop: the conclusion starts with it,
+        and the spread watch says it for each check."""
+        rule, limits = self.rule, self.thresholds
+        if rule is None:
+            return "spread: yes. The grader tells these passes apart"
+        if rule == "broken":
+            kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
+            first = next(iter(self.first_failures.values()), "")
+            return (
+                f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
+                f"({kinds}; first: {first})"
+            )
+        if rule == "too few":
+            return f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)"
+        if rule == "controls":
+            assert self.controls is not None
+            if self.verdict == "too few":
+                return f"spread: {self.controls.shortfall}"
+            return f"spread: no. The scores vary, but {self.controls.why}"
+        if rule == "std":
+            return f"spread: no. the scores' std {self.std:.3f} is below {limits.min_std:g}"
+        return (
+            f"spread: no. {self.near_median:.0%} of the scores lie within {limits.tolerance:g} of the median "
+            f"(at most {limits.max_near_median:.0%} allowed)"
+        )
+
+    @property
+    def conclusion(self) -> str:
+        """The second line: the verdict and, when it is not "yes", what to change."""
+        rule, finding = self.rule, self.finding
+        if rule == "broken":
+            return (
+                f"{finding}, at least {self.thresholds.broken_fraction:.0%} is a broken grader, not a flat one. "
+                "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
+            )
+        if rule == "too few":
+            fix = (
+                "Fix the grader first: --json lists the reasons, --debug shows tracebacks."
+                if self.failed
+                else "Send more groups with at least two passes each."
+            )
+            return f"{finding}.{self.fell_back} {fix}"
+        if rule in ("std", "near median"):
+            return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
+        return f"{finding}.{self.fell_back}"
+
+    @property
+    def advice(self) -> str:
+        """What to change when the grader shows no spread."""
+        floor = " or lower the reward-mode floor, which flattens low scores" if self.mode == "reward" else ""
+        return (
+            "Grade more or different groups, move to multi-turn tasks where passes differ (an extra tool call, a "
+            f"skipped verification, an invented id), or use a finer grader or rubric{floor}."
+        )
+
+    def __str__(self) -> str:
+        text = f"{self.summary}\n{self.conclusion}"
+        if self.controls is not None and self.verdict != "broken":
+            text += f"\n{self.controls.line}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values."""
+        return {
+            "verdict": self.verdict,
+            "scores": len(self.scores),
+            "groups": self.groups,
+            "std": self.std,
+            "median": self.median,
+            "near_median": self.near_median,
+            "thresholds": {
+                "min_std": self.thresholds.min_std,
+                "tolerance": self.thresholds.tolerance,
+                "max_near_median": self.thresholds.max_near_median,
+            },
+            "mode": self.mode,
+            "skipped_groups": self.skipped,
+            "verifier_unscorable": self.unscorable,
+            "attempted_groups": self.attempted,
+            "failed_groups": dict(self.failed),
+            "first_failures": dict(self.first_failures),
+            "broken_fraction": self.thresholds.broken_fraction,
+            "controls": None if self.controls is None else self.controls.as_dict(),
+            "hacks": {k: list(v) for k, v in self.hacks.items()},
+            "per_group": {k: list(v) for k, v in self.per_group.items()},
+            "summary": self.summary,
+            "conclusion": self.conclusion,
+        }
+
+
+def spread_report(
+    per_group: Mapping[str, Sequence[float]],
+    *,
+    thresholds: SpreadThresholds | None = None,
+    mode: str = "advantage",
+    skipped: int = 0,
+    failed: Mapping[str, int] | None = None,
+    hacks: Mapping[str, Sequence[int]] | None = None,
+    attempted: int | None = None,
+    first_failures: Mapping[str, str] | None = None,
+    controls: ControlsReport | None = None,
+    unscorable: int = 0,
+) -> SpreadReport:
+    """The verdict on a grader's scores, grouped by the group that produced them.
+
+    No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
+    median (the ``thresholds``), or ``controls`` that refuse; fewer than two scores, or ``controls`` measured on too
+    few groups, is ``"too few"``, never ``"yes"``;
+    failures on ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that
+    gave scores plus the failed ones) is ``"broken"``.
+
+    Example:
+        >>> print(spread_report({"a": [1.0, 0.5], "b": [1.0, 0.5]}))
+        spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75
+        spread: yes. The grader tells these passes apart.
+    """
+    limits = thresholds if thresholds is not None else SpreadThresholds()
+    groups = {str(k): [float(s) for s in v] for k, v in per_group.items() if len(v)}
+    scores = [s for v in groups.values() for s in v]
+    std = median = near = 0.0
+    if scores:
+        std, median = statistics.pstdev(scores), statistics.median(scores)
+        near = sum(abs(s - median) <= limits.tolerance + _EDGE for s in scores) / len(scores)
+    failures = sum((failed or {}).values())
+    tried = attempted if attempted is not None else len(groups) + failures
+    verdict: Verdict
+    if failures and failures >= limits.broken_fraction * tried:
+        verdict = "broken"
+    elif len(scores) < SPREAD_MIN_SCORES:
+        verdict = "too few"
+    elif std < limits.min_std or near > limits.max_near_median or (controls is not None and controls.refuses):
+        verdict = "no"
+    elif controls is not None and not controls.enough:
+        verdict = "too few"  # the controls that would say "yes" were not measured
+    else:
+        verdict = "yes"
+    return SpreadReport(
+        scores=scores,
+        groups=len(groups),
+        std=std,
+        median=median,
+        near_median=near,
+        verdict=verdict,
+        per_group=groups,
+        mode=mode,
+        thresholds=limits,
+        skipped=skipped,
+        failed=dict(failed or {}),
+        hacks={str(k): list(v) for k, v in (hacks or {}).items()},
+        first_failures=dict(first_failures or {}),
+        attempted=tried,
+        controls=controls,
+        unscorable=unscorable,
+    )
