@@ -16,9 +16,8 @@ first has) unless it says cold:
   first run filled: wall time and the HTTP calls the server saw.
 
 Then the client's own CPU per call, against the same server answering at once, 2,000 calls with 64 in flight, side
-by side: aiohttp alone, the judge's transport (aiohttp) on its own and inside ``EndpointClient.run``, and the two
-transports it replaced (``benchmarks/legacy_transports.py``: the hand-written HTTP/1.1 and openai's client on
-httpx), each in the same loop of ``post`` then ``json.loads`` (whileai's transport parses the body itself).
+by side: aiohttp alone (post, then ``json.loads``), and the judge's transport (aiohttp) on its own and inside
+``EndpointClient.run`` (whileai's transport parses the body itself).
 whileai's rows hold a 58-character key, so every reply is searched for pieces of it as at the boundary it is. CPU is
 the whole client process's (every thread), medians of the repeats.
 
@@ -55,7 +54,7 @@ SPIN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
-    from whileai.judge.settings import JUDGE_CONCURRENCY
+    from whileai.defaults import JUDGE_CONCURRENCY
 
     # The server says it runs JUDGE_CONCURRENCY calls at once (llama.cpp's /props), as a GPU server does; the defaults
     # ask it (a server on this machine that says nothing would get one call at a time).
@@ -178,9 +177,6 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
     against ``url`` (a server answering at once), the median of ``repeats`` after a warm-up batch."""
     import asyncio
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from legacy_transports import OpenAIOnHttpx, OwnHttp11
-
     from whileai.http.client import EndpointClient
     from whileai.http.endpoint import Call, EndpointSettings, first_choice
     from whileai.http.secrets import SecretFilter
@@ -223,7 +219,7 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
         async def one() -> None:
             async with semaphore:
                 reply = await transport.post("/chat/completions", request)
-                if not isinstance(reply, dict):  # the baselines hand back the body's text
+                if not isinstance(reply, dict):  # aiohttp alone hands back the body's text
                     json.loads(reply)
 
         try:
@@ -256,16 +252,7 @@ def client_cpu(url: str, calls: int, in_flight: int, repeats: int) -> list[tuple
         ("aiohttp alone", asyncio.run(loop_of(BareAiohttp))),
         ("whileai: aiohttp", asyncio.run(loop_of(lambda: Transport(url, f"Bearer {key}", secrets, 60.0)))),
         ("whileai: EndpointClient.run", whole_client()),
-        ("before: own HTTP/1.1", asyncio.run(loop_of(lambda: OwnHttp11(url, "EMPTY", keep=in_flight)))),
     ]
-    try:
-        import openai  # noqa: F401  (whileai no longer needs it: only this baseline row does)
-    except ImportError:
-        print("openai is not installed: its baseline row is left out (pip install openai)", file=sys.stderr)
-    else:
-        runs.append(
-            ("before: openai on httpx", asyncio.run(loop_of(lambda: OpenAIOnHttpx(url, "EMPTY", keep=in_flight))))
-        )
     return [(label, cpu * 1000 / calls, wall) for label, (cpu, wall) in runs]
 
 
@@ -339,7 +326,7 @@ def main() -> None:
             process.terminate()
             process.wait(10)
 
-    from whileai.judge.settings import JUDGE_CONCURRENCY
+    from whileai.defaults import JUDGE_CONCURRENCY
 
     serial = next(r[1] for r in rows if r[0].startswith("serial"))
     print(

@@ -2,7 +2,8 @@
 
 The agent is the seeded scripted one (offline, no key) or a served model (``--agent model --base-url --model``); the
 customer's later turns are scripted, or played by a served model with ``--simulator``. The endpoint options are the
-command line's own (each left out keeps ``whileai.http.endpoint.EndpointSettings``'s default): a recipe's ``simulate``
+command line's own (each left out keeps ``whileai.http.endpoint.EndpointSettings``'s default, from
+``whileai.defaults``): a recipe's ``simulate``
 section sets the scenarios, the agent's kind, n and the seed.
 """
 
@@ -18,12 +19,12 @@ from whileai.cli.console import err, guarded, say, stdout
 from whileai.defaults import (
     DEFAULT_CUSTOMER_TEMPERATURE,
     DEFAULT_POLICY_TEMPERATURE,
+    ENDPOINT_MAX_RETRIES,
+    ENDPOINT_MAX_TOKENS,
+    ENDPOINT_TIMEOUT_S,
     SIMULATE_REMOTE_WORKERS,
 )
 from whileai.errors import BadInput
-from whileai.http.endpoint import EndpointSettings
-
-_ENDPOINT = EndpointSettings.model_fields
 
 
 # Typer declares each option in the signature: the function is long by its options, its body is one screen.
@@ -72,16 +73,14 @@ def simulate(
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option(help=f"Most tokens per model answer. [{_ENDPOINT['max_tokens'].default}; a customer 256]"),
+        typer.Option(help=f"Most tokens per model answer. [{ENDPOINT_MAX_TOKENS}; a customer 256]"),
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help=f"Seconds one HTTP call may take. [{_ENDPOINT['timeout_s'].default:g}]")
+        float | None, typer.Option(help=f"Seconds one HTTP call may take. [{ENDPOINT_TIMEOUT_S:g}]")
     ] = None,
     max_retries: Annotated[
         int | None,
-        typer.Option(
-            help=f"Retries of a failed HTTP call (connection, timeout, 429, 5xx). [{_ENDPOINT['max_retries'].default}]"
-        ),
+        typer.Option(help=f"Retries of a failed HTTP call (connection, timeout, 429, 5xx). [{ENDPOINT_MAX_RETRIES}]"),
     ] = None,
     workers: Annotated[
         int | None, typer.Option(help=f"Scenarios run at once. [{SIMULATE_REMOTE_WORKERS} with a served model, else 1]")

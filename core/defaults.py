@@ -135,6 +135,13 @@ LOCAL_CONCURRENCY: Final[int] = 1
 # each of which waits for one answer at a time.
 CHAT_CONCURRENCY: Final[int] = 32
 
+# A chat endpoint's call: most tokens an answer may have (a judge's ranking or scores, an agent's turn), the seconds a
+# call may wait for the server's next piece of an answer (a long prompt's first piece included), and its retries after
+# a retryable error (the backoff settings space them).
+ENDPOINT_MAX_TOKENS: Final[int] = 1024
+ENDPOINT_TIMEOUT_S: Final[float] = 60.0
+ENDPOINT_MAX_RETRIES: Final[int] = 4
+
 # How long a group of responses that arrive one at a time (verl's reward workers) may wait for its last one before it
 # falls back to its verifier rewards: a slow rollout's tool calls take minutes, and a quarter hour is past any verl
 # step a group's members share.

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from whileai.defaults import CHAT_CONCURRENCY
+from whileai.defaults import CHAT_CONCURRENCY, ENDPOINT_MAX_RETRIES, ENDPOINT_MAX_TOKENS, ENDPOINT_TIMEOUT_S
 from whileai.http.secrets import check_key_variable, hide_pasted_key, masked_url
 from whileai.stats import quantile
 
@@ -146,7 +146,9 @@ class EndpointSettings(BaseModel):
         ),
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of every call.")
-    max_tokens: int = Field(default=1024, ge=16, description="Most tokens the model may write per answer.")
+    max_tokens: int = Field(
+        default=ENDPOINT_MAX_TOKENS, ge=16, description="Most tokens the model may write per answer."
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -164,7 +166,7 @@ class EndpointSettings(BaseModel):
         ),
     )
     timeout_s: float = Field(
-        default=60.0,
+        default=ENDPOINT_TIMEOUT_S,
         gt=0.0,
         description=(
             "Seconds a call may wait for the server's next piece of the answer (with stream: false, for the whole "
@@ -173,7 +175,7 @@ class EndpointSettings(BaseModel):
         ),
     )
     max_retries: int = Field(
-        default=4,
+        default=ENDPOINT_MAX_RETRIES,
         ge=0,
         description=(
             "Retries of one call after a connection error, a timeout, a 408, 409 or 429, a 5xx or a 200 that is no "

@@ -41,7 +41,6 @@ __all__ = [
     "FIGURE_METRICS",
     "SHARES",
     "Difference",
-    "experiment_table",
     "format_value",
     "run_arm",
     "run_seed",
@@ -241,65 +240,3 @@ def format_value(metric: str, value: float, signed: bool = False) -> str:
     if metric in SHARES:
         return f"{value * 100:+.1f} pts" if signed else f"{value * 100:.1f}%"
     return f"{value:+.2f}" if signed else f"{value:.2f}"
-
-
-def experiment_table(results: dict[str, Any]) -> str:
-    """The Markdown tables of ``benchmarks/figure8.py``'s results: per task, each metric's first and final window
-    per arm (mean over seeds), the final-window difference with its 95% interval and detectable size, and the
-    per-seed final values."""
-    lines: list[str] = []
-    for task, experiment in results["tasks"].items():
-        arms = experiment["arms"]
-        names = sorted(arms, key=lambda name: (name != "binary", name))
-        seeds = max(len(arms[name]["seeds"]) for name in names)
-        steps = max(
-            (band["steps"][-1] for name in names for band in arms[name]["per_step"].values() if band["steps"]),
-            default=0,
-        )
-        lines += [
-            f"### {task}: {steps} steps, {seeds} seeds per arm, final window {experiment['window']} steps",
-            "",
-            "| metric | "
-            + " | ".join(f"{name} first → final" for name in names)
-            + " | difference ("
-            + " − ".join(reversed(names))
-            + ") [95% CI] | detectable | n |",
-            "|---|" + "---|" * len(names) + "---|---|---|",
-        ]
-        for metric in experiment["metrics"]:
-            cells = []
-            for name in names:
-                first = mean(list(arms[name]["first"][metric].values()))
-                final = mean(list(arms[name]["final"][metric].values()))
-                cells.append(f"{format_value(metric, first)} → {format_value(metric, final)}")
-            diff = experiment["differences"].get(metric)
-            if diff is None:
-                lines.append(f"| {metric} | " + " | ".join(cells) + " | | | |")
-                continue
-            low, high = format_value(metric, diff["low"], True), format_value(metric, diff["high"], True)
-            interval = f"{format_value(metric, diff['difference'], True)} [{low}, {high}]"
-            how = "paired" if diff["paired"] else "Welch"
-            lines.append(
-                f"| {metric} | "
-                + " | ".join(cells)
-                + f" | {interval} | {format_value(metric, diff['detectable'], True).lstrip('+')} | "
-                f"{diff['n_a']} seeds ({how}) |"
-            )
-        lines += ["", "Final-window mean per seed:", ""]
-        header = ["arm", "seed", *experiment["metrics"]]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for name in names:
-            for seed in arms[name]["seeds"]:
-                values = [format_value(metric, arms[name]["final"][metric][seed]) for metric in experiment["metrics"]]
-                lines.append(f"| {name} | {seed} | " + " | ".join(values) + " |")
-        lines.append("")
-    reproduced = results.get("reproduced")
-    if reproduced:
-        verdict = "identical" if reproduced["identical"] else "DIFFERENT"
-        lines.append(
-            f"Rerun of {reproduced['task']} {reproduced['arm']} seed {reproduced['seed']} "
-            f"({reproduced['steps']} steps): "
-            f"every logged per-step number {verdict} to the recorded run."
-        )
-        lines.append("")
-    return "\n".join(lines)

@@ -12,7 +12,8 @@
    completions with ``spread.sample``) and the tiny random-weight model (saved first: TRL and vLLM load models by
    name); a refusal stops here unless told to skip, and is recorded either way;
 5. the reward function (``grading.trl_reward(verifier, num_generations)``, or the verifier alone for a binary arm),
-   logging each graded group to ``grading.jsonl``, and TRL's trainer (``whileai.grading.trl.grpo_trainer``);
+   logging each graded group to ``grading.jsonl``, and TRL's trainer
+   (``whileai.integrations.trl_trainer.grpo_trainer``);
 6. train, save the final model and ``whileai_run.json``.
 
 The run folder's files and how a run continues in it: ``whileai.training.folder``. torch, transformers, trl and

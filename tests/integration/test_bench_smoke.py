@@ -72,7 +72,7 @@ def test_bench_judge_small() -> None:
     )  # fmt: skip
     assert "default settings" in out and "x one call" in out
     assert "target: default settings within 1.2x" in out and "cached re-run makes zero calls: met" in out
-    assert "whileai: EndpointClient.run" in out and "before: own HTTP/1.1" in out and "CPU ms/call" in out
+    assert "whileai: EndpointClient.run" in out and "aiohttp alone" in out and "CPU ms/call" in out
 
 
 @pytest.mark.slow

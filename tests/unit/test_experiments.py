@@ -3,6 +3,7 @@ per-step bands, final-window differences paired by seed, and `whileai report` pr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,12 +12,21 @@ import pytest
 from typer.testing import CliRunner
 
 from whileai.errors import BadInput
-from whileai.reports.experiments import experiment_table, run_arm, run_seed, seed_difference, seed_experiment
+from whileai.reports.experiments import run_arm, run_seed, seed_difference, seed_experiment
 
 # Reference values from scipy.stats (t.ppf, t.interval, ttest_ind(...).confidence_interval), written out so that
 # these tests run where scipy is not installed (CI).
 T975 = {2: 4.302652729749462, 4: 2.7764451051977934}
 T80_4 = 0.9409645772351816
+
+
+def experiment_table(results: dict) -> str:
+    """``benchmarks/figure8.py``'s tables, the one place they are written."""
+    spec = importlib.util.spec_from_file_location("figure8", Path(__file__).parents[2] / "benchmarks" / "figure8.py")
+    assert spec is not None and spec.loader is not None
+    figure8 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure8)
+    return figure8.experiment_table(results)
 
 
 def sem(values: list[float]) -> float:

@@ -69,6 +69,24 @@ def test_the_recipe_schema_and_the_spread_gate_load_no_http_client() -> None:
     assert done.stdout.split() == ["whileai.judge.grader", "True"], done.stderr
 
 
+def test_the_command_line_s_help_loads_no_http_stack() -> None:
+    # Every command pays for what ``whileai --help`` imports: the HTTP stack comes with a command that calls out.
+    code = (
+        "import sys, json\n"
+        "from whileai.cli.main import app\n"
+        "from typer.main import get_command\n"
+        "try:\n"
+        "    get_command(app).main(['--help'], standalone_mode=False)\n"
+        "finally:\n"
+        "    heavy = ('aiohttp', 'ssl', 'whileai.http.transport', 'whileai.http.endpoint')\n"
+        "    found = [m for m in heavy if m in sys.modules]\n"
+        "    print(json.dumps(found), file=sys.stderr)\n"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
 def test_the_source_folder_refuses_its_own_name() -> None:
     done = _run("import core")
     assert done.returncode != 0
