@@ -66,8 +66,8 @@ from real_judge import write_section, write_whole
 from whileai.config import load_recipe
 from whileai.config.build import build_grading
 from whileai.grading.evaluate import reference_tau
-from whileai.grading.group import pass_scores
 from whileai.judge.client import names_structured_output
+from whileai.judge.orders import fractional_ranks
 from whileai.stats import bootstrap_interval
 
 RECIPE = REPO / "recipes" / "refund_judge.yaml"
@@ -76,8 +76,8 @@ OUT_JSON = REPO / "benchmarks" / "results" / "judge_vs_ruler.json"
 RULER_SIDE = Path(__file__).resolve().with_name("ruler_side.py")
 FORMAT = "whileai-judge-vs-ruler/1"
 COLUMNS = (
-    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged (wrong)", "unusable", "calls",
-    "tokens in/group", "tokens out/group", "p50 s", "wall min",
+    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged (wrong)", "unusable", "calls/group",
+    "tokens in/group", "tokens out/group", "s/group",
 )  # fmt: skip
 say = say_as("judge_vs_ruler")
 
@@ -157,11 +157,41 @@ def write_rows(groups: Sequence[Group], path: Path) -> None:
 
 @dataclass
 class Answer:
-    """One arm's answer for one group: a score per pass (by rollout index), flagged hacks, or why it is unusable."""
+    """One arm's answer for one group: a score per pass (by rollout index), flagged hacks, or why it is unusable;
+    ``orders``: the pass scores of each display order, where the judge reads continuous scores."""
 
     scores: dict[int, float] | None = None
     hacks: list[int] = field(default_factory=list)
     unusable: str | None = None
+    orders: list[dict[int, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """An arm of whileai's judge: ``form:prompts``, then ``key=value`` judge settings
+    (``probabilities:v4:score_calls=pass``)."""
+
+    form: str
+    prompts: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        form, prompts, *rest = text.split(":")
+        return cls(form, prompts, tuple(tuple(item.split("=", 1)) for item in rest))  # type: ignore[misc]
+
+    @property
+    def name(self) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in self.settings)
+        return f"whileai {self.form} {Path(self.prompts).stem}" + (f" {shown}" if shown else "")
+
+
+def group_tau(group: Group, answer: Answer) -> float | None:
+    """Kendall's tau-b of one answered group against its reference (None: unanswered, or nothing to order)."""
+    if answer.scores is None:
+        return None
+    reference: list[float | None] = [q if ok else None for q, ok in zip(group.quality, group.passed, strict=True)]
+    return reference_tau(answer.scores, reference, group.hacks)
 
 
 def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any]:
@@ -172,8 +202,7 @@ def figures(groups: Sequence[Group], answers: Sequence[Answer]) -> dict[str, Any
             unusable += 1
             reasons.append(answer.unusable)
             continue
-        reference: list[float | None] = [q if ok else None for q, ok in zip(group.quality, group.passed, strict=True)]
-        tau = reference_tau(answer.scores, reference, group.hacks)
+        tau = group_tau(group, answer)
         if tau is not None:
             taus.append(tau)
         values = [answer.scores[i] for i in group.passes if i in answer.scores]
@@ -297,15 +326,18 @@ def _as_json_object(form: dict[str, Any]) -> dict[str, Any]:
 
 
 def whileai_arm(
-    groups: Sequence[Group], rows: Path, url: str, model_id: str, form: str, prompts: str, max_tokens: int, work: Path
+    groups: Sequence[Group], rows: Path, url: str, model_id: str, arm: Arm, max_tokens: int, work: Path
 ) -> list[Answer]:
-    """whileai's judge with one answer form and prompt version, through the recipe as a user runs it."""
+    """whileai's judge with one answer form, prompt version and settings, built from the recipe as a user builds it
+    and asked group by group; a pass's score is its place in the judge's tiers (its scores in each display order
+    are kept where the judge reads continuous scores)."""
+    prompts = arm.prompts
     if prompts.endswith((".yaml", ".yml")):  # a file named from here, not from the recipe's folder
         prompts = str(Path(prompts).resolve())
     overrides = [
         f"grader.judge.base_url={url}",
         f"grader.judge.model={model_id}",
-        f"grader.judge.answer_form={form}",
+        f"grader.judge.answer_form={arm.form}",
         f"grader.judge.prompts={prompts}",
         f"grader.judge.max_tokens={max_tokens}",
         f"grader.judge.cache_dir={work / 'cache'}",
@@ -314,18 +346,31 @@ def whileai_arm(
         "grader.judge.timeout_s=900",
         "grader.judge.batch_deadline_s=3600",
         f"spread.rows={rows}",
+        *(f"grader.judge.{key}={value}" for key, value in arm.settings),
     ]
-    grading = build_grading(load_recipe(RECIPE, overrides))
+    judge = build_grading(load_recipe(RECIPE, overrides)).grader
     answers = []
     for group in groups:
-        request = ([float(ok) for ok in group.passed], [group.prompt] * len(group.texts), group.texts, group.task_id)
-        graded = grading.grade_many([(*request, None, True)], preflight=True, shape=False)[0]
-        if graded.reason is not None:
-            answers.append(Answer(unusable=graded.reason[:300]))
+        items = [
+            {"index": i, "prompt": group.prompt, "completion": t, "passed": ok}
+            for i, (t, ok) in enumerate(zip(group.texts, group.passed, strict=True))
+        ]
+        answer = judge.grade_groups([items])[0]
+        if isinstance(answer, Exception):
+            answers.append(Answer(unusable=str(answer)[:300]))
         else:
-            answers.append(Answer(pass_scores(graded, grading.mode), sorted(graded.hacks)))
+            places = fractional_ranks(answer["ranking"])
+            orders = answer["notes"].get("order_scores") or []
+            per_order = [{int(i): v for i, v in o.items()} for o in orders]
+            answers.append(Answer({i: -r for i, r in places.items()}, sorted(answer["hacks"]), None, per_order))
         say(f"  {group.task_id}: {answers[-1].scores or answers[-1].unusable}")
     return answers
+
+
+def first_order(answers: Sequence[Answer]) -> list[Answer]:
+    """Each answer as its first display order alone scored it (an arm asked in two orders read as if asked in one:
+    the same calls, the first of each group's two)."""
+    return [Answer(a.orders[0], a.hacks, a.unusable) if a.orders else Answer(None, [], a.unusable) for a in answers]
 
 
 def ruler_arm(
@@ -373,8 +418,31 @@ def _cost(counts: Counts, groups: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def table_row(record: dict[str, Any]) -> list[str]:
-    fig, cost = record["figures"], record["cost"]
+def answers_of(record: dict[str, Any]) -> list[Answer]:
+    """A record's answers as ``Answer``s (JSON keeps a pass's index as a string)."""
+    return [
+        Answer(
+            None if a["scores"] is None else {int(i): v for i, v in a["scores"].items()},
+            a["hacks"],
+            a["unusable"],
+            [{int(i): v for i, v in o.items()} for o in a.get("orders") or []],
+        )
+        for a in record["answers"]
+    ]
+
+
+def half(items: Sequence[Any], which: int) -> list[Any]:
+    """The groups a half holds: 0, the even positions (where variants are chosen); 1, the odd (where they are
+    reported)."""
+    return list(items[which::2])
+
+
+def table_row(record: dict[str, Any], groups: Sequence[Group]) -> list[str]:
+    """One arm's row over ``groups`` (the reported half); cost per group is over every group the arm graded."""
+    answers = [
+        a for a, task in zip(answers_of(record), record["groups"], strict=True) if task in {g.task_id for g in groups}
+    ]
+    fig, cost = figures(groups, answers), record["cost"]
     n = max(cost["groups"], 1)
     tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
     if fig["interval"]:
@@ -384,30 +452,91 @@ def table_row(record: dict[str, Any]) -> list[str]:
         record["model"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
         "-" if fig["tied"] is None else f"{fig['tied']:.2f}",
         f"{hacks['flagged']}/{hacks['reference']} ({hacks.get('wrong', 0)} wrong)",
-        str(fig["unusable"]), str(cost["calls"]), f"{cost['tokens_in'] / n:.0f}", f"{cost['tokens_out'] / n:.0f}",
-        "-" if cost["p50_s"] is None else f"{cost['p50_s']:.1f}", f"{cost['wall_s'] / 60:.1f}",
+        str(fig["unusable"]), f"{cost['calls'] / n:.1f}", f"{cost['tokens_in'] / n:.0f}",
+        f"{cost['tokens_out'] / n:.0f}", f"{cost['wall_s'] / n:.1f}",
     ]  # fmt: skip
 
 
-def render(records: Sequence[dict[str, Any]]) -> str:
+def _by_task(record: dict[str, Any], groups: Sequence[Group]) -> list[tuple[Group, Answer]]:
+    answers = dict(zip(record["groups"], answers_of(record), strict=True))
+    return [(g, answers[g.task_id]) for g in groups if g.task_id in answers]
+
+
+def difference(
+    a: dict[str, Any], b: dict[str, Any], groups: Sequence[Group]
+) -> tuple[float, tuple[float, float]] | None:
+    """Arm ``a``'s tau-b less arm ``b``'s, over the groups both answered, with a 95% bootstrap interval over them."""
+    mine, theirs = dict((g.task_id, group_tau(g, x)) for g, x in _by_task(a, groups)), _by_task(b, groups)
+    diffs = [
+        mine[g.task_id] - t for g, x in theirs if (t := group_tau(g, x)) is not None and mine.get(g.task_id) is not None
+    ]
+    if len(diffs) < 2:
+        return None
+    return statistics.fmean(diffs), bootstrap_interval(diffs, seed=0)
+
+
+def chosen(records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> dict[str, Any] | None:
+    """The probability arm the choice half picks: the highest tau-b among those that tie at most 5% of groups (the
+    highest of all when none does)."""
+    scored = []
+    for record in records:
+        if "probabilities" not in record["arm"]:
+            continue
+        fig = figures(*zip(*_by_task(record, groups), strict=True))
+        scored.append(((fig["tied"] or 0) <= 0.05, fig["tau"] if fig["tau"] is not None else -2, record))
+    return max(scored, key=lambda t: t[:2])[2] if scored else None
+
+
+def render_model(model: str, records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> list[str]:
+    """A model's tables: the choice half (even groups), the reported half (odd groups), and the chosen arm against
+    every other on the reported half."""
+    choose, report = half(groups, 0), half(groups, 1)
+    pick = chosen(records, choose)
+    lines = [f"### {model}", "", f"Chosen on the even groups ({len(choose)}): tau-b and tied, for the choice only.", ""]
+    lines += ["| arm | tau-b | tied |", "|---|---|---|"]
+    for record in records:
+        fig = figures(*zip(*_by_task(record, choose), strict=True))
+        tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
+        tied = "-" if fig["tied"] is None else f"{fig['tied']:.2f}"
+        lines.append(f"| {record['arm']}{' (chosen)' if record is pick else ''} | {tau} | {tied} |")
+    lines += ["", f"Reported on the odd groups ({len(report)}), which no choice looked at:", ""]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(table_row(r, report)) + " |" for r in records]
+    if pick is not None:
+        lines += ["", f"The chosen arm ({pick['arm']}) less each other arm, tau-b on the reported half [95% CI]:", ""]
+        for record in records:
+            if record is pick or "probabilities" in record["arm"]:
+                continue
+            found = difference(pick, record, report)
+            text = "-" if found is None else f"{found[0]:+.2f} [{found[1][0]:+.2f}, {found[1][1]:+.2f}]"
+            lines.append(f"- {record['arm']}: {text}")
+    return [*lines, ""]
+
+
+def render(records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> str:
     lines = [
         "## whileai's judge and RULER, side by side",
         "",
         "Written by `benchmarks/judge_vs_ruler.py` (its docstring says how every figure is computed), every arm on the",
-        "same groups through the same server and proxy; each arm's answers are in `judge_vs_ruler.json`. tau-b: the",
-        "mean over answered groups against the simulation's quality; tied: the share of answered groups whose passes",
-        "all got one score; tokens: the server's counts per group.",
+        "same groups through the same server and proxy; each arm's answers are in `judge_vs_ruler.json`. Variants are",
+        "chosen on the even groups and reported on the odd ones. tau-b: the mean over answered groups against the",
+        "simulation's quality; tied: the share of answered groups whose passes all got one place; calls, tokens and",
+        "seconds: per group, over every group the arm graded (the server's counts).",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
     ]
-    lines += ["| " + " | ".join(table_row(r)) + " |" for r in records]
-    return "\n".join(lines) + "\n"
+    for model in dict.fromkeys(r["model"] for r in records):
+        mine = [r for r in records if r["model"] == model]
+        known = {g.task_id: g for g in groups}
+        tasks = [t for t in mine[0]["groups"] if t in known]
+        lines += render_model(model, mine, [known[t] for t in tasks])
+    return "\n".join(lines)
 
 
-def save(out: Path, json_path: Path, records: list[dict[str, Any]]) -> None:
-    write_whole(json_path, json.dumps({"format": FORMAT, "records": records}, indent=1) + "\n")
-    write_section(out, "judge-vs-ruler", render(records))
+def save(out: Path, json_path: Path, records: list[dict[str, Any]], groups: Sequence[Group]) -> None:
+    references = {g.task_id: {"passed": g.passed, "quality": g.quality, "hacks": g.hacks} for g in groups}
+    body = {"format": FORMAT, "references": references, "records": records}
+    write_whole(json_path, json.dumps(body, indent=1) + "\n")
+    write_section(out, "judge-vs-ruler", render(records, groups))
 
 
 def load(json_path: Path) -> list[dict[str, Any]]:
@@ -445,37 +574,44 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
     rows = work / "rows.jsonl"
     write_rows(groups, rows)
     say(f"{len(groups)} groups ({args.of_4} of 4, {args.of_8} of 8), rows in {rows}")
-    arms = [("ruler", "")] if args.ruler_python else []
-    arms = [tuple(a.split(":", 1)) for a in args.whileai.split(",") if a] + arms
+    arms: list[Arm | None] = [Arm.parse(a) for a in args.whileai.split(",") if a]
+    arms += [None] if args.ruler_python else []
     records = load(args.json)
     server: Server = start_server(args.server_cmd, args.server_python, args.model, args.n_ctx, work / "server.log", 900)
     assert server.process is not None
     say(f"server pid {server.process.pid} at {server.url}, ready in {server.startup_s:.1f} s ({server.model_id})")
     try:
         with StepDownProxy(server.url) as proxy:
-            for form, prompts in arms:
-                arm = "RULER (default rubric)" if form == "ruler" else f"whileai {form} {Path(prompts).stem}"
-                say(f"arm: {arm}")
+            for arm in arms:
+                name = "RULER (default rubric)" if arm is None else arm.name
+                say(f"arm: {name}")
                 proxy.reset()
                 start = time.perf_counter()
-                if form == "ruler":
+                if arm is None:
                     answers = ruler_arm(groups, args.ruler_python, proxy.url, server.model_id, args.max_tokens, work)
                 else:
-                    answers = whileai_arm(
-                        groups, rows, proxy.url, server.model_id, form, prompts, args.max_tokens, work
-                    )
-                counts = proxy.reset()
-                record = {
-                    "model": model,
-                    "arm": arm,
-                    "figures": figures(groups, answers),
-                    "cost": _cost(counts, len(groups), time.perf_counter() - start),
-                    "answers": [{"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable} for a in answers],
-                    "groups": [g.task_id for g in groups],
-                }
-                records = [r for r in records if (r["model"], r["arm"]) != (model, arm)] + [record]
-                save(args.out, args.json, records)
-                say("  " + " | ".join(table_row(record)))
+                    answers = whileai_arm(groups, rows, proxy.url, server.model_id, arm, args.max_tokens, work)
+                cost = _cost(proxy.reset(), len(groups), time.perf_counter() - start)
+                made = [(name, answers, cost)]
+                if any(len(a.orders) > 1 for a in answers):  # the same calls' first order, as an arm of one order
+                    halved = {
+                        k: v / 2 if k in ("calls", "tokens_in", "tokens_out", "wall_s") else v for k, v in cost.items()
+                    }
+                    made.append((f"{name} (first order)", first_order(answers), halved))
+                for arm_name, arm_answers, arm_cost in made:
+                    record = {
+                        "model": model,
+                        "arm": arm_name,
+                        "cost": arm_cost,
+                        "answers": [
+                            {"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable, "orders": a.orders}
+                            for a in arm_answers
+                        ],
+                        "groups": [g.task_id for g in groups],
+                    }
+                    records = [r for r in records if (r["model"], r["arm"]) != (model, arm_name)] + [record]
+                    say("  " + " | ".join(table_row(record, half(groups, 1))))
+                save(args.out, args.json, records, groups)
     finally:
         stop_server(server)
     return 0

@@ -9,7 +9,7 @@ nothing listens on. Run as a script it serves until killed (the benchmark starts
 
     python tests/judge_server.py --delay 0.2   # prints the base URL on its first line
 
-This is test equipment: no auth check, no streaming, no real model.
+This is test equipment: no auth check, no real model; it streams only a scripted ``Reply(stream=True)``.
 """
 
 from __future__ import annotations
@@ -42,11 +42,17 @@ __all__ = [
 
 @dataclass
 class Reply:
-    """A 200 chat completion whose message content is ``content`` (a dict is sent as its JSON)."""
+    """A 200 chat completion whose message content is ``content`` (a dict is sent as its JSON); ``logprobs`` goes in
+    the choice and ``extra`` at the top of the body (llama.cpp's ``completion_probabilities``); ``stream`` sends it
+    as server-sent events, a token's content and its logprobs entry an event, when ``logprobs`` has a ``content``
+    list (else the content in one event)."""
 
     content: Any
     delay: float = 0.0
     finish_reason: str = "stop"
+    logprobs: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
 
 
 @dataclass
@@ -292,6 +298,16 @@ class JudgeServer:
                 time.sleep(action.delay)
                 content = action.content if isinstance(action.content, str) else json.dumps(action.content)
                 prompt = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+                if action.stream:
+                    self._stream(action, content)
+                    return
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": action.finish_reason,
+                }
+                if action.logprobs is not None:
+                    choice["logprobs"] = action.logprobs
                 self._send(
                     200,
                     {
@@ -299,20 +315,28 @@ class JudgeServer:
                         "object": "chat.completion",
                         "created": int(time.time()),
                         "model": body.get("model", "test-judge"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": action.finish_reason,
-                            }
-                        ],
+                        "choices": [choice],
                         "usage": {
                             "prompt_tokens": prompt // 4,
                             "completion_tokens": len(content) // 4,
                             "total_tokens": prompt // 4 + len(content) // 4,
                         },
+                        **action.extra,
                     },
                 )
+
+            def _stream(self, action: Reply, content: str) -> None:
+                entries = (action.logprobs or {}).get("content") or [{"token": content}]
+                events = []
+                for entry in entries:
+                    choice: dict[str, Any] = {"index": 0, "delta": {"content": entry["token"]}, "finish_reason": None}
+                    if action.logprobs is not None:
+                        choice["logprobs"] = {"content": [entry]}
+                    events.append({"object": "chat.completion.chunk", "choices": [choice]})
+                last = {"index": 0, "delta": {}, "finish_reason": action.finish_reason}
+                events.append({"object": "chat.completion.chunk", "choices": [last]})
+                data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+                self._send_bytes(200, data, "text/event-stream")
 
         return Handler
 
@@ -347,3 +371,92 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---------------------------------------------------------------------------------------------- probabilities
+
+Weights = Callable[[str, int, str], dict[int, float]]
+
+
+def _schema_of(body: dict[str, Any]) -> dict[str, Any]:
+    form = body.get("response_format") or {}
+    return (form.get("json_schema") or {}).get("schema") or form.get("schema") or {}
+
+
+def _pieces(body: dict[str, Any], weights: Weights) -> list[tuple[str, dict[str, float] | None]]:
+    """The reply a probability judge writes to a score request, as tokens: JSON text, and each score's digits a
+    token of its own with the alternatives ``weights(label, display slot, text)`` gives (the written score the
+    likeliest)."""
+    rollouts = shown_rollouts(body)
+    slot = {label: n for n, (label, _, _) in enumerate(rollouts)}
+    text = {label: t for label, _, t in rollouts}
+    properties = _schema_of(body).get("properties") or {}
+
+    def score(label: str) -> list[tuple[str, dict[str, float] | None]]:
+        dist = weights(label, slot[label], text[label])
+        written = max(dist, key=lambda k: dist[k])
+        alternatives = {str(k): p for k, p in dist.items()}
+        if written >= 10:  # two tokens: the first digit, then the rest
+            first, rest = str(written)[0], str(written)[1:]
+            at_first: dict[str, float] = {}
+            for k, p in dist.items():
+                at_first[str(k)[0]] = at_first.get(str(k)[0], 0.0) + p
+            share = dist[written] / at_first[first]
+            return [(first, at_first), (rest, {rest: share, ",": 1 - share})]
+        return [(str(written), alternatives)]
+
+    if "score" in properties:  # one pass asked on its own: the label is the user message's last word
+        label = user_text(body).split()[-1].strip(".")
+        return [('{"reason": "one call", "score": ', None), *score(label), ("}", None)]
+    passes = [label for label, ok, _ in rollouts if ok]
+    pieces: list[tuple[str, dict[str, float] | None]] = []
+    per_pass = "passes" in properties
+    pieces.append(('{"passes": {' if per_pass else '{"scores": {', None))
+    for n, label in enumerate(passes):
+        lead = ", " if n else ""
+        pieces.append((f'{lead}"{label}": {{"reason": "r", "score": ' if per_pass else f'{lead}"{label}": ', None))
+        pieces += score(label)
+        if per_pass:
+            pieces.append(("}", None))
+    pieces.append(("}}", None))
+    return pieces
+
+
+def logprobs_reply(body: dict[str, Any], weights: Weights, shape: str = "openai", stream: bool = False) -> Reply:
+    """A ``Reply`` whose tokens carry probabilities in ``shape``: ``"openai"`` (vLLM, OpenAI: ``logprobs.content``),
+    ``"llama.cpp"`` (the same with token ids and bytes, as llama.cpp's server sends), ``"completion"``
+    (llama-cpp-python: parallel ``tokens``/``token_logprobs``/``top_logprobs`` maps), ``"legacy"`` (llama.cpp's
+    ``completion_probabilities`` with ``tok_str``/``prob``) or ``"none"`` (no probabilities)."""
+    import math
+
+    pieces = _pieces(body, weights)
+    content = "".join(t for t, _ in pieces)
+    logprob = [0.0 if alts is None else math.log(alts.get(t, 1e-9)) for t, alts in pieces]
+
+    def alternatives(t: str, alts: dict[str, float] | None) -> list[tuple[str, float]]:
+        return [(t, 0.0)] if alts is None else [(k, math.log(p)) for k, p in alts.items() if p > 0]
+
+    if shape in ("openai", "llama.cpp"):
+        entries = []
+        for n, (t, alts) in enumerate(pieces):
+            extra = {"id": 1000 + n, "bytes": list(t.encode())} if shape == "llama.cpp" else {}
+            top = [{"token": k, "logprob": lp, **extra} for k, lp in alternatives(t, alts)]
+            entries.append({"token": t, "logprob": logprob[n], **extra, "top_logprobs": top})
+        return Reply(content, logprobs={"content": entries}, stream=stream)
+    if shape == "completion":
+        return Reply(
+            content,
+            logprobs={
+                "tokens": [t for t, _ in pieces],
+                "token_logprobs": logprob,
+                "top_logprobs": [dict(alternatives(t, alts)) for t, alts in pieces],
+                "text_offset": [],
+            },
+        )
+    if shape == "legacy":
+        probs = [
+            {"content": t, "probs": [{"tok_str": k, "prob": math.exp(lp)} for k, lp in alternatives(t, alts)]}
+            for t, alts in pieces
+        ]
+        return Reply(content, extra={"completion_probabilities": probs})
+    return Reply(content, stream=stream)

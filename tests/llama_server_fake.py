@@ -80,6 +80,8 @@ def answer_kind(body: dict[str, Any]) -> str:
             return "ranking"
         if "scores" in properties or "passes" in properties:
             return "scores"
+        if "score" in properties:
+            return "one pass"
         return "other"
     text = user_text(body) + " ".join(str(m.get("content", "")) for m in body.get("messages", []))
     if '"scores"' in text:
@@ -115,6 +117,10 @@ def judge_answer(body: dict[str, Any]) -> dict[str, Any]:
             "hacks": [],
             "reasons": {label: f"{calls_of.get(label, 0)} tool calls" for label in labels},
         }
+    if kind == "one pass":  # score_calls: pass names the pass to score last
+        label = user_text(body).split()[-1].strip(".")
+        calls = dict(shown).get(label, 0)
+        return {"reason": f"{calls} tool calls", "score": max(0, 10 - calls)}
     return judge_server.auto_answer(body)
 
 

@@ -100,8 +100,9 @@ def _checked_json(text: str, secrets: SecretFilter) -> dict[str, Any]:
 async def read_events(
     response: Any, secrets: SecretFilter, on_piece: Callable[[], None] | None = None
 ) -> dict[str, Any]:
-    """The chat completion a streamed reply adds up to: the content of its deltas, the last finish reason, the
-    usage of its last chunk (``stream_options.include_usage``), in the shape of an unstreamed reply. Each event is
+    """The chat completion a streamed reply adds up to: the content of its deltas, their token probabilities where
+    the server sends them, the last finish reason, the usage of its last chunk (``stream_options.include_usage``), in
+    the shape of an unstreamed reply. Each event is
     parsed and its strings cleaned of secrets (an event that is not JSON is cleaned as text before a message quotes
     it), and the whole content again once assembled (a secret may come a few characters an event). ``on_piece`` is
     called for each piece of content as it comes (about one token each on vLLM and llama.cpp).
@@ -113,6 +114,7 @@ async def read_events(
         Refused: more than the reply limit.
     """
     content: list[str] = []
+    logprobs: dict[str, list[Any]] = {"content": [], "tokens": [], "token_logprobs": [], "top_logprobs": []}
     finish: str | None = None
     usage: Any = None
     model: Any = None
@@ -153,10 +155,24 @@ async def read_events(
                     if on_piece is not None:
                         on_piece()
                 finish = choice.get("finish_reason") or finish
+                _add_logprobs(logprobs, choice.get("logprobs"))
     if not done and finish is None:
         raise ConnectionLost("the stream ended before the answer was whole")
     message = {"role": "assistant", "content": secrets.clean("".join(content))}
-    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+    answer: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if any(logprobs.values()):
+        answer["logprobs"] = {key: value for key, value in logprobs.items() if value}
+    return {"model": model, "choices": [answer], "usage": usage}
+
+
+def _add_logprobs(joined: dict[str, list[Any]], piece: Any) -> None:
+    """A stream event's token probabilities added to those of the events before it: the chat API's ``content``
+    list, or the completion API's parallel lists (llama-cpp-python streams those)."""
+    if not isinstance(piece, dict):
+        return
+    for key in ("content", "tokens", "token_logprobs", "top_logprobs"):
+        if isinstance(piece.get(key), list):
+            joined[key].extend(piece[key])
 
 
 class Transport:

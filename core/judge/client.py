@@ -40,6 +40,7 @@ from whileai.errors import GraderUnavailable
 from whileai.http.client import EndpointClient
 from whileai.http.endpoint import Call, CallError, MalformedResponse, Outcome, first_choice
 from whileai.judge.cache import JudgeCache
+from whileai.judge.probabilities import reply_tokens
 from whileai.judge.prompts import Message
 from whileai.judge.replies import JudgeAnswerError
 from whileai.judge.settings import JudgeConfig
@@ -178,13 +179,17 @@ class CallSpec:
         schema: the JSON schema sent in ``response_format`` while structured output is on.
         read: turns the reply's text into a checked, JSON-ready answer; raises ``JudgeAnswerError``.
         key: the cache key (model, prompt version and digest, kind, messages).
+        top_logprobs: asks the server for each token's probability and this many alternatives; ``read`` then gets
+            the reply's tokens as well (``whileai.judge.probabilities.reply_tokens``: None when the server sent
+            none). 0 asks for none.
     """
 
     kind: str
     messages: list[Message]
     schema: dict[str, Any]
-    read: Callable[[str | None], Any]
+    read: Callable[..., Any]
     key: str
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -254,8 +259,21 @@ class JudgeClient:
         )
         return (
             f"judge {self.config.model} at {self.endpoint.shown(self.config.base_url)}: {concurrency} call(s) at "
-            f"once ({source}); {wait}; answer form {self.config.answer_form}, prompts {self.config.prompts}"
+            f"once ({source}); {wait}; answer form {self.config.answer_form}{self._reading()}, prompts "
+            f"{self.config.prompts}"
         )
+
+    def _reading(self) -> str:
+        """How the plan line says scores are read, where that is not the answer form alone."""
+        config, said = self.config, ""
+        if config.score_calls == "pass":
+            said = " (one call a pass, the group shown first)"
+        if config.answer_form == "probabilities":
+            said += (
+                f", each score its expected value under the judge's token probabilities (top_logprobs "
+                f"{config.top_logprobs}; a score the server sends none for is read as written, and counted)"
+            )
+        return said
 
     # ------------------------------------------------------------------ structured output
 
@@ -292,6 +310,9 @@ class JudgeClient:
 
     def _request(self, spec: CallSpec, form: str) -> dict[str, Any]:
         """The body of one chat completion; ``form`` is the ``response_format`` to send (``"none"``: none)."""
+        fields: dict[str, Any] = {}
+        if spec.top_logprobs:
+            fields = {"logprobs": True, "top_logprobs": spec.top_logprobs}
         if form == "json_schema":
             response_format: dict[str, Any] = {
                 "type": "json_schema",
@@ -302,8 +323,8 @@ class JudgeClient:
             # ignores the extra field and constrains to any JSON object.
             response_format = {"type": "json_object", "schema": spec.schema}
         else:
-            return self.endpoint.settings.chat_request(spec.messages)
-        return self.endpoint.settings.chat_request(spec.messages, response_format=response_format)
+            return self.endpoint.settings.chat_request(spec.messages, **fields)
+        return self.endpoint.settings.chat_request(spec.messages, response_format=response_format, **fields)
 
     def _read_response(self, spec: CallSpec, response: dict[str, Any]) -> Any:
         choice = first_choice(response)
@@ -312,6 +333,8 @@ class JudgeClient:
         if finish != "length" and (text is None or (isinstance(text, str) and not text.strip())):
             raise MalformedResponse("the message is empty")
         try:
+            if spec.top_logprobs:
+                return spec.read(text, reply_tokens(response))
             return spec.read(text)
         except JudgeAnswerError as exc:
             if finish == "length":

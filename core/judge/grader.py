@@ -1,13 +1,14 @@
-"""The judge as graders for ``GroupwiseGrading``: ``JudgeGrader`` (advantage mode), ``JudgeScorer`` and
-``JudgeRubricWriter`` (reward mode), and ``build_judge`` that makes the one a ``JudgeConfig`` and a mode ask for.
+"""The judge as graders for ``GroupwiseGrading``: ``JudgeGrader`` (advantage mode), and ``build_judge`` that makes
+the grader a ``JudgeConfig`` and a mode ask for (reward mode's roles are in ``whileai.judge.rubrics``).
 
-``JudgeGrader.grade_groups`` asks one call per group and display order, all of a batch at once: the judge sees the
-task and every rollout under an anonymous label with the verifier's verdict, in a seeded random order, and ranks the
-passes best first and names confirmed hacks. Labels are checked (no failure ranked, no pass left out, no label
-invented or repeated) and mapped back to group indices; several orders are aggregated by mean rank, a hack needs a
-majority of the orders, and the orders' agreement (Kendall's tau) goes to the stats. ``JudgeRubricWriter`` writes a
-task's rubric from its first group, keeps it per task and stores it as JSON; ``JudgeScorer.score_passes`` scores
-each pass against its rubric in [0, 1].
+``JudgeGrader.grade_groups`` asks every call of a batch at once: for each group and display order, the judge sees
+the task and every rollout under an anonymous label with the verifier's verdict, in a seeded random order, and ranks
+the passes best first, or scores them (``answer_form``), in one call or one call a pass (``score_calls``). Labels are
+checked (no failure ranked, no pass left out, no label invented or repeated) and mapped back to group indices. A
+ranking's orders are aggregated by mean rank; continuous scores (read from the judge's token probabilities, or one a
+call) by mean score, differences within the group's order noise tied (``whileai.judge.pass_scores``). A hack needs a
+majority of the orders; the orders' agreement (Kendall's tau), the scores read from probabilities and the mean score
+by display slot go to the stats.
 
 A call that fails or an answer that cannot be used comes back as an exception in that group's place, so
 ``GroupwiseGrading`` falls back and counts it; only an endpoint that answers nothing at all raises
@@ -18,10 +19,7 @@ cache and structured output stay in ``whileai.judge.client``, what a call is and
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,36 +29,34 @@ from typing import Any
 from pydantic import ValidationError
 
 from whileai.errors import BadInput, GraderUnavailable
+from whileai.judge.base import JudgeBase, failure_reason
 from whileai.judge.cache import cache_key
-from whileai.judge.client import CallSpec, JudgeCallError, JudgeClient
+from whileai.judge.client import CallSpec, JudgeClient
 from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
+from whileai.judge.pass_scores import GroupScoresReader, OnePassReader, assemble_scores
 from whileai.judge.prompts import (
     AnswerShape,
     RolloutView,
     check_rate,
-    load_prompts,
+    check_rate_one,
     rank_messages,
     rate_messages,
+    rate_one_messages,
     rollout_labels,
-    rubric_messages,
-    score_messages,
 )
 from whileai.judge.replies import (
     JudgeAnswerError,
     RankingReply,
-    RubricReply,
-    ScoreReply,
     check_ranking,
     check_scores,
+    one_pass_schema,
     ranking_schema,
     read_reply,
     read_scores,
-    rubric_schema,
-    score_schema,
     scores_schema,
 )
+from whileai.judge.rubrics import JudgeRubricWriter, JudgeScorer
 from whileai.judge.settings import JudgeConfig
-from whileai.judge.usage import JudgeStats
 
 __all__ = [
     "JudgeGrader",
@@ -70,14 +66,6 @@ __all__ = [
     "judge_config",
 ]
 
-RUBRICS_FORMAT = "whileai-judge-rubrics/1"
-
-
-# The JSON schemas sent as response_format, built once: a batch asks the same few shapes many times over. Shared, so
-# never changed after they are built (a request body only reads them).
-_SCORE_SCHEMA = score_schema()
-_RUBRIC_SCHEMA = rubric_schema()
-
 
 @lru_cache(maxsize=1024)
 def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
@@ -86,72 +74,38 @@ def _ranking_schema(pass_labels: tuple[str, ...], labels: tuple[str, ...]) -> di
 
 
 @lru_cache(maxsize=1024)
-def _scores_schema(pass_labels: tuple[str, ...], layout: str, top: int, hacks: bool) -> dict[str, Any]:
+def _scores_schema(
+    pass_labels: tuple[str, ...], layout: str, top: int, hacks: bool, reasons: bool = True
+) -> dict[str, Any]:
     """``scores_schema`` of a group's passing labels in the prompts' answer shape."""
-    return scores_schema(pass_labels, layout, top, hacks)
+    return scores_schema(pass_labels, layout, top, hacks, reasons)
 
 
-def _failure_reason(error: Exception) -> str:
-    if isinstance(error, JudgeCallError):
-        return error.kind
-    if isinstance(error, JudgeAnswerError):
-        return "unusable answer"
-    return type(error).__name__
+@lru_cache(maxsize=64)
+def _one_pass_schema(top: int, reasons: bool) -> dict[str, Any]:
+    return one_pass_schema(top, reasons)
 
 
-class _JudgeBase:
-    """Config, prompts and client shared by the three judge roles."""
-
-    def __init__(self, config: JudgeConfig | Mapping[str, Any], *, client: JudgeClient | None = None) -> None:
-        self.config = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(dict(config))
-        self.prompts = load_prompts(self.config.prompts)
-        self.client = client if client is not None else JudgeClient(self.config)
-        self.name = f"judge:{self.config.model}"
-
-    @property
-    def stats(self) -> JudgeStats:
-        """The judge's counters (shared with every role built on the same client)."""
-        return self.client.stats
-
-    def _key(self, kind: str, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
-        """The cache key of a call: everything that changes what is asked (the model, its sampling, the extra
-        fields, how structured output is asked for and the schema, the prompts and the messages); not how it
-        travels (streaming, timeouts, retries)."""
-        config = self.config
-        return cache_key(
-            kind=kind,
-            model=config.model,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            extra_body=config.extra_body,
-            structured_output=config.structured_output,
-            schema=schema,
-            prompts=self.prompts.version,
-            prompts_digest=self.prompts.digest,
-            messages=messages,
-        )
-
-    def close(self) -> None:
-        """Stop the judge's background loop and connection pool (also done at garbage collection)."""
-        self.client.close()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.config.model!r}, base_url={self.config.base_url!r})"
+def _joined(answers: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The answers of one order's calls, one a pass, as one answer of every pass."""
+    if any(a is None for a in answers):
+        return None
+    joined: dict[str, Any] = {"scores": {}, "sd": {}, "sampled": [], "hacks": [], "reasons": {}}
+    for answer in answers:
+        for key in ("scores", "sd", "reasons"):
+            joined[key].update(answer[key])  # type: ignore[index]
+        joined["sampled"] += answer["sampled"]  # type: ignore[index]
+    return joined
 
 
 @dataclass
 class _OrderPlan:
-    """One display order of one group: its call and how its labels map back to group indices."""
+    """One display order of one group: its calls (one, or one a pass with ``score_calls: pass``) and how its labels
+    map back to group indices."""
 
     order: list[int]
     label_to_index: dict[str, int]
-    spec: CallSpec
+    specs: list[CallSpec]
 
 
 class _RankingReader:
@@ -180,7 +134,7 @@ class _ScoresReader:
         return {"tiers": checked.tiers, "hacks": checked.hacks, "reasons": checked.reasons}
 
 
-class JudgeGrader(_JudgeBase):
+class JudgeGrader(JudgeBase):
     """Advantage mode (GAR): a model ranks each group's passes and names its hacks.
 
     Args:
@@ -193,8 +147,44 @@ class JudgeGrader(_JudgeBase):
 
     def __init__(self, config: JudgeConfig | Mapping[str, Any], *, client: JudgeClient | None = None) -> None:
         super().__init__(config, client=client)
-        if self.config.answer_form == "scores":
-            check_rate(self.prompts)  # at build time, not at the first batch
+        # At build time, not at the first batch.
+        if self.config.score_calls == "pass":
+            check_rate_one(self.prompts)
+        elif self.config.answer_form != "ranking":
+            check_rate(self.prompts)
+
+    @property
+    def continuous(self) -> bool:
+        """Whether each pass gets a number of its own (probabilities, or one call a pass) rather than a place."""
+        return self.config.answer_form == "probabilities" or self.config.score_calls == "pass"
+
+    def _specs(self, task: str, views: list[RolloutView]) -> list[CallSpec]:
+        """The calls of one display order."""
+        shape, config = self.prompts.answer, self.config
+        pass_labels = [v.label for v in views if v.passed]
+        fail_labels = [v.label for v in views if not v.passed]
+        quoted = [v.text for v in views]
+        top_logprobs = config.top_logprobs if config.answer_form == "probabilities" else 0
+        if config.score_calls == "pass":
+            schema = _one_pass_schema(shape.top, shape.reasons)
+            specs = []
+            for label in pass_labels:
+                messages = rate_one_messages(self.prompts, task, views, label, config.max_rollout_chars)
+                key = self._key("rate_one", messages, schema, top_logprobs)
+                read = OnePassReader(label, shape.top, quoted)
+                specs.append(CallSpec("rate_one", messages, schema, read, key, top_logprobs))
+            return specs
+        if config.answer_form == "ranking":
+            messages = rank_messages(self.prompts, task, views, config.max_rollout_chars)
+            schema = _ranking_schema(tuple(pass_labels), tuple(v.label for v in views))
+            reader: Any = _RankingReader(pass_labels, fail_labels, quoted)
+        else:
+            messages = rate_messages(self.prompts, task, views, config.max_rollout_chars)
+            schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top, shape.hacks, shape.reasons)
+            reader = (GroupScoresReader if self.continuous else _ScoresReader)(pass_labels, fail_labels, shape, quoted)
+        return [
+            CallSpec("rank", messages, schema, reader, self._key("rank", messages, schema, top_logprobs), top_logprobs)
+        ]
 
     def _plan(self, group: Sequence[Mapping[str, Any]]) -> list[_OrderPlan]:
         items = list(group)
@@ -208,30 +198,25 @@ class JudgeGrader(_JudgeBase):
             views = [
                 RolloutView(labels[pos], bool(it["passed"]), str(it["completion"])) for pos, it in enumerate(shown)
             ]
-            pass_labels = [v.label for v in views if v.passed]
-            fail_labels = [v.label for v in views if not v.passed]
-            if self.config.answer_form == "scores":
-                messages = rate_messages(self.prompts, task, views, self.config.max_rollout_chars)
-                schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top, shape.hacks)
-                reader: Any = _ScoresReader(pass_labels, fail_labels, shape, [v.text for v in views])
-            else:
-                messages = rank_messages(self.prompts, task, views, self.config.max_rollout_chars)
-                schema = _ranking_schema(tuple(pass_labels), tuple(labels))
-                reader = _RankingReader(pass_labels, fail_labels, [v.text for v in views])
-            spec = CallSpec(
-                kind="rank", messages=messages, schema=schema, read=reader, key=self._key("rank", messages, schema)
-            )
             plans.append(
                 _OrderPlan(
                     [int(it["index"]) for it in shown],
                     {labels[p]: int(it["index"]) for p, it in enumerate(shown)},
-                    spec,
+                    self._specs(task, views),
                 )
             )
         return plans
 
     def _assemble(self, group: Sequence[Mapping[str, Any]], plans: list[_OrderPlan], answers: list[Any]) -> dict:
         passes = [int(it["index"]) for it in group if it["passed"]]
+        if self.continuous:
+            labels = [plan.label_to_index for plan in plans]
+            answer, slots = assemble_scores(passes, [plan.order for plan in plans], labels, answers)
+            notes = answer["notes"]
+            self.stats.count_scores(notes["read"], notes["as_written"], slots)
+            if notes["agreement"] is not None:
+                self.stats.count_agreement(notes["agreement"])
+            return answer
         rankings = [
             [[plan.label_to_index[x] for x in tier] for tier in ans["tiers"]]
             for plan, ans in zip(plans, answers, strict=True)
@@ -266,7 +251,7 @@ class JudgeGrader(_JudgeBase):
             GraderUnavailable: the endpoint answered no call of the batch.
         """
         plans = [self._plan(group) for group in groups]
-        specs = [plan.spec for group_plans in plans for plan in group_plans]
+        specs = [spec for group_plans in plans for plan in group_plans for spec in plan.specs]
         try:
             outcomes = self.client.run(specs, fresh=fresh)
         except GraderUnavailable:
@@ -276,14 +261,22 @@ class JudgeGrader(_JudgeBase):
         results: list[dict[str, Any] | Exception] = []
         position = 0
         for group, group_plans in zip(groups, plans, strict=True):
-            mine = outcomes[position : position + len(group_plans)]
-            position += len(group_plans)
-            error = next((o.error for o in mine if o.error is not None), None)
+            answers: list[Any] = []
+            error: Exception | None = None
+            for plan in group_plans:  # an order's answer, its calls' answers joined
+                mine = outcomes[position : position + len(plan.specs)]
+                position += len(plan.specs)
+                error = error or next((o.error for o in mine if o.error is not None), None)
+                answers.append(_joined([o.answer for o in mine]) if len(mine) > 1 else mine[0].answer)
             if error is not None:
-                self.stats.count_failure(_failure_reason(error))
+                self.stats.count_failure(failure_reason(error))
                 results.append(error)
                 continue
-            results.append(self._assemble(group, group_plans, [o.answer for o in mine]))
+            try:
+                results.append(self._assemble(group, group_plans, answers))
+            except JudgeAnswerError as exc:
+                self.stats.count_failure(failure_reason(exc))
+                results.append(exc)
         return results
 
     def __call__(self, group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -292,202 +285,6 @@ class JudgeGrader(_JudgeBase):
         if isinstance(answer, Exception):
             raise answer
         return answer
-
-
-def _criteria(rubric: Any) -> tuple[list[str], list[str]]:
-    """Solution and behavior criteria of a rubric: a ``{"solution", "behavior"}`` mapping, a list, or None."""
-    if rubric is None:
-        return [], []
-    if isinstance(rubric, Mapping):
-        unknown = sorted(set(rubric) - {"solution", "behavior"})
-        if unknown:
-            raise BadInput(f"a rubric has the keys 'solution' and 'behavior', not {unknown[0]!r}")
-        solution, behavior = rubric.get("solution", []), rubric.get("behavior", [])
-        return ([solution] if isinstance(solution, str) else [str(c) for c in solution]), (
-            [behavior] if isinstance(behavior, str) else [str(c) for c in behavior]
-        )
-    if isinstance(rubric, str):
-        return [rubric], []
-    if isinstance(rubric, Sequence):
-        return [str(c) for c in rubric], []
-    raise BadInput(f"a rubric is a mapping of criteria lists or a list of criteria, not {type(rubric).__name__}")
-
-
-def _read_score(text: str | None, quoted: Sequence[str] = ()) -> dict[str, Any]:
-    reply = read_reply(text, ScoreReply, quoted)
-    return {"solution": reply.solution, "behavior": reply.behavior, "reason": reply.reason}
-
-
-class JudgeScorer(_JudgeBase):
-    """Reward mode (GRS): a model scores one pass against its task's rubric, solution and behavior in [0, 1].
-
-    Use it as ``GroupwiseGrading(grader=JudgeScorer(config), mode="reward", rubrics=JudgeRubricWriter(...))``, or
-    let ``build_judge(config, mode="reward")`` wire both on one client.
-    """
-
-    rubric_writer: JudgeRubricWriter | None = None  # set by build_judge: the task rubrics, on the same client
-
-    def _spec(self, item: Mapping[str, Any], rubric: Any) -> CallSpec:
-        solution, behavior = _criteria(rubric)
-        messages = score_messages(
-            self.prompts,
-            str(item.get("prompt", "")),
-            solution or ["(none given: judge whether the result is correct, complete and precise)"],
-            behavior or ["(none given: judge whether the work was direct, honest and free of side effects)"],
-            str(item["completion"]),
-            self.config.max_rollout_chars,
-        )
-        read = functools.partial(_read_score, quoted=(str(item["completion"]),))
-        return CallSpec("score", messages, _SCORE_SCHEMA, read, self._key("score", messages, _SCORE_SCHEMA))
-
-    def score_passes(
-        self, requests: Sequence[tuple[Mapping[str, Any], Any]], fresh: bool = False
-    ) -> list[dict[str, Any] | Exception]:
-        """``{"solution", "behavior", "reason"}`` for each ``(item, rubric)``, or the exception in its place.
-        ``fresh`` asks the server past the cache (a check of the judge against itself: the same pass scored again).
-
-        Raises:
-            GraderUnavailable: the endpoint answered no call of the batch.
-        """
-        specs: list[CallSpec | Exception] = []
-        for item, rubric in requests:
-            try:
-                specs.append(self._spec(item, rubric))
-            except BadInput as exc:
-                specs.append(exc)
-        asked = [s for s in specs if isinstance(s, CallSpec)]
-        try:
-            outcomes = iter(self.client.run(asked, fresh=fresh))
-        except GraderUnavailable:
-            for _ in asked:
-                self.stats.count_failure("unreachable")
-            raise
-        results: list[dict[str, Any] | Exception] = []
-        for spec in specs:
-            if isinstance(spec, Exception):
-                self.stats.count_failure("bad rubric")
-                results.append(spec)
-                continue
-            outcome = next(outcomes)
-            if outcome.error is not None:
-                self.stats.count_failure(_failure_reason(outcome.error))
-                results.append(outcome.error)
-            else:
-                results.append(outcome.answer)
-        return results
-
-    def __call__(self, item: Mapping[str, Any], rubric: Any) -> dict[str, Any]:
-        """One pass's scores; raises the error a batch would have returned in its place."""
-        answer = self.score_passes([(item, rubric)])[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-
-def _read_rubric(text: str | None, quoted: Sequence[str] = ()) -> dict[str, Any]:
-    reply = read_reply(text, RubricReply, quoted)
-    return {"solution": list(reply.solution), "behavior": list(reply.behavior)}
-
-
-class JudgeRubricWriter(_JudgeBase):
-    """Reward mode: writes a task's rubric from the first group seen, keeps one per task, stores them as JSON.
-
-    Args:
-        config: a ``JudgeConfig`` or the mapping of its fields.
-        path: a JSON file (in the run or cache directory) to load rubrics from if it exists and to save each new
-            rubric to; None keeps them in memory (the answer cache still spares repeated calls).
-        client: share another role's client.
-
-    ``GroupwiseGrading(rubrics=writer)`` calls ``writer(task_id, group)`` once per task.
-    """
-
-    def __init__(
-        self,
-        config: JudgeConfig | Mapping[str, Any],
-        *,
-        path: str | os.PathLike[str] | None = None,
-        client: JudgeClient | None = None,
-    ) -> None:
-        super().__init__(config, client=client)
-        self.rubrics: dict[str, dict[str, list[str]]] = {}
-        self.path = Path(path) if path is not None else None
-        if self.path is not None and self.path.exists():
-            self.load(self.path)
-
-    def __call__(self, task_id: str, group: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-        """The rubric of ``task_id``, written from ``group`` the first time.
-
-        Raises:
-            JudgeCallError, JudgeAnswerError: no usable rubric (``GroupwiseGrading`` falls back for the group and
-                asks again on the task's next group).
-            GraderUnavailable: the endpoint could not be reached.
-        """
-        task_id = str(task_id)
-        if task_id in self.rubrics:
-            return self.rubrics[task_id]
-        items = list(group)
-        task = str(items[0].get("prompt", "")) if items else ""
-        content = cache_key(task=task, rollouts=[[str(it["completion"]), bool(it["passed"])] for it in items])
-        order = display_orders(len(items), 1, self.config.seed, content)[0]
-        labels = rollout_labels(len(items))
-        views = [
-            RolloutView(labels[p], bool(items[j]["passed"]), str(items[j]["completion"])) for p, j in enumerate(order)
-        ]
-        messages = rubric_messages(self.prompts, task, views, self.config.max_rollout_chars)
-        read = functools.partial(_read_rubric, quoted=[view.text for view in views])
-        spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, read, self._key("rubric", messages, _RUBRIC_SCHEMA))
-        try:
-            outcome = self.client.run([spec])[0]
-        except GraderUnavailable:
-            self.stats.count_failure("unreachable")
-            raise
-        if outcome.error is not None:
-            self.stats.count_failure(f"rubric {_failure_reason(outcome.error)}")
-            raise outcome.error
-        self.rubrics[task_id] = outcome.answer
-        if self.path is not None:
-            self.save(self.path)
-        return outcome.answer
-
-    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write every rubric to ``path`` (default: the writer's own) atomically; returns the path."""
-        target = Path(path) if path is not None else self.path
-        if target is None:
-            raise ValueError("no path to save the rubrics to")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        body = {
-            "format": RUBRICS_FORMAT,
-            "model": self.config.model,
-            "prompts": self.prompts.version,
-            "rubrics": self.rubrics,
-        }
-        handle, temporary = tempfile.mkstemp(prefix=".rubrics-", suffix=".json", dir=target.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(body, out, indent=2, ensure_ascii=False, sort_keys=True)
-        os.replace(temporary, target)
-        return target
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Add the rubrics stored at ``path`` (written by ``save``).
-
-        Raises:
-            BadInput: not a rubrics file, or a rubric without solution and behavior lists.
-        """
-        source = Path(path)
-        try:
-            body = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BadInput(f"rubrics file {source}: cannot read: {exc}") from None
-        if not isinstance(body, dict) or body.get("format") != RUBRICS_FORMAT:
-            raise BadInput(f"rubrics file {source}: not a {RUBRICS_FORMAT} file")
-        for task_id, rubric in (body.get("rubrics") or {}).items():
-            try:
-                reply = RubricReply.model_validate(rubric)
-            except Exception:
-                raise BadInput(
-                    f"rubrics file {source}: task {task_id!r}: needs 'solution' and 'behavior' lists"
-                ) from None
-            self.rubrics[str(task_id)] = {"solution": list(reply.solution), "behavior": list(reply.behavior)}
 
 
 def judge_config(

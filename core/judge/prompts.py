@@ -31,6 +31,8 @@ __all__ = [
     "Message",
     "RolloutView",
     "builtin_prompts_dir",
+    "check_rate",
+    "check_rate_one",
     "escape_block",
     "load_prompts",
     "rollout_labels",
@@ -42,6 +44,7 @@ Message = dict[str, str]
 _REQUIRED = {
     "rank": {"task", "rollouts", "pass_labels"},
     "rate": {"task", "rollouts", "pass_labels"},
+    "rate_one": {"task", "rollouts", "label"},
     "rubric": {"task", "rollouts"},
     "score": {"task", "rubric", "rollout"},
 }
@@ -69,6 +72,10 @@ class AnswerShape(BaseModel):
     labels: Literal["letters", "numbers"] = Field(
         default="letters", description="How rollouts are labelled: A, B, C... or 1, 2, 3..."
     )
+    reasons: bool = Field(
+        default=True,
+        description="Whether a reason is written before each score; false: the schema asks for the scores alone.",
+    )
     hacks: bool = Field(
         default=True,
         description="Whether the answer names hacks; false: the schema has no such list and any the judge names are "
@@ -87,6 +94,12 @@ class _TemplateFile(BaseModel):
     rate: str | None = Field(
         default=None, min_length=1, description="User message of an advantage-mode call asking for scores per pass."
     )
+    rate_one: str | None = Field(
+        default=None,
+        min_length=1,
+        description="User message asking for one pass's score with the whole group shown (score_calls: pass); the "
+        "group comes first and the pass's $label last, so calls for one group share their prefix.",
+    )
     rubric: str = Field(min_length=1, description="User message that asks for a task's rubric.")
     score: str = Field(min_length=1, description="User message that scores one pass against a rubric.")
     answer: AnswerShape = Field(default_factory=AnswerShape, description="The score form's answer shape.")
@@ -100,6 +113,7 @@ class JudgePrompts:
         version: the file's version name.
         system, rank, rubric, score: the template texts.
         rate: the score-form template (None in a file that has none: such prompts answer only in the ranking form).
+        rate_one: the template of one pass's score with the group shown (``score_calls: pass``), or None.
         source: where they were read from (for messages).
         answer: the score form's layout, the top of its scale and the label scheme.
         digest: sha256 of the texts and the answer shape, so an edited file never shares cache entries with the
@@ -114,10 +128,12 @@ class JudgePrompts:
     source: str
     rate: str | None = None
     answer: AnswerShape = field(default_factory=AnswerShape)
+    rate_one: str | None = None
 
     @property
     def digest(self) -> str:
         texts = (self.version, self.system, self.rank, self.rubric, self.score, *([self.rate] if self.rate else []))
+        texts = (*texts, *([self.rate_one] if self.rate_one else []))
         if self.answer != AnswerShape():  # the default shape adds nothing: v1's and v2's cached answers stay valid
             texts = (*texts, self.answer.model_dump_json())
         return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
@@ -193,7 +209,15 @@ def _load_file(path: str) -> JudgePrompts:
         if unknown := sorted(found - required):
             raise BadInput(f"judge prompts {source}: {which} uses unknown ${unknown[0]} (allowed {sorted(required)})")
     return JudgePrompts(
-        parsed.version, parsed.system, parsed.rank, parsed.rubric, parsed.score, str(source), parsed.rate, parsed.answer
+        parsed.version,
+        parsed.system,
+        parsed.rank,
+        parsed.rubric,
+        parsed.score,
+        str(source),
+        parsed.rate,
+        parsed.answer,
+        parsed.rate_one,
     )
 
 
@@ -309,6 +333,34 @@ def rate_messages(
     """
     check_rate(prompts)
     return _group_messages(prompts, "rate", task, views, max_chars)
+
+
+def check_rate_one(prompts: JudgePrompts) -> None:
+    """Raises ``BadInput`` naming the fix when ``prompts`` have no ``rate_one`` template (``score_calls: pass``)."""
+    if prompts.rate_one is None:
+        raise BadInput(
+            f"judge prompts {prompts.version} ({prompts.source}) have no 'rate_one' template, which score_calls: pass "
+            "needs: use prompts: v4, add a rate_one template, or set score_calls: group"
+        )
+
+
+def rate_one_messages(
+    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], label: str, max_chars: int | None = None
+) -> list[Message]:
+    """System and user messages asking for the score of the pass ``label`` with every rollout of ``views`` shown:
+    the messages of one group's passes differ only at their end.
+
+    Raises:
+        BadInput: the prompts have no ``rate_one`` template.
+    """
+    check_rate_one(prompts)
+    user = prompts.fill(
+        "rate_one",
+        task=task_block(task),
+        rollouts="\n".join(rollout_block(v, max_chars) for v in views),
+        label=label,
+    )
+    return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
 
 
 def rubric_messages(

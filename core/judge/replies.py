@@ -22,6 +22,7 @@ __all__ = [
     "SCORE_LAYOUTS",
     "CheckedRanking",
     "JudgeAnswerError",
+    "OnePassReply",
     "PassScoresReply",
     "RankingReply",
     "RubricReply",
@@ -30,6 +31,7 @@ __all__ = [
     "check_ranking",
     "check_scores",
     "json_objects",
+    "one_pass_schema",
     "parse_json_reply",
     "ranking_schema",
     "read_reply",
@@ -113,6 +115,15 @@ def read_scores(text: str | None, layout: str = "grouped", quoted: Sequence[str]
         return reply.as_scores()
     scores: ScoresReply = read_reply(text, ScoresReply, quoted)
     return scores
+
+
+class OnePassReply(BaseModel):
+    """The score of one pass asked on its own (``score_calls: pass``): a reason, then its score."""
+
+    model_config = _REPLY_CONFIG
+
+    reason: str = Field(default="", description="What the rollout did and any flaw in it.")
+    score: Annotated[float, Field(ge=0)] = Field(description="Its score, from 0 to the prompts' top.")
 
 
 class RubricReply(BaseModel):
@@ -348,18 +359,32 @@ def check_scores(
 
 
 def scores_schema(
-    pass_labels: Sequence[str], layout: str = "grouped", top: int = SCORE_TOP, hacks: bool = True
+    pass_labels: Sequence[str], layout: str = "grouped", top: int = SCORE_TOP, hacks: bool = True, reasons: bool = True
 ) -> dict[str, Any]:
     """The JSON schema of a score-form reply for one group: every passing label a required key, nothing else allowed,
     so a grammar built from it admits no missing, repeated or invented label; each score an integer from 0 to
     ``top``. The judge writes what a rollout did before it scores it: in the ``grouped`` layout all the reasons come
     first, then all the scores; in ``per_pass`` each pass's reason comes right before its own score. ``hacks=False``
-    leaves out the list of hacks (prompts that do not ask for one)."""
+    leaves out the list of hacks (prompts that do not ask for one), ``reasons=False`` the reasons (the scores alone)."""
     schema = _scores_schema(list(pass_labels), layout, top)
     if not hacks:
         del schema["properties"]["hacks"]
         schema["required"].remove("hacks")
+    if not reasons and layout == "per_pass":
+        alone = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 0, "maximum": top}}}
+        one = {**alone, "required": ["score"], "additionalProperties": False}
+        schema["properties"]["passes"]["properties"] = {label: one for label in pass_labels}
+    elif not reasons:
+        del schema["properties"]["reasons"]
+        schema["required"].remove("reasons")
     return schema
+
+
+def one_pass_schema(top: int = SCORE_TOP, reasons: bool = True) -> dict[str, Any]:
+    """The JSON schema of one pass's score asked on its own: a reason (unless ``reasons=False``), then the score."""
+    properties: dict[str, Any] = {"reason": {"type": "string", "maxLength": REASON_CHARS}} if reasons else {}
+    properties["score"] = {"type": "integer", "minimum": 0, "maximum": top}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
 def _scores_schema(labels: list[str], layout: str, top: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from whileai.defaults import cache_dir
 from whileai.http.endpoint import EndpointSettings
@@ -45,14 +45,32 @@ class JudgeConfig(EndpointSettings):
     )
 
     # ---- the answer
-    answer_form: Literal["scores", "ranking"] = Field(
+    answer_form: Literal["scores", "ranking", "probabilities"] = Field(
         default="scores",
         description=(
             "What the judge answers for a group: 'scores', an integer 0-10 per passing label (every label a "
-            "required key, which a JSON-schema grammar enforces; equal scores are ties), or 'ranking', a best-first "
-            "list of labels with ties as inner lists (no grammar can forbid a repeated or missing label). Both "
-            "become the same rank factors."
+            "required key, which a JSON-schema grammar enforces; equal scores are ties); 'probabilities', the same "
+            "answer with each score read as its expected value under the judge's token probabilities (logprobs), "
+            "so passes a sampled integer would tie are told apart (a score the server sends no probabilities for "
+            "is read as written, and counted); or 'ranking', a best-first list of labels with ties as inner lists "
+            "(no grammar can forbid a repeated or missing label). All become the same rank factors."
         ),
+    )
+    score_calls: Literal["group", "pass"] = Field(
+        default="group",
+        description=(
+            "How the score forms ask: 'group', one call a group writes every pass's score; 'pass', one call a pass, "
+            "each holding the whole group first and then the pass to score (the prompts' rate_one template), so no "
+            "score is written after another, and a server that caches prefixes (llama.cpp, vLLM) reads the group "
+            "once."
+        ),
+    )
+    top_logprobs: int = Field(
+        default=20,
+        ge=1,
+        le=20,
+        description="With answer_form: probabilities, the alternatives asked at each token (20 is OpenAI's and vLLM's "
+        "most).",
     )
 
     # ---- position bias
@@ -62,7 +80,9 @@ class JudgeConfig(EndpointSettings):
         le=8,
         description=(
             "Orders in which each group is shown (one call each); rankings are aggregated by mean rank and the "
-            "agreement between orders (Kendall's tau) is reported in the stats."
+            "agreement between orders (Kendall's tau) is reported in the stats. With continuous scores (probabilities, "
+            "or score_calls: pass) a pass's score is its mean over the orders, and two passes whose means differ by "
+            "less than the group's order noise (how far a pass's score moves between orders) are tied."
         ),
     )
     seed: int = Field(default=0, description="Seed of the rollout orders; an order depends on it and the group only.")
@@ -99,6 +119,14 @@ class JudgeConfig(EndpointSettings):
         if isinstance(value, bool):
             return "on" if value else "off"
         return value
+
+    @model_validator(mode="after")
+    def _calls_need_scores(self) -> JudgeConfig:
+        if self.score_calls == "pass" and self.answer_form == "ranking":
+            raise ValueError(
+                "score_calls: pass asks each pass for a score: it needs answer_form scores or probabilities"
+            )
+        return self
 
     def cache_path(self) -> Path:
         """The sqlite file of the answer cache."""

@@ -9,6 +9,7 @@ keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallba
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +32,11 @@ class JudgeStats(EndpointStats):
         latencies: seconds of each answered request.
         failures: groups (advantage mode), passes (reward mode) or rubrics the judge could not give, by reason.
         agreements: Kendall's tau between the display orders of each group asked in several orders.
+        scores_read, scores_as_written: pass scores of the continuous forms, and how many of them were read as the
+            judge wrote them (no probabilities came with them: a server that returns none, or ``answer_form:
+            scores``) rather than from its token probabilities.
+        slot_totals, slot_counts: by display slot (0 first), the sum and count of scores less their order's mean:
+            a judge that reads content has slot means near 0; one that favours a place does not.
         structured_output: whether a ``response_format`` is still being sent.
         response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
             one form each time the server refuses one).
@@ -50,6 +56,10 @@ class JudgeStats(EndpointStats):
     cache_hits: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     agreements: list[float] = field(default_factory=list)
+    scores_read: int = 0
+    scores_as_written: int = 0
+    slot_totals: Counter[int] = field(default_factory=Counter)
+    slot_counts: Counter[int] = field(default_factory=Counter)
     structured_output: bool = True
     response_format: str = "json_schema"
     concurrency: int | None = None
@@ -66,6 +76,21 @@ class JudgeStats(EndpointStats):
         with self._lock:
             self.agreements.append(tau)
 
+    def count_scores(self, read: int, as_written: int, slots: Sequence[tuple[int, float]] = ()) -> None:
+        """``read`` pass scores, ``as_written`` of them without probabilities; ``slots``: (display slot, score less
+        its order's mean) of each."""
+        with self._lock:
+            self.scores_read += read
+            self.scores_as_written += as_written
+            for slot, centred in slots:
+                self.slot_totals[slot] += centred
+                self.slot_counts[slot] += 1
+
+    def slot_means(self) -> dict[int, float]:
+        """The mean score less its order's mean, by display slot (0 first)."""
+        with self._lock:
+            return {k: self.slot_totals[k] / n for k, n in sorted(self.slot_counts.items()) if n}
+
     def as_dict(self) -> dict[str, Any]:
         """The counters as JSON-ready values (latencies as p50/p95, agreement as its mean); a run report keeps them
         under ``grader.judge``."""
@@ -80,6 +105,11 @@ class JudgeStats(EndpointStats):
                 "failures": dict(self.failures),
                 "agreement_tau": sum(agreements) / len(agreements) if agreements else None,
                 "agreement_groups": len(agreements),
+                "scores_read": self.scores_read,
+                "scores_as_written": self.scores_as_written,
+                "slot_means": {
+                    str(k): round(self.slot_totals[k] / n, 4) for k, n in sorted(self.slot_counts.items()) if n
+                },
                 "structured_output": self.structured_output,
                 "response_format": self.response_format,
                 "concurrency": self.concurrency,
@@ -96,4 +126,10 @@ class JudgeStats(EndpointStats):
         )
         if d["agreement_tau"] is not None:
             text += f"; order agreement tau {d['agreement_tau']:.3f} over {d['agreement_groups']} groups"
+        if d["scores_read"]:
+            from_probabilities = d["scores_read"] - d["scores_as_written"]
+            text += f"; scores from probabilities {from_probabilities} of {d['scores_read']}"
+        if d["slot_means"]:
+            shown = ", ".join(f"{int(k) + 1}: {v:+.2f}" for k, v in d["slot_means"].items())
+            text += f"; mean score by display slot, less its order's mean: {shown}"
         return text

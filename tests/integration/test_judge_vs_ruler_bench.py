@@ -90,7 +90,8 @@ def ran(tmp_path_factory) -> dict:
     args = [
         sys.executable, str(SCRIPT), "--model", str(model), "--server-cmd", SERVER_CMD,
         "--ruler-python", sys.executable,
-        "--whileai", f"scores:v2,scores:{VARIANTS}/per_pass_hacks.yaml,ranking:v2,scores:{VARIANTS}/v3_no_hacks.yaml",
+        "--whileai", f"scores:v2,scores:{VARIANTS}/per_pass_hacks.yaml,ranking:v2,scores:{VARIANTS}/v3_no_hacks.yaml,"
+        f"probabilities:{VARIANTS}/v4_no_reason.yaml:score_calls=pass:permutations=2",
         "--of-4", "4", "--of-8", "2", "--out", str(out), "--json", str(tmp / "results" / "vs.json"),
         "--work-dir", str(tmp / "work"),
     ]  # fmt: skip
@@ -100,23 +101,40 @@ def ran(tmp_path_factory) -> dict:
     return {"out": out, "stderr": done.stderr, "pid": pid, "work": tmp / "work"}
 
 
+ARMS = [
+    "whileai scores v2", "whileai scores per_pass_hacks", "whileai ranking v2", "whileai scores v3_no_hacks",
+    "whileai probabilities v4_no_reason score_calls=pass permutations=2",
+    "whileai probabilities v4_no_reason score_calls=pass permutations=2 (first order)", "RULER (default rubric)",
+]  # fmt: skip
+
+
+def figures_of(ran, record: dict) -> dict:
+    body = json.loads(ran["out"].with_name("vs.json").read_text())
+    groups = [bench.Group(t, "", [""] * len(r["passed"]), **r) for t, r in body["references"].items()]
+    return bench.figures(groups, bench.answers_of(record))
+
+
 def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
-    assert [r["arm"] for r in records] == [
-        "whileai scores v2", "whileai scores per_pass_hacks", "whileai ranking v2", "whileai scores v3_no_hacks",
-        "RULER (default rubric)",
-    ]  # fmt: skip
+    assert [r["arm"] for r in records] == ARMS
     for record in records:
-        assert record["figures"]["groups"] == 6 and record["cost"]["calls"] >= 6, record["arm"]
+        assert figures_of(ran, record)["groups"] == 6 and record["cost"]["calls"] >= 3, record["arm"]
         assert record["cost"]["tokens_in"] > 0  # the server's usage, counted by the proxy
-    ruler = records[-1]
+    ruler = figures_of(ran, records[-1])
     # The stand-in RULER raises on groups of 8, as RULER does on a short answer: those groups are unusable.
-    assert ruler["figures"]["unusable"] == 2 and ruler["figures"]["answered"] == 4
-    assert "Expected 8 scores" in ruler["figures"]["unusable_reasons"][0]
-    # The fake judge prefers fewer tool calls; whileai's arms answer every group.
-    assert all(r["figures"]["unusable"] == 0 for r in records[:4])
+    assert ruler["unusable"] == 2 and ruler["answered"] == 4
+    assert "Expected 8 scores" in ruler["unusable_reasons"][0]
+    # The fake judge prefers fewer tool calls; whileai's arms answer every group, and one call a pass orders the
+    # passes as one call a group does (the fake sends no probabilities: each score is read as written).
+    assert all(figures_of(ran, r)["unusable"] == 0 for r in records[:6])
+    assert figures_of(ran, records[4])["tau"] == pytest.approx(figures_of(ran, records[0])["tau"])
+    # The two-order arm's first order is an arm of its own, on the same calls, at half their cost.
+    two, one = records[4], records[5]
+    assert one["cost"]["calls"] == two["cost"]["calls"] / 2 and all(len(a["orders"]) == 2 for a in two["answers"])
     page = ran["out"].read_text()
-    assert page.count("| fake-judge.gguf |") == 5
+    # Each arm on the choice half, then on the reported half; the chosen probability arm against the others.
+    assert page.count("| fake-judge.gguf |") == 7 and "Reported on the odd groups (3)" in page
+    assert "(chosen)" in page and "less each other arm, tau-b on the reported half" in page
     # The page's other section is kept: real_judge.py and this benchmark write one page.
     assert page.startswith("<!-- real-judge -->\nreal_judge.py's table\n<!-- /real-judge -->\n")
     assert page.rstrip().endswith("<!-- /judge-vs-ruler -->")
@@ -124,7 +142,7 @@ def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
 
 def test_the_proxy_stepped_json_schema_down_once_for_the_whole_run(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
-    assert [r["cost"]["stepped_down"] for r in records] == [1, 0, 0, 0, 0]
+    assert [r["cost"]["stepped_down"] for r in records] == [1, 0, 0, 0, 0, 0, 0]
 
 
 def test_the_sample_is_ordered_groups_from_both_families(ran) -> None:

@@ -1,0 +1,132 @@
+"""Scores read from the judge's token probabilities, against the scripted judge server sending them in each shape
+servers use: vLLM's and OpenAI's ``logprobs.content``, llama.cpp's (with ids and bytes), llama-cpp-python's
+completion-style maps, llama.cpp's older ``completion_probabilities``; none at all; top tokens that miss the digits;
+a score split over two tokens; streamed. And a judge whose probabilities follow the display slot, measured as such.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from whileai.judge.pass_scores import banded_tiers
+from whileai.judge.probabilities import Token, number_offsets, reply_tokens, score_at
+
+GROUP = [
+    {"index": 0, "prompt": "refund ORD-5", "completion": "best: one call", "reward": 1.0, "passed": True},
+    {"index": 1, "prompt": "refund ORD-5", "completion": "good: two calls", "reward": 1.0, "passed": True},
+    {"index": 2, "prompt": "refund ORD-5", "completion": "fair: three calls", "reward": 1.0, "passed": True},
+    {"index": 3, "prompt": "refund ORD-5", "completion": "no", "reward": 0.0, "passed": False},
+]
+# The same sampled digit (8) for every pass; the probabilities behind it differ by quality.
+BELIEF = {"best": {8: 0.55, 9: 0.45}, "good": {8: 0.7, 9: 0.2, 7: 0.1}, "fair": {8: 0.5, 7: 0.4, 6: 0.1}}
+
+
+def by_content(label: str, slot: int, text: str) -> dict[int, float]:
+    return BELIEF[text.split(":")[0]]
+
+
+def expected(dist: dict[int, float]) -> float:
+    return sum(k * p for k, p in dist.items())
+
+
+def prob_judge(make_judge, judge_server, judge_tools, shape: str, weights=by_content, stream=False, **fields):
+    judge_server.push(*[lambda body: judge_tools.logprobs_reply(body, weights, shape, stream)] * 16)
+    fields = {"prompts": "v3", **fields}
+    return make_judge("grader", answer_form="probabilities", stream=stream, **fields)
+
+
+@pytest.mark.parametrize("shape", ["openai", "llama.cpp", "completion", "legacy"])
+def test_each_pass_scores_its_expected_value_in_every_shape_servers_send(
+    shape, make_judge, judge_server, judge_tools
+) -> None:
+    judge = prob_judge(make_judge, judge_server, judge_tools, shape)
+    answer = judge(GROUP)
+    body = judge_server.requests[0]["body"]
+    assert body["logprobs"] is True and body["top_logprobs"] == 20
+    scores = answer["notes"]["scores"]
+    assert scores == pytest.approx({str(i): expected(BELIEF[k]) for i, k in enumerate(BELIEF)}, abs=1e-3)
+    assert answer["ranking"] == [[0], [1], [2]]  # the sampled digits (8, 8, 8) would have tied all three
+    assert answer["notes"]["as_written"] == 0 and answer["notes"]["score_sd"]["0"] == pytest.approx(0.497, abs=1e-3)
+    assert judge.stats.scores_read == 3 and judge.stats.scores_as_written == 0
+    assert "scores from probabilities 3 of 3" in str(judge.stats)
+
+
+def test_a_server_that_sends_no_probabilities_gets_the_written_scores_counted(
+    make_judge, judge_server, judge_tools
+) -> None:
+    judge = prob_judge(make_judge, judge_server, judge_tools, "none")
+    answer = judge(GROUP)
+    assert answer["ranking"] == [[0, 1, 2]]  # all wrote 8: tied, as a sampled judge ties
+    assert answer["notes"]["as_written"] == 3
+    assert judge.stats.scores_as_written == 3 and "scores from probabilities 0 of 3" in str(judge.stats)
+    assert "a score the server sends none for is read as written, and counted" in judge.client.plan()
+
+
+def test_top_tokens_without_other_digits_leave_the_written_score(make_judge, judge_server, judge_tools) -> None:
+    def sure(label: str, slot: int, text: str) -> dict[int, float]:
+        return {8: 1.0}  # only the written digit among the alternatives
+
+    answer = prob_judge(make_judge, judge_server, judge_tools, "openai", weights=sure)(GROUP)
+    assert answer["notes"]["as_written"] == 3 and answer["ranking"] == [[0, 1, 2]]
+
+
+def test_a_score_split_over_two_tokens_reads_as_one(make_judge, judge_server, judge_tools) -> None:
+    def tens(label: str, slot: int, text: str) -> dict[int, float]:
+        return {"best": {10: 0.7, 9: 0.2, 1: 0.1}, "good": {9: 0.8, 8: 0.2}, "fair": {8: 1.0}}[text.split(":")[0]]
+
+    answer = prob_judge(make_judge, judge_server, judge_tools, "openai", weights=tens)(GROUP)
+    assert answer["notes"]["scores"]["0"] == pytest.approx(0.7 * 10 + 0.2 * 9 + 0.1 * 1, abs=1e-3)
+    assert answer["ranking"] == [[0], [1], [2]]
+
+
+def test_a_streamed_reply_keeps_its_probabilities(make_judge, judge_server, judge_tools) -> None:
+    judge = prob_judge(make_judge, judge_server, judge_tools, "openai", stream=True)
+    answer = judge(GROUP)
+    assert judge_server.requests[0]["body"]["stream"] is True
+    assert answer["notes"]["as_written"] == 0 and answer["ranking"] == [[0], [1], [2]]
+
+
+def test_one_call_a_pass_shows_the_group_and_ends_with_the_pass(make_judge, judge_server, judge_tools) -> None:
+    judge = prob_judge(make_judge, judge_server, judge_tools, "openai", prompts="v4", score_calls="pass")
+    answer = judge(GROUP)
+    bodies = [r["body"] for r in judge_server.requests]
+    assert len(bodies) == 3  # one a pass, none for the failure
+    users = [b["messages"][1]["content"] for b in bodies]
+    common = min(len(u) for u in users)
+    shared = next(n for n in range(common) if len({u[n] for u in users}) > 1)
+    assert all(u[:shared].count("<rollout ") == 4 for u in users)  # the whole group precedes what differs
+    passing = sorted(label for label, ok, _ in judge_tools.shown_rollouts(bodies[0]) if ok)
+    assert sorted(u.split()[-1].strip(".") for u in users) == passing
+    assert answer["ranking"] == [[0], [1], [2]] and answer["notes"]["as_written"] == 0
+
+
+def test_a_judge_whose_probabilities_follow_the_slot_is_measured_as_such(make_judge, judge_server, judge_tools) -> None:
+    def slot_first(label: str, slot: int, text: str) -> dict[int, float]:
+        return {9: 0.9 - 0.2 * slot, 7: 0.1 + 0.2 * slot}
+
+    judge = prob_judge(make_judge, judge_server, judge_tools, "openai", weights=slot_first, permutations=2)
+    answer = judge(GROUP)
+    notes = answer["notes"]
+    # The second order is the first reversed: what one order puts first, the other puts last, so the orders disagree.
+    assert notes["agreement"] < 0 and notes["order_noise"] > 0.5
+    means = judge.stats.slot_means()
+    assert means[0] > 0 > means[2]  # the first slot shown scores above its order's mean, the last below
+    assert "mean score by display slot" in str(judge.stats)
+
+
+def test_order_noise_ties_differences_the_reordering_makes() -> None:
+    assert banded_tiers({0: 8.0, 1: 8.2, 2: 9.0}, band=0.3) == [[2], [1, 0]]
+    assert banded_tiers({0: 8.0, 1: 8.2, 2: 9.0}, band=0.0) == [[2], [1], [0]]
+
+
+def test_number_offsets_and_the_score_at_a_token_that_carries_its_lead() -> None:
+    text = '{"passes": {"A": {"reason": "a {tricky} \\"9\\"", "score": 7}}}'
+    offsets = number_offsets(text)
+    assert list(offsets) == [("passes", "A", "score")] and text[offsets[("passes", "A", "score")]] == "7"
+    log = math.log
+    tokens = [Token('{"s":', 0.0), Token(" 7", log(0.7), ((" 7", log(0.7)), (" 6", log(0.2)), (" ", log(0.1))))]
+    reading = score_at([*tokens, Token("}", 0.0)], 6, top=10)
+    assert reading.mean == pytest.approx((7 * 0.7 + 6 * 0.2) / 0.9) and reading.mass == pytest.approx(0.9)
+    assert reply_tokens({"choices": [{"logprobs": None}]}) is None
