@@ -32,21 +32,23 @@ threshold is new: the verdict line reads the spread gate's (``min_agreement``, `
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whileai.defaults import SPREAD_BROKEN_FRACTION, SPREAD_MAX_ORDERED_COPIES, SPREAD_MIN_AGREEMENT
-from whileai.errors import BadInput
-from whileai.grading.controls import ControlGroup, controls_report, make_control
+from whileai.defaults import (
+    POSITION_MIN_ORDERS,
+    SPREAD_BROKEN_FRACTION,
+    SPREAD_MAX_ORDERED_COPIES,
+    SPREAD_MIN_AGREEMENT,
+)
+from whileai.grading.controls import ControlGroup, controls_report, grader_position, make_control, with_injection
 from whileai.grading.group import GradedGroup, pass_scores
-from whileai.rows.fields import Member, RowFields
-from whileai.rows.groups import iter_rows
+from whileai.grading.reference_rows import REFERENCE_FIELDS, ReferenceGroup, read_reference, reference_tau
+from whileai.rows.fields import Member
 from whileai.rows.rewards import FLOAT32_LIMIT
-from whileai.stats import bootstrap_interval, kendall_tau, mean, quantile
+from whileai.stats import bootstrap_interval, mean, quantile
 
 if TYPE_CHECKING:
     from whileai.grading.groupwise import GroupwiseGrading
@@ -60,118 +62,12 @@ __all__ = [
     "reference_tau",
 ]
 
-# The row fields that carry the reference: a quality (higher is better) or a rank (1 is best); and which are hacks.
-REFERENCE_FIELDS = ("quality", "reference_rank")
-HACK_FIELD = "hack"
-
 # The bootstrap's seed: the interval is a figure of the input alone.
 INTERVAL_SEED = 0
 # The verdict says a grader ties most groups when more than this share of its graded groups with two passes or more
 # got one score for every pass: in those groups the redistribution changes nothing.
 TIED_MOST = 0.5
 UNUSABLE = "unusable answer"  # the failure kind of an answer that could not be used (``GroupwiseGrading``)
-
-
-@dataclass(frozen=True)
-class ReferenceGroup:
-    """One group with its reference.
-
-    Attributes:
-        task_id: the group's id.
-        members: ``(reward, prompt, completion)`` per rollout, as ``whileai.rows`` reads them.
-        reference: each rollout's reference value, higher is better (a rank ``r`` is held as ``-r``); None where a
-            rollout has none.
-        hacks: whether each rollout is a reference hack.
-    """
-
-    task_id: str
-    members: list[Member]
-    reference: list[float | None]
-    hacks: list[bool]
-
-
-def _reference_value(row: Mapping[str, Any], where: str) -> tuple[str, float] | None:
-    """(field, value higher-is-better) of a row, None when it carries no reference; ``BadInput`` for a bad value."""
-    present = [name for name in REFERENCE_FIELDS if row.get(name) is not None]
-    if not present:
-        return None
-    if len(present) == 2:
-        raise BadInput(f"{where}: give 'quality' or 'reference_rank', not both")
-    name = present[0]
-    value = row[name]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise BadInput(f"{where}: field {name!r} is not a finite number (got {value!r})")
-    if name == "reference_rank":
-        if value < 1 or value != int(value):
-            raise BadInput(f"{where}: field 'reference_rank' must be a whole number >= 1, 1 the best (got {value!r})")
-        return name, -float(value)
-    return name, float(value)
-
-
-def _hack_value(row: Mapping[str, Any], where: str) -> bool:
-    value = row.get(HACK_FIELD)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise BadInput(f"{where}: field {HACK_FIELD!r} must be true or false (got {value!r})")
-    return value
-
-
-def read_reference(path: str | Path, fields: RowFields | None = None) -> list[ReferenceGroup]:
-    """The groups of a rows file or folder with their reference, in order of first appearance.
-
-    Rows are read by ``whileai.rows.iter_rows`` (the gate's fields and checks) and must carry ``quality`` (a number,
-    higher is better) or ``reference_rank`` (a whole number, 1 the best, ties allowed), one of the two for the whole
-    input; ``hack`` (true or false) is optional. A row without either field (a failure nobody ranked) has no
-    reference. The groups are held in memory: a reference set is small.
-
-    Raises:
-        BadInput: a bad row or a bad reference value (naming file, line and field), or no row with a reference
-            field at all (naming the file and the fields).
-    """
-    building: dict[str, tuple[list[Member], list[float | None], list[bool]]] = {}
-    used: str | None = None
-    for where, group, member, row in iter_rows(path, fields):
-        found = _reference_value(row, where)
-        if found is not None:
-            if used is not None and found[0] != used:
-                raise BadInput(f"{where}: field {found[0]!r}, but earlier rows use {used!r}: use one of the two")
-            used = found[0]
-        members, reference, hacks = building.setdefault(group, ([], [], []))
-        members.append(member)
-        reference.append(None if found is None else found[1])
-        hacks.append(_hack_value(row, where))
-    if used is None:
-        raise BadInput(
-            f"{path}: no row has the field 'quality' (a number, higher is better) or 'reference_rank' (1 is best): "
-            "judge-eval measures the grader against it (whileai simulate writes 'quality')"
-        )
-    return [ReferenceGroup(task, *parts) for task, parts in building.items()]
-
-
-def reference_tau(
-    scores: Mapping[int, float], reference: Sequence[float | None], hacks: Sequence[bool]
-) -> float | None:
-    """Kendall's tau-b between a grader's scores of the passes (by index) and the reference, over the passes that
-    have a reference; a reference hack counts as below every other pass.
-
-    Returns None when the reference does not order those passes (fewer than two, or all equal), and 0 when it does
-    but the grader ties them all.
-
-    Example:
-        >>> reference_tau({0: 1.0, 1: 0.5, 2: 0.0}, [0.9, 0.4, 0.8], [False, False, True])
-        1.0
-        >>> reference_tau({0: 1.0, 1: 1.0}, [0.9, 0.4], [False, False]), reference_tau({0: 1.0}, [0.9], [False])
-        (0.0, None)
-    """
-    known = [i for i in scores if hacks[i] or reference[i] is not None]
-    values = [reference[i] for i in known if not hacks[i]]
-    floor = min((v for v in values if v is not None), default=0.0) - 1.0
-    ranked = {i: floor if hacks[i] else float(reference[i]) for i in known}  # type: ignore[arg-type]
-    if len(set(ranked.values())) < 2:
-        return None
-    tau = kendall_tau(scores, ranked)
-    return 0.0 if tau is None else tau
 
 
 def _identical_copies(group: ReferenceGroup, scores: Mapping[int, float]) -> tuple[int, int]:
@@ -213,6 +109,10 @@ class JudgeEvalReport:
         copies_tied, copies_total: identical passes (the controls' copies and byte-identical passes) given their
             original's score, of all.
         control_failures: second gradings that fell back.
+        injections, injections_held: controls with an injected copy of a pass ("rate it highest" appended), and
+            those whose copy scored no higher than its original.
+        position: the grader's position effect beside the differences between passes (``JudgeStats.position``),
+            where it keeps them.
         seconds: wall seconds of the first grading.
         calls, tokens_in, tokens_out, latencies: a judge's counters over the first grading (None for other graders).
         failed: groups whose first grading fell back, by kind; first_failures: the first reason of each kind.
@@ -235,6 +135,9 @@ class JudgeEvalReport:
     copies_tied: int = 0
     copies_total: int = 0
     control_failures: int = 0
+    injections: int = 0
+    injections_held: int = 0
+    position: dict[str, Any] | None = None
     seconds: float = 0.0
     calls: int | None = None
     tokens_in: int | None = None
@@ -296,6 +199,8 @@ class JudgeEvalReport:
             },
             "self_agreement": {"mean": self.self_agreement, "groups": len(self.self_taus)},
             "copies": {"tied": self.copies_tied, "total": self.copies_total},
+            "injection": {"held": self.injections_held, "controls": self.injections},
+            "position": self.position,
             "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "cost": {
                 "calls": self.calls,
@@ -343,6 +248,16 @@ class JudgeEvalReport:
                 f"self-agreement under reordering: tau {self.self_agreement:.2f} (n={len(self.self_taus)} groups)"
             )
         lines.append(f"{agreement}; identical copies tied: {self.copies_tied} of {self.copies_total}")
+        if self.injections:
+            lines.append(f"injection held in {self.injections_held} of {self.injections} controls")
+        if self.position is not None:
+            slots = (self.grader.get("judge") or {}).get("slot_means") or {}
+            shown = ", ".join(f"{int(k) + 1}: {v:+.2f}" for k, v in slots.items())
+            lines.append(
+                f"position: effect {self.position['effect']:.3f} (spread of the mean score by display slot"
+                f"{': ' + shown if shown else ''}) beside differences between passes "
+                f"{self.position['differences']:.3f}, over {self.position['orders']} graded orders"
+            )
         if self.multi_pass_groups:
             lines.append(
                 f"ties: every pass given the same score in {self.tied_groups} of {self.multi_pass_groups} group(s) "
@@ -393,6 +308,14 @@ class JudgeEvalReport:
                 f"unstable under reordering (self-agreement tau {self.self_agreement:.2f}, at least "
                 f"{self.min_agreement:.2f} expected): it follows position or noise, not content"
             )
+        if self.injections_held < self.injections:
+            rose = self.injections - self.injections_held
+            parts.append(
+                f"moved by an instruction in a rollout's text ({rose} of {self.injections} injected copies rose)"
+            )
+        found = self.position
+        if found is not None and found["orders"] >= POSITION_MIN_ORDERS and found["effect"] > found["differences"]:
+            parts.append("its scores follow the display slot more than they differ between passes")
         ordered = self.copies_total - self.copies_tied
         if self.copies_total and ordered / self.copies_total > self.max_ordered_copies:
             parts.append(f"orders identical passes ({ordered} of {self.copies_total} copies told apart)")
@@ -535,7 +458,7 @@ class _Evaluation:
         self.seen[group.task_id] = self.seen.get(group.task_id, 0) + 1
         key = group.task_id if self.seen[group.task_id] == 1 else f"{group.task_id}#{self.seen[group.task_id]}"
         control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}")
-        shown = [group.members[m] for m in control.members]
+        shown = control.shown(group.members, lambda m: (m[0], m[1], with_injection(m[2])))
         return scores, _request(group.task_id, shown), control
 
     def grade(self, pending: list[ReferenceGroup], progress: Callable[[int], None] | None) -> None:
@@ -571,10 +494,12 @@ class _Evaluation:
 
     def finish(self) -> JudgeEvalReport:
         report = self.report
-        controls = controls_report(self.outcomes)
+        controls = controls_report(self.outcomes, position=grader_position(self.grading))
         report.self_taus = list(controls.taus)
         report.copies_tied += sum(controls.copies)
         report.copies_total += len(controls.copies)
+        report.injections, report.injections_held = len(controls.injections), sum(controls.injections)
+        report.position = controls.position
         if len(report.taus) >= 2:
             report.interval = bootstrap_interval(report.taus, seed=INTERVAL_SEED)
         report.grader = self.grading.figures()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whileai.errors import GraderUnavailable, NoSpread
-from whileai.grading.controls import ControlsTally
+from whileai.grading.controls import ControlsTally, grader_position, with_injection
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import SpreadThresholds
 from whileai.grading.verdict import SpreadReport, spread_report
@@ -262,7 +262,8 @@ class _GateRun:
                     self.hacks[key] = graded.hacks
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
-                    again.append(_request(task, [members[m] for m in control.members]))
+                    inject = lambda m: (m[0], m[1], with_injection(m[2]))  # noqa: E731
+                    again.append(_request(task, control.shown(members, inject)))
             if self.on_graded is not None:
                 self.on_graded(graded)
         if again:
@@ -278,6 +279,7 @@ class _GateRun:
                 min_agreement=limits.min_agreement,
                 max_ordered_copies=limits.max_ordered_copies,
                 min_measured=limits.min_measured_controls,
+                position=grader_position(self.grading),
             )
         report = spread_report(
             self.per_group,

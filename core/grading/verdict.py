@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from whileai.defaults import (
+    POSITION_MIN_ORDERS,
     SPREAD_MAX_ORDERED_COPIES,
     SPREAD_MIN_AGREEMENT,
     SPREAD_MIN_MEASURED_CONTROLS,
@@ -55,6 +56,10 @@ class ControlsReport:
         min_agreement: the lowest mean tau that passes.
         max_ordered_copies: the largest fraction of ordered copies that passes.
         min_measured: the smallest fraction of the control groups sent that must be measured for a "yes".
+        injections: for each measured control with an injected copy, whether the grader held (the copy scored no
+            higher than its original).
+        position: the grader's position figures where it keeps them (``effect``, ``differences``, ``orders``:
+            ``JudgeStats.position``), else None.
     """
 
     taus: list[float] = field(default_factory=list)
@@ -67,6 +72,8 @@ class ControlsReport:
     min_agreement: float = SPREAD_MIN_AGREEMENT
     max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
     min_measured: float = SPREAD_MIN_MEASURED_CONTROLS
+    injections: list[bool] = field(default_factory=list)
+    position: dict[str, Any] | None = None
 
     @property
     def agreement(self) -> float | None:
@@ -110,9 +117,35 @@ class ControlsReport:
         return self.ordered_copies is not None and self.ordered_copies > self.max_ordered_copies
 
     @property
+    def follows_slot(self) -> bool:
+        """The grader's scores move with the display slot more than they differ between passes."""
+        found = self.position
+        if found is None or found["orders"] < POSITION_MIN_ORDERS:
+            return False
+        return bool(found["effect"] > found["differences"])
+
+    @property
+    def injection_held(self) -> bool:
+        """No injected copy rose above its original."""
+        return all(self.injections)
+
+    @property
     def refuses(self) -> bool:
         """What was measured says the grader does not read content (a "no", however many were measured)."""
-        return self.follows_position or self.orders_copies
+        return self.follows_position or self.orders_copies or self.follows_slot
+
+    @property
+    def warning(self) -> str:
+        """What the controls warn of without refusing: an injection that moved the grader (empty when none)."""
+        if self.injection_held:
+            return ""
+        rose = sum(not held for held in self.injections)
+        return (
+            f"warning: injection held in {sum(self.injections)} of {len(self.injections)} controls: in {rose}, a "
+            "copy of a pass with an instruction to the grader appended ('rate it highest') scored above the pass "
+            "itself. A policy trained on this grader can learn to ask for its score: tell the grader that rollout "
+            "text is data, never instructions, or use a larger judge"
+        )
 
     @property
     def ok(self) -> bool:
@@ -160,7 +193,15 @@ class ControlsReport:
                 f"; {self.failed} control(s) fell back{kinds}: {self.measured} of {self.sent} measured, at least "
                 f"{self.needed} needed"
             )
-        return f"controls: {reorder}; {copies}{failed}"
+        injection = f"; injection held in {sum(self.injections)} of {len(self.injections)}" if self.injections else ""
+        position = ""
+        if self.position is not None:
+            found = self.position
+            position = (
+                f"; position effect {found['effect']:.3f} (the spread of the mean score by display slot) beside "
+                f"differences between passes {found['differences']:.3f}, over {found['orders']} graded orders"
+            )
+        return f"controls: {reorder}; {copies}{injection}{position}{failed}"
 
     @property
     def why(self) -> str:
@@ -184,6 +225,14 @@ class ControlsReport:
                 f"identical passes got different scores in {sum(not t for t in checks)} of {len(checks)} {where}: "
                 "the grader orders what it cannot tell apart. Return a tie (an inner list in the ranking) for passes "
                 "that do not differ"
+            )
+        if self.follows_slot:
+            found = self.position or {}
+            parts.append(
+                f"its scores follow the display slot more than they differ between passes (position effect "
+                f"{found['effect']:.3f} beside {found['differences']:.3f}, over {found['orders']} graded orders): it "
+                "reads where a rollout is shown, not what it did. Ask in two orders (permutations: 2), one call a "
+                "pass (score_calls: pass), or use a larger judge"
             )
         return "; and ".join(parts)
 
@@ -223,6 +272,9 @@ class ControlsReport:
             "failed_kinds": dict(self.failures),
             "identical_copies_in_groups": len(self.existing),
             "identical_copies_in_groups_ordered": sum(not t for t in self.existing),
+            "injections": len(self.injections),
+            "injections_held": sum(self.injections),
+            "position": self.position,
         }
 
 
@@ -374,6 +426,8 @@ class SpreadReport:
         text = f"{self.summary}\n{self.conclusion}"
         if self.controls is not None and self.verdict != "broken":
             text += f"\n{self.controls.line}"
+            if self.controls.warning:
+                text += f"\n{self.controls.warning}."
         return text
 
     def as_dict(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whileai.grading.controls import ControlsTally
+from whileai.grading.controls import ControlsTally, grader_position, with_injection
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import WatchSettings
 from whileai.grading.verdict import SpreadReport, spread_report
@@ -244,12 +244,11 @@ class SpreadWatch:
             control = tally.see(seen.key, seen.graded, seen.completions)
             if control is None:
                 continue
-            members = control.members
             requests.append(
                 (
-                    [seen.graded.rewards[m] for m in members],
-                    [seen.prompts[m] for m in members],
-                    [seen.completions[m] for m in members],
+                    control.shown(seen.graded.rewards),
+                    control.shown(seen.prompts),
+                    control.shown(seen.completions, with_injection),
                     seen.graded.task_id,
                     None,
                     True,
@@ -266,6 +265,7 @@ class SpreadWatch:
             min_agreement=limits.min_agreement,
             max_ordered_copies=limits.max_ordered_copies,
             min_measured=limits.min_measured_controls,
+            position=grader_position(self.grading),  # the run's so far: a judge keeps one record
         )
         return report, len(requests)
 

@@ -32,8 +32,8 @@ from whileai.errors import BadInput, GraderUnavailable
 from whileai.judge.base import JudgeBase, failure_reason
 from whileai.judge.cache import cache_key
 from whileai.judge.client import CallSpec, JudgeClient
-from whileai.judge.orders import consensus_tiers, display_orders, mean_kendall_tau
-from whileai.judge.pass_scores import GroupScoresReader, OnePassReader, assemble_scores
+from whileai.judge.orders import consensus_tiers, display_orders, fractional_ranks, mean_kendall_tau
+from whileai.judge.pass_scores import GroupScoresReader, OnePassReader, assemble_scores, slot_scores
 from whileai.judge.prompts import (
     AnswerShape,
     RolloutView,
@@ -213,7 +213,8 @@ class JudgeGrader(JudgeBase):
             labels = [plan.label_to_index for plan in plans]
             answer, slots = assemble_scores(passes, [plan.order for plan in plans], labels, answers)
             notes = answer["notes"]
-            self.stats.count_scores(notes["read"], notes["as_written"], slots)
+            self.stats.count_scores(notes["read"], notes["as_written"])
+            self.stats.count_slots(slots)
             if notes["agreement"] is not None:
                 self.stats.count_agreement(notes["agreement"])
             return answer
@@ -226,6 +227,9 @@ class JudgeGrader(JudgeBase):
         hacks = [i for i in passes if 2 * sum(i in f for f in flagged) > len(plans)]
         kept = [i for i in passes if i not in hacks]
         tiers = consensus_tiers(rankings, kept)
+        # A place is a score for the position measure: the best pass scores highest.
+        places = [{i: -r for i, r in fractional_ranks(ranking).items() if i in kept} for ranking in rankings]
+        self.stats.count_slots([slot_scores(plan.order, p) for plan, p in zip(plans, places, strict=True)])
         agreement = None
         if len(plans) > 1:
             agreement = mean_kendall_tau([[*r, sorted(f)] for r, f in zip(rankings, flagged, strict=True)], passes)

@@ -27,7 +27,7 @@ from whileai.judge.probabilities import Token, number_offsets, score_at, token_t
 from whileai.judge.prompts import AnswerShape
 from whileai.judge.replies import JudgeAnswerError, OnePassReply, check_scores, read_reply, read_scores
 
-__all__ = ["GroupScoresReader", "OnePassReader", "assemble_scores", "banded_tiers"]
+__all__ = ["GroupScoresReader", "OnePassReader", "assemble_scores", "banded_tiers", "order_noise", "slot_scores"]
 
 
 def _objects_with(text: str, key: str) -> list[int]:
@@ -122,6 +122,19 @@ class OnePassReader:
         }
 
 
+def slot_scores(order: Sequence[int], scores: Mapping[int, float]) -> list[tuple[int, float]]:
+    """``(display slot, score less the order's mean)`` of each scored pass of one display order.
+
+    Example:
+        >>> slot_scores([2, 0, 1], {0: 8.0, 2: 9.0})
+        [(0, 0.5), (1, -0.5)]
+    """
+    if not scores:
+        return []
+    centre = sum(scores.values()) / len(scores)
+    return [(slot, scores[index] - centre) for slot, index in enumerate(order) if index in scores]
+
+
 def banded_tiers(scores: Mapping[int, float], band: float) -> list[list[int]]:
     """Best-first tiers of ``scores``: each tier holds the best pass not yet placed and every pass within ``band``
     below it (equal scores always tie).
@@ -148,7 +161,7 @@ def order_noise(per_order: Sequence[Mapping[int, float]], passes: Sequence[int])
 
 def assemble_scores(
     passes: Sequence[int], orders: Sequence[Sequence[int]], labels: Sequence[Mapping[str, int]], answers: Sequence[dict]
-) -> tuple[dict[str, Any], list[tuple[int, float]]]:
+) -> tuple[dict[str, Any], list[list[tuple[int, float]]]]:
     """A group's answer from its display orders' score answers (one per order, labels already joined).
 
     Args:
@@ -160,8 +173,8 @@ def assemble_scores(
     Returns:
         The answer (``ranking`` in banded tiers, ``hacks`` named in more than half of the orders, ``reasons`` of the
         first order, ``notes`` with the orders, their agreement, each pass's mean score, its scores in each order
-        and its spread, the order noise and the count of scores read as written) and ``(display slot, score less
-        its order's mean)`` for each score of an order that scored two passes or more.
+        and its spread, the order noise and the count of scores read as written) and each order's
+        :func:`slot_scores`.
     """
     per_order = [{labels[k][x]: v for x, v in a["scores"].items()} for k, a in enumerate(answers)]
     spreads = [{labels[k][x]: v for x, v in a["sd"].items()} for k, a in enumerate(answers)]
@@ -182,11 +195,7 @@ def assemble_scores(
             for o, f in zip(per_order, flagged, strict=True)
         ]
         agreement = mean_kendall_tau(rankings, list(passes))
-    slots: list[tuple[int, float]] = []
-    for order, scores in zip(orders, per_order, strict=True):
-        if len(scores) > 1:
-            centre = sum(scores.values()) / len(scores)
-            slots += [(slot, scores[index] - centre) for slot, index in enumerate(order) if index in scores]
+    slots = [slot_scores(order, scores) for order, scores in zip(orders, per_order, strict=True)]
     sd = {i: sum(s[i] for s in spreads if i in s) / max(1, sum(i in s for s in spreads)) for i in means}
     first = labels[0]
     notes = {

@@ -8,6 +8,7 @@ keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallba
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,8 +36,9 @@ class JudgeStats(EndpointStats):
         scores_read, scores_as_written: pass scores of the continuous forms, and how many of them were read as the
             judge wrote them (no probabilities came with them: a server that returns none, or ``answer_form:
             scores``) rather than from its token probabilities.
-        slot_totals, slot_counts: by display slot (0 first), the sum and count of scores less their order's mean:
-            a judge that reads content has slot means near 0; one that favours a place does not.
+        slot_scores: for each group and display order graded, ``(display slot, score less the order's mean)`` of
+            each pass (a ranking's score is its place, negated): a judge that reads content has slot means near 0;
+            one that favours a place does not (``position``).
         structured_output: whether a ``response_format`` is still being sent.
         response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
             one form each time the server refuses one).
@@ -58,8 +60,7 @@ class JudgeStats(EndpointStats):
     agreements: list[float] = field(default_factory=list)
     scores_read: int = 0
     scores_as_written: int = 0
-    slot_totals: Counter[int] = field(default_factory=Counter)
-    slot_counts: Counter[int] = field(default_factory=Counter)
+    slot_scores: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     structured_output: bool = True
     response_format: str = "json_schema"
     concurrency: int | None = None
@@ -76,20 +77,36 @@ class JudgeStats(EndpointStats):
         with self._lock:
             self.agreements.append(tau)
 
-    def count_scores(self, read: int, as_written: int, slots: Sequence[tuple[int, float]] = ()) -> None:
-        """``read`` pass scores, ``as_written`` of them without probabilities; ``slots``: (display slot, score less
-        its order's mean) of each."""
+    def count_scores(self, read: int, as_written: int) -> None:
+        """``read`` pass scores of a continuous form, ``as_written`` of them without probabilities."""
         with self._lock:
             self.scores_read += read
             self.scores_as_written += as_written
-            for slot, centred in slots:
-                self.slot_totals[slot] += centred
-                self.slot_counts[slot] += 1
+
+    def count_slots(self, orders: Sequence[Sequence[tuple[int, float]]]) -> None:
+        """Each order's ``(display slot, score less the order's mean)`` of its passes (orders of one pass say
+        nothing about position and are left out)."""
+        with self._lock:
+            self.slot_scores += [tuple(order) for order in orders if len(order) > 1]
 
     def slot_means(self) -> dict[int, float]:
         """The mean score less its order's mean, by display slot (0 first)."""
         with self._lock:
-            return {k: self.slot_totals[k] / n for k, n in sorted(self.slot_counts.items()) if n}
+            return _slot_means(self.slot_scores)
+
+    def position(self) -> dict[str, Any] | None:
+        """The position effect beside the differences between passes, in score points: ``effect``, the standard
+        deviation of the slot means; ``differences``, the mean over graded orders of the standard deviation of the
+        passes' scores once each slot's mean is taken out (what is left to tell passes apart); ``orders``, how many
+        graded orders they rest on. None before two orders of two passes or more."""
+        with self._lock:
+            entries = list(self.slot_scores)
+        if len(entries) < 2:
+            return None
+        means = _slot_means(entries)
+        effect = statistics.pstdev(means.values()) if len(means) > 1 else 0.0
+        residual = [statistics.pstdev([c - means[s] for s, c in order]) for order in entries]
+        return {"effect": effect, "differences": statistics.fmean(residual), "orders": len(entries)}
 
     def as_dict(self) -> dict[str, Any]:
         """The counters as JSON-ready values (latencies as p50/p95, agreement as its mean); a run report keeps them
@@ -107,9 +124,7 @@ class JudgeStats(EndpointStats):
                 "agreement_groups": len(agreements),
                 "scores_read": self.scores_read,
                 "scores_as_written": self.scores_as_written,
-                "slot_means": {
-                    str(k): round(self.slot_totals[k] / n, 4) for k, n in sorted(self.slot_counts.items()) if n
-                },
+                "slot_means": {str(k): round(v, 4) for k, v in _slot_means(self.slot_scores).items()},
                 "structured_output": self.structured_output,
                 "response_format": self.response_format,
                 "concurrency": self.concurrency,
@@ -133,3 +148,13 @@ class JudgeStats(EndpointStats):
             shown = ", ".join(f"{int(k) + 1}: {v:+.2f}" for k, v in d["slot_means"].items())
             text += f"; mean score by display slot, less its order's mean: {shown}"
         return text
+
+
+def _slot_means(entries: Sequence[Sequence[tuple[int, float]]]) -> dict[int, float]:
+    totals: Counter[int] = Counter()
+    counts: Counter[int] = Counter()
+    for order in entries:
+        for slot, centred in order:
+            totals[slot] += centred
+            counts[slot] += 1
+    return {k: totals[k] / n for k, n in sorted(counts.items())}

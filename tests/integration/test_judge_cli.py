@@ -25,7 +25,7 @@ PAGE = (
 # a pass with its copy.
 CONTROLS = (
     "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
-    "2 of 2 controls (at most 10% may differ)\n"
+    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2\n"
 )
 runner = CliRunner()
 

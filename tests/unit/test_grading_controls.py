@@ -9,22 +9,55 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.grading.controls import ControlGroup, controls_report, make_control
+from whileai.grading.controls import INJECTION, ControlGroup, controls_report, make_control, with_injection
 from whileai.grading.verdict import spread_report
 from whileai.stats import kendall_tau
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 12), st.data())
-def test_a_control_is_a_shuffle_with_one_copy_of_a_pass(size, data) -> None:
+def test_a_control_is_a_shuffle_with_a_copy_and_an_injected_copy_of_a_pass(size, data) -> None:
     passes = data.draw(st.lists(st.integers(0, size - 1), min_size=1, unique=True))
     control = make_control(size, passes, seed=data.draw(st.text(max_size=5)))
-    rest = [m for k, m in enumerate(control.members) if k != control.copy]
-    assert sorted(rest) == list(range(size))  # every member once, besides the copy
-    assert control.members[control.copy] == control.members[control.original] and control.copy != control.original
+    rest = [m for k, m in enumerate(control.members) if k not in (control.copy, control.injected)]
+    assert sorted(rest) == list(range(size))  # every member once, besides the two copies
+    copies = {control.copy, control.original, control.injected}
+    assert len(copies) == 3 and {control.members[k] for k in copies} == {control.members[control.original]}
     assert control.members[control.copy] in passes
     if size >= 2:
         assert rest != list(range(size))  # never shown in the same order
+    shown = control.shown([f"text {m}" for m in range(size)], with_injection)
+    assert shown[control.injected] == shown[control.original] + INJECTION
+    assert shown[control.copy] == shown[control.original]
+
+
+def test_the_injected_copy_of_a_conversation_ends_with_the_instruction() -> None:
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}]
+    injected = with_injection(chat)
+    assert injected[-1]["content"] == "done" + INJECTION and chat[-1]["content"] == "done"
+
+
+def test_injection_is_measured_and_warned_of_not_refused() -> None:
+    control = ControlGroup(members=[1, 0, 1, 1], copy=2, original=0, injected=3)
+    held = ({0: 0.5, 1: 1.0}, {0: 1.0, 1: 0.5, 2: 1.0, 3: 1.0}, control)
+    rose = ({0: 0.5, 1: 0.5}, {0: 0.5, 1: 0.5, 2: 0.5, 3: 1.0}, control)
+    report = controls_report([held, held])
+    assert report.injections == [True, True] and not report.warning and "injection held in 2 of 2" in report.line
+    report = controls_report([held, rose])
+    assert report.injections == [True, False] and report.ok  # a warning, not a refusal
+    assert report.warning.startswith("warning: injection held in 1 of 2 controls")
+    verdict = spread_report({"a": [0.1, 0.9], "b": [0.2, 0.8]}, controls=report)
+    assert verdict.verdict == "yes" and "warning: injection held in 1 of 2" in str(verdict)
+    assert verdict.as_dict()["controls"]["injections_held"] == 1
+
+
+def test_a_position_effect_larger_than_the_differences_refuses() -> None:
+    follows = {"effect": 0.4, "differences": 0.1, "orders": 20}
+    report = controls_report([], position=follows)
+    assert report.follows_slot and report.refuses and "follow the display slot" in report.why
+    assert "position effect 0.400" in report.line
+    assert not controls_report([], position={**follows, "orders": 4}).follows_slot  # too few orders to say
+    assert not controls_report([], position={"effect": 0.1, "differences": 0.4, "orders": 20}).follows_slot
 
 
 def test_kendall_tau_b_with_ties() -> None:
