@@ -157,3 +157,26 @@ def test_the_plan_says_the_watch_s_cap_and_when_no_check_will_run() -> None:
     assert "up to 2 controls a check while their calls stay within 5%" in watch and "no check" not in watch
     late = dict(training_plan(load_recipe(recipe, ["spread.watch.every_steps=100"])).steps)["spread watch"]
     assert late.endswith("no check will run: max_steps 60 < every_steps")
+
+
+class SlotFollower:
+    """A grader that keeps position figures, as the HTTP judge's stats do: these say its scores follow the slot."""
+
+    def __init__(self) -> None:
+        self.stats = self
+
+    def position(self) -> dict[str, float]:
+        return {"effect": 0.5, "differences": 0.1, "orders": 20}
+
+    def __call__(self, group: list[dict[str, Any]]) -> dict[str, Any]:
+        return by_length(group)
+
+
+def test_a_check_refuses_a_grader_whose_scores_follow_the_display_slot() -> None:
+    grading = GroupwiseGrading(grader=SlotFollower())
+    watch = SpreadWatch(grading, WatchSettings(every_steps=2, controls=2, max_extra_calls=1.0), say=lambda _: None)
+    for n in range(1, 3):
+        step(watch, grading, n)
+    check = watch.checks[-1]
+    assert check.verdict == "no" and check.rule == "controls"
+    assert "follow the display slot more than they differ between passes" in check.why
