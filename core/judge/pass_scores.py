@@ -47,8 +47,8 @@ def _objects_with(text: str, key: str) -> list[int]:
 
 def _read_at(tokens: list[Token] | None, key: str, paths: Mapping[str, tuple[str, ...]], top: int) -> dict:
     """Each name's score read where its path (keys compared as labels are: stripped, upper case) is in the reply's
-    last object with ``key``, from the tokens' probabilities: ``{name: (mean, sd, sampled)}``; a name whose place
-    is not found is left out."""
+    last object with ``key``, from the tokens' probabilities: ``{name: (mean, sd, sampled, written)}``; a name whose
+    place is not found is left out."""
     if not tokens:
         return {}
     text = token_text(tokens)
@@ -68,8 +68,16 @@ def _read_at(tokens: list[Token] | None, key: str, paths: Mapping[str, tuple[str
             reading = score_at(tokens, offset, top)
         except ValueError:
             continue
-        read[name] = (reading.mean, reading.sd, reading.sampled)
+        read[name] = (reading.mean, reading.sd, reading.sampled, reading.written)
     return read
+
+
+def _reading(read: tuple[float, float, bool, int] | None, written: float) -> tuple[float, float, bool]:
+    """A pass's (score, spread, read as written): from the tokens where they were read at a digit that spells the
+    score the answer holds (the same object: a judge may quote one before it answers), else as written."""
+    if read is None or read[3] != written:
+        return written, 0.0, True
+    return read[0], read[1], read[2]
 
 
 class GroupScoresReader:
@@ -94,7 +102,7 @@ class GroupScoresReader:
         for label in self.pass_labels:
             if label in checked.hacks:
                 continue
-            mean, sd, as_written = read.get(label, (float(written.get(label, 0.0)), 0.0, True))
+            mean, sd, as_written = _reading(read.get(label), float(written.get(label, 0.0)))
             scores[label], spread[label] = mean, sd
             if as_written:
                 sampled.append(label)
@@ -112,7 +120,7 @@ class OnePassReader:
         if reply.score > self.top:
             raise JudgeAnswerError(f"score {reply.score:g} is above the top of the scale ({self.top})")
         read = _read_at(tokens, "score", {"it": ("score",)}, self.top)
-        mean, sd, as_written = read.get("it", (float(reply.score), 0.0, True))
+        mean, sd, as_written = _reading(read.get("it"), float(reply.score))
         return {
             "scores": {self.label: mean},
             "sd": {self.label: sd},
