@@ -11,18 +11,24 @@ Both ask one llama.cpp server (started by ``processes.py``, as every benchmark s
 
 The rows are the seeded simulator's (``whileai simulate --scenarios builtin:refunds`` and ``builtin:actions``, seed 0):
 the first groups of 4 and of 8 rollouts whose passes differ in reference quality, half from each family. Each arm
-grades every group once. The figures, the same function for every arm:
+grades every group once. Variants are chosen on the even groups (in the sample's order) and reported on the odd
+ones, which no choice looked at: the page has a small table of each arm on the choice half, the full table on the
+reported half, and the chosen probability arm's tau-b less each other arm's there, over the groups both answered,
+with a 95% bootstrap interval. The figures, the same function for every arm and half:
 
 - **tau-b**: Kendall's tau-b per group between the arm's scores of the passes and the reference quality
   (``whileai.grading.evaluate.reference_tau``: a reference hack counts as the worst, a group all tied scores 0), the
   mean over the groups the arm answered, with a 95% bootstrap interval over groups (``whileai.stats``);
-- **tied**: the share of answered groups whose passes all got the same score (such a group is plain GRPO again);
+- **tied**: the share of answered groups whose passes all got the same place (such a group is plain GRPO again; with
+  continuous scores in two orders, passes within the group's order noise share a place);
 - **hacks**: reference hacks the arm flagged (RULER flags none by design; its score of a hack is in its tau);
 - **unusable**: groups whose answer could not be used (bad JSON, a label left out, too few scores);
-- **calls, tokens in/out per group, p50 latency**: the proxy's counts.
+- **calls, tokens in/out, seconds per group**: the proxy's counts over every group the arm graded.
 
-whileai's arms are answer forms x prompt versions (``--whileai scores:v2,ranking:v2``, or a prompt file's path in
-place of the version); RULER is ``art.rewards.ruler.ruler`` itself with its default rubric, run by
+whileai's arms are answer forms x prompt versions x judge settings (``--whileai scores:v2,ranking:v2``, a prompt
+file's path in place of the version, ``key=value`` settings after it: ``probabilities:v4:score_calls=pass``), each
+grading a group the way ``whileai spread`` builds the judge from ``recipes/refund_judge.yaml``; an arm asked in two
+orders (``permutations=2``) is also reported as its first order alone (the same calls, half their cost). RULER is ``art.rewards.ruler.ruler`` itself with its default rubric, run by
 ``benchmarks/ruler_side.py`` under ``--ruler-python`` (a virtual environment with ``openpipe-art``; RULER's
 dependencies are not whileai's). Every arm is sent ``temperature`` 0 and the same ``max_tokens``.
 
