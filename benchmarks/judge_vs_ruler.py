@@ -28,7 +28,8 @@ with a 95% bootstrap interval. The figures, the same function for every arm and 
 whileai's arms are answer forms x prompt versions x judge settings (``--whileai scores:v2,ranking:v2``, a prompt
 file's path in place of the version, ``key=value`` settings after it: ``probabilities:v4:score_calls=pass``), each
 grading a group the way ``whileai spread`` builds the judge from ``recipes/refund_judge.yaml``; an arm asked in two
-orders (``permutations=2``) is also reported as its first order alone (the same calls, half their cost). RULER is ``art.rewards.ruler.ruler`` itself with its default rubric, run by
+orders (``permutations=2``) is also reported as its first order alone (the same calls, half their cost). RULER
+is ``art.rewards.ruler.ruler`` itself with its default rubric, run by
 ``benchmarks/ruler_side.py`` under ``--ruler-python`` (a virtual environment with ``openpipe-art``; RULER's
 dependencies are not whileai's). Every arm is sent ``temperature`` 0 and the same ``max_tokens``.
 
