@@ -60,8 +60,10 @@ SPREAD_CONTROL_GROUPS: Final[int] = 32
 # same one in ten as SPREAD_MAX_ORDERED_COPIES (whileai's convention): a judge may drop a control to a passing 429 or
 # timeout, not three in ten.
 SPREAD_MIN_MEASURED_CONTROLS: Final[float] = 0.9
-# The graded display orders (of two passes or more) a position effect must rest on before the gate refuses by it.
-POSITION_MIN_ORDERS: Final[int] = 8
+# The graded display orders (of two passes or more) a position effect must rest on before the gate refuses by it. A
+# judge that reads content alone shows a slot effect by chance; over 8 orders of two passes it would exceed the
+# differences between passes about one time in twenty, over 20 orders far less often.
+POSITION_MIN_ORDERS: Final[int] = 20
 
 # A grader whose answers fall back on this fraction of the groups or more is broken, not flat: the gate says
 # "grader unavailable" (exit 4) instead of "no spread" (exit 1), so a CI job can tell the two apart.

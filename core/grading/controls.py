@@ -132,14 +132,22 @@ def make_control(size: int, passes: Sequence[int], seed: str, inject: bool = Tru
 
 
 def with_injection(completion: Any) -> Any:
-    """``completion`` with ``INJECTION`` added where its text ends: a string's end, or a conversation's last
-    message (a copy; the original is untouched)."""
+    """``completion`` with ``INJECTION`` added to what the policy wrote last: a string's end, or a conversation's
+    last assistant message (its text, or a text part after its parts); a copy, the original untouched."""
     if isinstance(completion, str):
         return completion + INJECTION
-    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
-        last = dict(completion[-1])
-        last["content"] = f"{last.get('content') or ''}{INJECTION}"
-        return [*completion[:-1], last]
+    if isinstance(completion, list):
+        mine = [
+            k for k, m in enumerate(completion) if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"
+        ]
+        if mine:
+            last = dict(completion[mine[-1]])
+            content = last.get("content")
+            if isinstance(content, list):  # content parts
+                last["content"] = [*content, {"type": "text", "text": INJECTION}]
+            else:
+                last["content"] = f"{content or ''}{INJECTION}"
+            return [*completion[: mine[-1]], last, *completion[mine[-1] + 1 :]]
     return completion_text(completion) + INJECTION
 
 
@@ -225,7 +233,9 @@ def controls_report(
         if control.copy in second and control.original in second:
             report.copies.append(math.isclose(second[control.copy], second[control.original], abs_tol=1e-9))
         if control.injected is not None and control.injected in second and control.original in second:
-            report.injections.append(second[control.injected] <= second[control.original] + 1e-9)
+            # Held: no higher than the pass itself, shown twice (the identical copy is the same text elsewhere).
+            plain = max(second[control.original], second.get(control.copy, second[control.original]))
+            report.injections.append(second[control.injected] <= plain + 1e-9)
     return report
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from whileai.judge.cache import cache_key
 from whileai.judge.client import JudgeCallError, JudgeClient
+from whileai.judge.probabilities import READING
 from whileai.judge.prompts import load_prompts
 from whileai.judge.replies import JudgeAnswerError
 from whileai.judge.settings import JudgeConfig
@@ -55,7 +56,8 @@ class JudgeBase:
             prompts=self.prompts.version,
             prompts_digest=self.prompts.digest,
             messages=messages,
-            **({"top_logprobs": top_logprobs} if top_logprobs else {}),
+            # How a score is read from the probabilities changes the answer stored: its version is in the key.
+            **({"top_logprobs": top_logprobs, "reading": READING} if top_logprobs else {}),
         )
 
     def close(self) -> None:

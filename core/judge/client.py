@@ -217,6 +217,7 @@ class JudgeClient:
         self.stats = stats if stats is not None else JudgeStats()
         self._format = "none"
         self._use_format("none" if config.structured_output == "off" else "json_schema")
+        self.logprobs = True  # asked while the server takes them: one that refuses them is not asked again
         self.endpoint = EndpointClient(config, self.stats, name="judge", concurrency=JUDGE_CONCURRENCY)
         self.cache = None if config.no_cache else JudgeCache(config.cache_path())
         # Calls in flight at once, and why: the config's figure, or the server's, asked before the first call.
@@ -306,12 +307,25 @@ class JudgeClient:
             )
         return True
 
+    def _refused_logprobs(self, spec: CallSpec, status: int, error: str) -> bool:
+        """Whether an error status refuses ``logprobs`` (its text names them, as OpenAI's reasoning models' 400
+        does); if so, scores are read as written from now on (counted) and the call is sent again without them."""
+        if not (spec.top_logprobs and self.logprobs and status >= 400 and re.search("logprob", error, re.IGNORECASE)):
+            return False
+        self.logprobs = False
+        log.warning(
+            "judge %s refused logprobs (HTTP %s): scores are read as the judge writes them from now on",
+            self.config.base_url,
+            status,
+        )
+        return True
+
     # ------------------------------------------------------------------ one call
 
     def _request(self, spec: CallSpec, form: str) -> dict[str, Any]:
         """The body of one chat completion; ``form`` is the ``response_format`` to send (``"none"``: none)."""
         fields: dict[str, Any] = {}
-        if spec.top_logprobs:
+        if spec.top_logprobs and self.logprobs:
             fields = {"logprobs": True, "top_logprobs": spec.top_logprobs}
         if form == "json_schema":
             response_format: dict[str, Any] = {
@@ -352,7 +366,7 @@ class JudgeClient:
             return self._request(spec, sent)
 
         def refused(status: int, error: str) -> bool:
-            return self._refused_format(sent, status, error)
+            return self._refused_logprobs(spec, status, error) or self._refused_format(sent, status, error)
 
         def read(response: dict[str, Any]) -> Any:
             return self._read_response(spec, response)

@@ -211,7 +211,8 @@ class JudgeGrader(JudgeBase):
         passes = [int(it["index"]) for it in group if it["passed"]]
         if self.continuous:
             labels = [plan.label_to_index for plan in plans]
-            answer, slots = assemble_scores(passes, [plan.order for plan in plans], labels, answers)
+            band = self.config.tie_within * self.prompts.answer.top
+            answer, slots = assemble_scores(passes, [plan.order for plan in plans], labels, answers, band)
             notes = answer["notes"]
             self.stats.count_scores(notes["read"], notes["as_written"])
             self.stats.count_slots(slots)
@@ -271,7 +272,7 @@ class JudgeGrader(JudgeBase):
                 mine = outcomes[position : position + len(plan.specs)]
                 position += len(plan.specs)
                 error = error or next((o.error for o in mine if o.error is not None), None)
-                answers.append(_joined([o.answer for o in mine]) if len(mine) > 1 else mine[0].answer)
+                answers.append(mine[0].answer if len(mine) == 1 else _joined([o.answer for o in mine]))
             if error is not None:
                 self.stats.count_failure(failure_reason(error))
                 results.append(error)

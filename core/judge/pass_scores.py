@@ -9,8 +9,9 @@ server that returns none, or ``answer_form: scores``) and say so.
 
 ``assemble_scores`` joins a group's orders: a pass's score is its mean over the orders; the group's order noise is
 how far a pass's score moves between orders (the mean absolute difference between two orders' scores of a pass);
-passes whose means differ by less than that noise share a tier, so a difference the judge's own reordering could
-make is no difference. With one order there is no noise to measure and only equal scores tie. The scores by display
+passes whose means differ by no more than that noise share a tier (a tier holds the best pass not yet placed and
+every pass within the band below it), so a difference the judge's own reordering could make is no difference.
+With one order there is no noise to measure, and the band is ``tie_within`` of the scale's top. The scores by display
 slot, centred on each order's mean, are returned for the position measure (``JudgeStats.count_slots``).
 """
 
@@ -168,7 +169,11 @@ def order_noise(per_order: Sequence[Mapping[int, float]], passes: Sequence[int])
 
 
 def assemble_scores(
-    passes: Sequence[int], orders: Sequence[Sequence[int]], labels: Sequence[Mapping[str, int]], answers: Sequence[dict]
+    passes: Sequence[int],
+    orders: Sequence[Sequence[int]],
+    labels: Sequence[Mapping[str, int]],
+    answers: Sequence[dict],
+    min_band: float = 0.0,
 ) -> tuple[dict[str, Any], list[list[tuple[int, float]]]]:
     """A group's answer from its display orders' score answers (one per order, labels already joined).
 
@@ -177,6 +182,7 @@ def assemble_scores(
         orders: each order's group indices in display order.
         labels: each order's label to group index.
         answers: each order's ``{"scores", "sd", "sampled", "hacks", "reasons"}`` by label.
+        min_band: the smallest difference that separates two passes (``tie_within`` of the scale's top).
 
     Returns:
         The answer (``ranking`` in banded tiers, ``hacks`` named in more than half of the orders, ``reasons`` of the
@@ -193,7 +199,7 @@ def assemble_scores(
     means = {i: v for i, v in means.items() if any(i in o for o in per_order)}
     missing = [i for i in kept if i not in means]
     noise = order_noise(per_order, kept)
-    tiers = banded_tiers(means, noise or 0.0)
+    tiers = banded_tiers(means, max(noise or 0.0, min_band))
     if missing:  # named a hack by some orders but not most: ranked last
         tiers.append(missing)
     agreement = None

@@ -14,7 +14,9 @@ Where the score is: the reply is JSON (a schema asks for it); :func:`number_offs
 tokens spell and gives where each number starts, by its path (``("scores", "A")``), and :func:`score_at` reads the
 alternatives of the token that holds that place. A score of several tokens ("10" as "1" then "0") is resolved by
 the next position where the judge wrote its first digit; an alternative that could start a longer score the judge
-did not write is counted as the number it spells. Pure functions: nothing here calls a server.
+did not write ("1" on a scale to 10, from a tokenizer that writes digit by digit) is left out, since it may be a 1
+or a 10. A token whose text is raw bytes (part of a character) is read from its ``bytes``, so the reply's JSON
+stays whole. Pure functions: nothing here calls a server.
 """
 
 from __future__ import annotations
@@ -26,11 +28,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ScoreReading", "Token", "number_offsets", "reply_tokens", "score_at", "token_text"]
+__all__ = ["READING", "ScoreReading", "Token", "number_offsets", "reply_tokens", "score_at", "token_text"]
+
+# The version of how a score is read from the probabilities, part of a cached answer's key: a change here must not
+# be answered by answers read the old way.
+READING = "expected-score/2"
 
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _LEADING_DIGITS = re.compile(r"\d+")
+# How a server shows a token that is part of a character when it sends no bytes: "\xe2", or llama.cpp's "byte: \xe2".
+_RAW_BYTE = re.compile(r"(?:byte: ?)?(?:\\x[0-9a-fA-F]{2})+")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,15 @@ def _finite(value: Any) -> float:
     return number if math.isfinite(number) else -math.inf
 
 
+def _token_text(text: str, raw: Any = None) -> str:
+    """A token's text as it stands in the reply: from its ``bytes`` where the server sends them (a token that is
+    part of a character decodes to a replacement character, which keeps the JSON around it whole), a raw-byte
+    spelling likewise, else as sent."""
+    if isinstance(raw, list) and raw and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+        return bytes(raw).decode("utf-8", errors="replace")
+    return "\ufffd" if _RAW_BYTE.fullmatch(text) else text
+
+
 def _chat_tokens(entries: Sequence[Any]) -> list[Token]:
     tokens = []
     for entry in entries:
@@ -82,7 +99,7 @@ def _chat_tokens(entries: Sequence[Any]) -> list[Token]:
         text = entry.get("token")
         if not isinstance(text, str):
             raise ValueError("a logprobs entry has no token text")
-        tokens.append(Token(text, _finite(entry.get("logprob")), tuple(alternatives)))
+        tokens.append(Token(_token_text(text, entry.get("bytes")), _finite(entry.get("logprob")), tuple(alternatives)))
     return tokens
 
 
@@ -93,7 +110,7 @@ def _completion_tokens(logprobs: Mapping[str, Any]) -> list[Token]:
     for i, text in enumerate(texts):
         top = tops[i] if i < len(tops) and isinstance(tops[i], Mapping) else {}
         alternatives = tuple((str(k), _finite(v)) for k, v in top.items())
-        tokens.append(Token(str(text), _finite(chosen[i] if i < len(chosen) else None), alternatives))
+        tokens.append(Token(_token_text(str(text)), _finite(chosen[i] if i < len(chosen) else None), alternatives))
     return tokens
 
 
@@ -107,7 +124,7 @@ def _llama_tokens(entries: Sequence[Any]) -> list[Token]:
         if "top_logprobs" in entry or "token" in entry:
             tokens += _chat_tokens([entry])
             continue
-        text = str(entry.get("content", ""))
+        text = _token_text(str(entry.get("content", "")))
         alternatives = []
         for alt in entry.get("probs") or ():
             if isinstance(alt, Mapping):
@@ -141,7 +158,7 @@ def reply_tokens(response: Mapping[str, Any]) -> list[Token] | None:
         legacy = response.get("completion_probabilities")
         if isinstance(legacy, list) and legacy:
             return _llama_tokens(legacy)
-    except ValueError:
+    except (TypeError, ValueError, AttributeError):  # a shape half like these: read as written, never a failure
         return None
     return None
 
@@ -269,21 +286,25 @@ def score_at(tokens: Sequence[Token], offset: int, top: int) -> ScoreReading:
     # The written token's own text, once: a server lists it among the alternatives too.
     written_piece = _LEADING_DIGITS.match(token.text, len(prefix))
     own = written_piece.group() if written_piece else ""
+    # The written number goes on in the next token when its digits end this one (Qwen writes 10 as "1", "0").
+    goes_on = bool(written_piece) and written_piece.end() == len(token.text) and index + 1 < len(tokens)
+    # A tokenizer that has a token for "10" lists it beside "1"; one that writes digit by digit cannot tell a 1 from
+    # the start of a 10 the judge did not write, so such an alternative is left out rather than guessed.
+    whole = any(len(digits) > 1 for digits in seen)
     weights: dict[int, float] = {}
     for digits, p in seen.items():
-        if digits == own and index + 1 < len(tokens) and int(digits + "0") <= top:
-            # The judge wrote these digits, and a longer score could follow them: the next place says how it ends.
-            following = tokens[index + 1]
-            rest = _candidates(following, "")
-            total = sum(rest.values())
-            stop = max(0.0, 1.0 - total)
+        if digits == own and goes_on and int(digits + "0") <= top:
+            # The judge wrote these digits and a longer score could follow: the next place says how it ends.
+            rest = _candidates(tokens[index + 1], "")
+            stop = max(0.0, 1.0 - sum(rest.values()))
             for more, q in rest.items():
-                value = int(digits + more)
-                if value <= top:
-                    weights[value] = weights.get(value, 0.0) + p * q
+                if int(digits + more) <= top:
+                    weights[int(digits + more)] = weights.get(int(digits + more), 0.0) + p * q
             if int(digits) <= top:
                 weights[int(digits)] = weights.get(int(digits), 0.0) + p * stop
             continue
+        if digits != own and not whole and int(digits + "0") <= top:
+            continue  # a "1" that may be the first digit of a 10
         if int(digits) <= top:
             weights[int(digits)] = weights.get(int(digits), 0.0) + p
     mass = sum(weights.values())

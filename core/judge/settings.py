@@ -65,6 +65,14 @@ class JudgeConfig(EndpointSettings):
             "once."
         ),
     )
+    tie_within: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="With continuous scores (probabilities, or score_calls: pass), passes whose scores differ by at "
+        "most this share of the scale's top tie (0.1 on a scale to 10): a smaller difference says nothing a judge "
+        "could repeat; with permutations >= 2 the group's order noise, when larger, is the band instead.",
+    )
     top_logprobs: int = Field(
         default=20,
         ge=1,

@@ -9,14 +9,17 @@ keeps numbers; ``GroupwiseGrading.stats`` keeps the grading side (groups, fallba
 from __future__ import annotations
 
 import statistics
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from whileai.http.endpoint import EndpointStats
 
-__all__ = ["JudgeStats"]
+__all__ = ["SLOT_ORDERS_KEPT", "JudgeStats"]
+
+# The graded orders the position figures rest on, the newest kept: enough to measure, bounded over a long run.
+SLOT_ORDERS_KEPT = 4096
 
 
 @dataclass
@@ -38,7 +41,7 @@ class JudgeStats(EndpointStats):
             scores``) rather than from its token probabilities.
         slot_scores: for each group and display order graded, ``(display slot, score less the order's mean)`` of
             each pass (a ranking's score is its place, negated): a judge that reads content has slot means near 0;
-            one that favours a place does not (``position``).
+            one that favours a place does not (``position``). The newest ``SLOT_ORDERS_KEPT`` orders are kept.
         structured_output: whether a ``response_format`` is still being sent.
         response_format: the form sent now: ``"json_schema"``, ``"json_object"`` or ``"none"`` (``auto`` steps down
             one form each time the server refuses one).
@@ -60,7 +63,7 @@ class JudgeStats(EndpointStats):
     agreements: list[float] = field(default_factory=list)
     scores_read: int = 0
     scores_as_written: int = 0
-    slot_scores: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    slot_scores: deque[tuple[tuple[int, float], ...]] = field(default_factory=lambda: deque(maxlen=SLOT_ORDERS_KEPT))
     structured_output: bool = True
     response_format: str = "json_schema"
     concurrency: int | None = None
@@ -87,7 +90,7 @@ class JudgeStats(EndpointStats):
         """Each order's ``(display slot, score less the order's mean)`` of its passes (orders of one pass say
         nothing about position and are left out)."""
         with self._lock:
-            self.slot_scores += [tuple(order) for order in orders if len(order) > 1]
+            self.slot_scores.extend(tuple(order) for order in orders if len(order) > 1)
 
     def slot_means(self) -> dict[int, float]:
         """The mean score less its order's mean, by display slot (0 first)."""

@@ -75,7 +75,7 @@ def test_top_tokens_without_other_digits_leave_the_written_score(make_judge, jud
 
 def test_a_score_split_over_two_tokens_reads_as_one(make_judge, judge_server, judge_tools) -> None:
     def tens(label: str, slot: int, text: str) -> dict[int, float]:
-        return {"best": {10: 0.7, 9: 0.2, 1: 0.1}, "good": {9: 0.8, 8: 0.2}, "fair": {8: 1.0}}[text.split(":")[0]]
+        return {"best": {10: 0.7, 9: 0.2, 1: 0.1}, "good": {9: 0.6, 8: 0.4}, "fair": {8: 1.0}}[text.split(":")[0]]
 
     answer = prob_judge(make_judge, judge_server, judge_tools, "openai", weights=tens)(GROUP)
     assert answer["notes"]["scores"]["0"] == pytest.approx(0.7 * 10 + 0.2 * 9 + 0.1 * 1, abs=1e-3)
@@ -153,7 +153,7 @@ def test_the_gate_refuses_a_judge_whose_probabilities_follow_the_slot(make_judge
     assert report.controls is not None and report.controls.follows_slot
     assert "follow the display slot more than they differ between passes" in report.conclusion
     position = report.as_dict()["controls"]["position"]
-    assert position["effect"] > position["differences"] and position["orders"] >= 8
+    assert position["effect"] > position["differences"] and position["orders"] >= 20
 
 
 def test_the_gate_passes_a_judge_that_reads_content_and_holds_against_injection(
@@ -180,3 +180,21 @@ def test_a_judge_that_rates_the_injected_copy_highest_is_warned_of(make_judge, j
     report = GroupwiseGrading(grader=judge).check_spread(gate_rows(), strict=False, controls=12)
     assert report.verdict == "yes"  # a warning, not a refusal
     assert "warning: injection held in 0 of 12 controls" in str(report)
+
+
+def test_a_server_that_refuses_logprobs_is_asked_without_them(make_judge, judge_server, judge_tools) -> None:
+    refusal = judge_tools.Status(400, body={"error": {"message": "logprobs are not supported with this model"}})
+    judge_server.push(refusal, *[lambda body: judge_tools.logprobs_reply(body, by_content, "none")] * 4)
+    judge = make_judge("grader", answer_form="probabilities", prompts="v3")
+    answer = judge(GROUP)
+    first, second = (r["body"] for r in judge_server.requests[:2])
+    assert first["logprobs"] is True and "logprobs" not in second and "top_logprobs" not in second
+    assert answer["notes"]["as_written"] == 3 and judge.stats.retries == 0  # sent again at once, not a retry
+    judge(GROUP[:2] + GROUP[3:])
+    assert "logprobs" not in judge_server.requests[-1]["body"]  # not asked again
+
+
+def test_one_call_a_pass_with_no_pass_asks_nothing(make_judge, judge_server) -> None:
+    judge = make_judge("grader", answer_form="probabilities", prompts="v4", score_calls="pass")
+    answer = judge([{**GROUP[3], "index": 0}, {**GROUP[3], "index": 1}])
+    assert answer["ranking"] == [] and judge_server.calls == 0

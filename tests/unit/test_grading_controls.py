@@ -114,3 +114,14 @@ def test_controls_leave_the_counters_alone() -> None:
     gar = wai.GroupwiseGrading(grader=by_length)
     gar.check_spread(rows, strict=False, controls=32)
     assert gar.stats.groups == 3 and gar.stats.grader_calls == 3
+
+
+def test_the_injection_goes_where_the_policy_wrote_last() -> None:
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
+    assert with_injection(parts)[-1]["content"] == [
+        {"type": "text", "text": "done"},
+        {"type": "text", "text": INJECTION},
+    ]
+    tool_last = [{"role": "assistant", "content": "calling"}, {"role": "tool", "content": "ok"}]
+    injected = with_injection(tool_last)
+    assert injected[0]["content"] == "calling" + INJECTION and injected[1] == tool_last[1]

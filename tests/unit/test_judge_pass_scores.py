@@ -62,3 +62,40 @@ def test_a_score_read_where_tokens_and_text_disagree_stays_as_written() -> None:
     cut = [Token('{"s": ', 0.0), Token("9", math.log(0.5), (("9", math.log(0.5)), ("12", math.log(0.5))))]
     reading = score_at(cut, 6, top=10)  # an alternative above the top of the scale is left out
     assert reading.mean == 9 and reading.sampled
+
+
+def test_a_1_that_may_start_a_10_is_left_out_unless_the_tokenizer_has_a_10() -> None:
+    log = math.log
+    lead = Token('{"s": ', 0.0)
+    digit_by_digit = [lead, Token("9", log(0.6), (("9", log(0.6)), ("1", log(0.3)), ("8", log(0.1)))), Token("}", 0.0)]
+    reading = score_at(digit_by_digit, 6, top=10)  # the "1" may be a 1 or the start of a 10: not guessed
+    assert reading.mean == pytest.approx((9 * 0.6 + 8 * 0.1) / 0.7) and reading.mass == pytest.approx(0.7)
+    whole_tens = [lead, Token("9", log(0.6), (("9", log(0.6)), ("10", log(0.3)), ("1", log(0.1)))), Token("}", 0.0)]
+    assert score_at(whole_tens, 6, top=10).mean == pytest.approx(9 * 0.6 + 10 * 0.3 + 1 * 0.1)
+
+
+def test_a_number_that_ends_in_its_token_reads_no_further() -> None:
+    log = math.log
+    tokens = [Token('{"s": ', 0.0), Token("1}", log(0.5), (("1}", log(0.5)), ("2}", log(0.5)))), Token("0", 0.0)]
+    assert score_at(tokens, 6, top=10).mean == pytest.approx(1.5)
+
+
+def test_a_token_that_is_part_of_a_character_keeps_the_json_whole() -> None:
+    from whileai.judge.probabilities import reply_tokens
+
+    seven, six = math.log(0.7), math.log(0.3)
+    entries = [
+        {"token": '{"reason": "', "logprob": 0.0, "top_logprobs": []},
+        {"token": "\\xe2\\x80", "bytes": [0xE2, 0x80], "logprob": 0.0, "top_logprobs": []},  # half of a dash
+        {"token": '", "score": ', "logprob": 0.0, "top_logprobs": []},
+        {
+            "token": "7",
+            "logprob": seven,
+            "top_logprobs": [{"token": "7", "logprob": seven}, {"token": "6", "logprob": six}],
+        },
+        {"token": "}", "logprob": 0.0, "top_logprobs": []},
+    ]
+    tokens = reply_tokens({"choices": [{"logprobs": {"content": entries}}]})
+    assert tokens is not None
+    offset = number_offsets("".join(t.text for t in tokens))[("score",)]
+    assert score_at(tokens, offset, top=10).mean == pytest.approx(6.7)
