@@ -197,9 +197,10 @@ class ControlsReport:
         position = ""
         if self.position is not None:
             found = self.position
+            short = f", at least {POSITION_MIN_ORDERS} needed to judge" if found["orders"] < POSITION_MIN_ORDERS else ""
             position = (
                 f"; position effect {found['effect']:.3f} (the spread of the mean score by display slot) beside "
-                f"differences between passes {found['differences']:.3f}, over {found['orders']} graded orders"
+                f"differences between passes {found['differences']:.3f}, over {found['orders']} graded orders{short}"
             )
         return f"controls: {reorder}; {copies}{injection}{position}{failed}"
 
