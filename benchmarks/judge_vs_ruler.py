@@ -75,6 +75,8 @@ from whileai.config.build import build_grading
 from whileai.grading.evaluate import reference_tau
 from whileai.judge.client import names_structured_output
 from whileai.judge.orders import fractional_ranks
+from whileai.judge.pass_scores import banded_tiers, order_noise
+from whileai.judge.settings import JudgeConfig
 from whileai.stats import bootstrap_interval
 
 RECIPE = REPO / "recipes" / "refund_judge.yaml"
@@ -87,6 +89,8 @@ COLUMNS = (
     "tokens in/group", "tokens out/group", "s/group",
 )  # fmt: skip
 say = say_as("judge_vs_ruler")
+# Continuous scores tie within this much on the prompts' scale to 10 (JudgeConfig.tie_within's default).
+BAND = JudgeConfig.model_fields["tie_within"].default * 10
 
 
 # ---------------------------------------------------------------------------------------------------- the groups
@@ -374,10 +378,57 @@ def whileai_arm(
     return answers
 
 
-def first_order(answers: Sequence[Answer]) -> list[Answer]:
-    """Each answer as its first display order alone scored it (an arm asked in two orders read as if asked in one:
-    the same calls, the first of each group's two)."""
-    return [Answer(a.orders[0], a.hacks, a.unusable) if a.orders else Answer(None, [], a.unusable) for a in answers]
+def placed(scores: dict[int, float], band: float) -> dict[int, float]:
+    """Continuous scores as the judge places them: tiers within ``band`` (``whileai.judge.pass_scores``), each
+    pass's score its place, negated."""
+    return {i: -r for i, r in fractional_ranks(banded_tiers(scores, band)).items()}
+
+
+def first_order(answers: Sequence[Answer], band: float = BAND) -> list[Answer]:
+    """Each answer as its first display order alone places it (an arm asked in two orders read as if asked in one:
+    the same calls, the first of each group's two), tied within ``band`` as one order is."""
+    return [
+        Answer(placed(a.orders[0], band), a.hacks, a.unusable, a.orders[:1])
+        if a.orders
+        else Answer(None, [], a.unusable)
+        for a in answers
+    ]
+
+
+def both_orders(answers: Sequence[Answer], band: float = BAND) -> list[Answer]:
+    """Each two-order answer placed again from its orders' scores as the judge places them now: the mean over the
+    orders, tied within the group's order noise or ``band``, whichever is larger."""
+    out = []
+    for a in answers:
+        if len(a.orders) < 2:
+            out.append(a)
+            continue
+        passes = sorted(set(a.orders[0]) & set(a.orders[1]))
+        means = {i: sum(o[i] for o in a.orders) / len(a.orders) for i in passes}
+        noise = order_noise(a.orders, passes) or 0.0
+        out.append(Answer(placed(means, max(noise, band)), a.hacks, a.unusable, a.orders))
+    return out
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """The page again from ``--json``, every arm of two orders and its first order placed as the judge places them
+    now; no server, no call."""
+    body = json.loads(args.json.read_text())
+    groups = [Group(t, "", [""] * len(r["passed"]), **r) for t, r in body["references"].items()]
+    records = body["records"]
+    by_name = {(r["model"], r["arm"]): r for r in records}
+    for record in records:
+        answers = answers_of(record)
+        if record["arm"].endswith(" (first order)"):
+            base = by_name.get((record["model"], record["arm"].removesuffix(" (first order)")))
+            answers = first_order(answers_of(base)) if base is not None else answers
+        elif any(len(a.orders) > 1 for a in answers):
+            answers = both_orders(answers)
+        record["answers"] = [
+            {"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable, "orders": a.orders} for a in answers
+        ]
+    save(args.out, args.json, records, groups)
+    return 0
 
 
 def ruler_arm(
@@ -560,7 +611,7 @@ def load(json_path: Path) -> list[dict[str, Any]]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the GGUF file")
+    parser.add_argument("--model", help="the GGUF file (needed unless --rerender)")
     parser.add_argument("--server-python", default=sys.executable, help="the python that has llama_cpp.server")
     parser.add_argument("--server-cmd", default=DEFAULT_SERVER_CMD, help="the server's command line [llama_cpp]")
     parser.add_argument("--ruler-python", default=None, help="a python with openpipe-art; none: no RULER arm")
@@ -572,10 +623,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown page the table goes in, as a section")
     parser.add_argument("--json", type=Path, default=OUT_JSON, help="every arm's answers and figures")
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--rerender", action="store_true", help="write the page again from --json; ask nothing")
     return parser.parse_args(argv)
 
 
 def benchmark(args: argparse.Namespace, work: Path) -> int:
+    if not args.model:
+        raise SystemExit("judge_vs_ruler: --model is needed (or --rerender to write the page from --json)")
     model = Path(args.model).name
     groups = make_groups(args.of_4, args.of_8, work)
     rows = work / "rows.jsonl"
@@ -625,7 +679,10 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_benchmark(parse_args(argv), benchmark, "judge_vs_ruler")
+    args = parse_args(argv)
+    if args.rerender:
+        return rerender(args)
+    return run_benchmark(args, benchmark, "judge_vs_ruler")
 
 
 if __name__ == "__main__":

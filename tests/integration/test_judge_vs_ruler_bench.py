@@ -211,3 +211,15 @@ def test_sigterm_while_the_judge_is_asked_ends_the_run_and_the_server(tmp_path: 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert not group_alive(pid)
+
+
+def test_the_page_is_written_again_from_its_json_without_a_server(ran, tmp_path: Path) -> None:
+    results = ran["out"].parent
+    page, data = tmp_path / "vs.md", tmp_path / "vs.json"
+    page.write_text(ran["out"].read_text())
+    data.write_text((results / "vs.json").read_text())
+    assert bench.main(["--rerender", "--json", str(data), "--out", str(page)]) == 0
+    assert page.read_text() == ran["out"].read_text()  # the run placed its answers as the judge places them now
+    records = json.loads(data.read_text())["records"]
+    first = next(r for r in records if r["arm"].endswith("(first order)"))
+    assert all(len(a["orders"]) == 1 for a in first["answers"])
