@@ -275,11 +275,18 @@ class SpreadWatch:
         if controls is not None and controls.checks:
             tied = sum(controls.checks) / len(controls.checks)
         attempted = report.groups + sum(failed.values())
+        held = math.nan
+        if controls is not None and controls.injections:
+            held = sum(controls.injections) / len(controls.injections)
+        position = controls.position if controls is not None else None
         return {
             "std": report.std if report.scores else math.nan,
             "near_median": report.near_median if report.scores else math.nan,
             "control_tau": math.nan if controls is None or controls.agreement is None else controls.agreement,
             "copies_tied": tied,
+            "injection_held": held,
+            "position_effect": math.nan if position is None else position["effect"],
+            "pass_differences": math.nan if position is None else position["differences"],
             "fallback_rate": sum(failed.values()) / attempted if attempted else math.nan,
             "hack_rate": hacked / passes if passes else math.nan,
             "groups": float(report.groups),
