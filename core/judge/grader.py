@@ -214,7 +214,8 @@ class JudgeGrader(JudgeBase):
             band = self.config.tie_within * self.prompts.answer.top
             answer, slots = assemble_scores(passes, [plan.order for plan in plans], labels, answers, band)
             notes = answer["notes"]
-            self.stats.count_scores(notes["read"], notes["as_written"])
+            if self.config.answer_form == "probabilities":  # scores asked as written are no shortfall
+                self.stats.count_scores(notes["read"], notes["as_written"])
             self.stats.count_slots(slots)
             if notes["agreement"] is not None:
                 self.stats.count_agreement(notes["agreement"])
