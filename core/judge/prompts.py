@@ -296,13 +296,15 @@ def rubric_block(solution: Sequence[str], behavior: Sequence[str]) -> str:
 
 
 def _group_messages(
-    prompts: JudgePrompts, which: str, task: str, views: Sequence[RolloutView], max_chars: int | None
+    prompts: JudgePrompts, which: str, task: str, views: Sequence[RolloutView], max_chars: int | None, **more: str
 ) -> list[Message]:
+    """The system message and the template ``which`` filled with the group (``more``: its other placeholders)."""
     user = prompts.fill(
         which,
         task=task_block(task),
         rollouts="\n".join(rollout_block(v, max_chars) for v in views),
         pass_labels=", ".join(v.label for v in views if v.passed),
+        **more,
     )
     return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
 
@@ -354,13 +356,7 @@ def rate_one_messages(
         BadInput: the prompts have no ``rate_one`` template.
     """
     check_rate_one(prompts)
-    user = prompts.fill(
-        "rate_one",
-        task=task_block(task),
-        rollouts="\n".join(rollout_block(v, max_chars) for v in views),
-        label=label,
-    )
-    return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
+    return _group_messages(prompts, "rate_one", task, views, max_chars, label=label)
 
 
 def rubric_messages(
