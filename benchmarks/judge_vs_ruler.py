@@ -85,7 +85,7 @@ OUT_JSON = REPO / "benchmarks" / "results" / "judge_vs_ruler.json"
 RULER_SIDE = Path(__file__).resolve().with_name("ruler_side.py")
 FORMAT = "whileai-judge-vs-ruler/1"
 COLUMNS = (
-    "model", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged (wrong)", "unusable", "calls/group",
+    "model", "server", "arm", "groups", "tau-b [95% CI]", "tied", "hacks flagged (wrong)", "unusable", "calls/group",
     "tokens in/group", "tokens out/group", "s/group",
 )  # fmt: skip
 say = say_as("judge_vs_ruler")
@@ -415,12 +415,12 @@ def rerender(args: argparse.Namespace) -> int:
     now; no server, no call."""
     body = json.loads(args.json.read_text())
     groups = [Group(t, "", [""] * len(r["passed"]), **r) for t, r in body["references"].items()]
-    records = body["records"]
-    by_name = {(r["model"], r["arm"]): r for r in records}
+    records = load(args.json)
+    by_name = {key(r): r for r in records}
     for record in records:
         answers = answers_of(record)
         if record["arm"].endswith(" (first order)"):
-            base = by_name.get((record["model"], record["arm"].removesuffix(" (first order)")))
+            base = by_name.get(key({**record, "arm": record["arm"].removesuffix(" (first order)")}))
             answers = first_order(answers_of(base)) if base is not None else answers
         elif any(len(a.orders) > 1 for a in answers):
             answers = both_orders(answers)
@@ -507,7 +507,7 @@ def table_row(record: dict[str, Any], groups: Sequence[Group]) -> list[str]:
         tau += f" [{fig['interval'][0]:.2f}, {fig['interval'][1]:.2f}]"
     hacks = fig["hacks"]
     return [
-        record["model"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
+        record["model"], record["server"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
         "-" if fig["tied"] is None else f"{fig['tied']:.2f}",
         f"{hacks['flagged']}/{hacks['reference']} ({hacks.get('wrong', 0)} wrong)",
         str(fig["unusable"]), f"{cost['calls'] / n:.1f}", f"{cost['tokens_in'] / n:.0f}",
@@ -551,23 +551,25 @@ def render_model(model: str, records: Sequence[dict[str, Any]], groups: Sequence
     choose, report = half(groups, 0), half(groups, 1)
     pick = chosen(records, choose)
     lines = [f"### {model}", "", f"Chosen on the even groups ({len(choose)}): tau-b and tied, for the choice only.", ""]
-    lines += ["| arm | tau-b | tied |", "|---|---|---|"]
+    lines += ["| arm | server | tau-b | tied |", "|---|---|---|---|"]
     for record in records:
         fig = figures(*zip(*_by_task(record, choose), strict=True))
         tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
         tied = "-" if fig["tied"] is None else f"{fig['tied']:.2f}"
-        lines.append(f"| {record['arm']}{' (chosen)' if record is pick else ''} | {tau} | {tied} |")
+        mark = " (chosen)" if record is pick else ""
+        lines.append(f"| {record['arm']}{mark} | {record['server']} | {tau} | {tied} |")
     lines += ["", f"Reported on the odd groups ({len(report)}), which no choice looked at:", ""]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(table_row(r, report)) + " |" for r in records]
     if pick is not None:
-        lines += ["", f"The chosen arm ({pick['arm']}) less each other arm, tau-b on the reported half [95% CI]:", ""]
+        named = f"{pick['arm']}, {pick['server']}"
+        lines += ["", f"The chosen arm ({named}) less each other arm, tau-b on the reported half [95% CI]:", ""]
         for record in records:
             if record is pick or "probabilities" in record["arm"]:
                 continue
             found = difference(pick, record, report)
             text = "-" if found is None else f"{found[0]:+.2f} [{found[1][0]:+.2f}, {found[1][1]:+.2f}]"
-            lines.append(f"- {record['arm']}: {text}")
+            lines.append(f"- {record['arm']} ({record['server']}): {text}")
     return [*lines, ""]
 
 
@@ -598,12 +600,26 @@ def save(out: Path, json_path: Path, records: list[dict[str, Any]], groups: Sequ
 
 
 def load(json_path: Path) -> list[dict[str, Any]]:
+    """The records of ``json_path``; one written before records named their server ran on llama-cpp-python's."""
     if not json_path.exists():
         return []
     data = json.loads(json_path.read_text())
     if data.get("format") != FORMAT:
         raise SystemExit(f"{json_path} is not a {FORMAT} file")
-    return list(data["records"])
+    return [{"server": "llama_cpp.server", **r} for r in data["records"]]
+
+
+def key(record: dict[str, Any]) -> tuple[str, str, str]:
+    """What a record is one of: a model's arm on a server (a rerun replaces it; another server's run stays)."""
+    return record["model"], record["arm"], record["server"]
+
+
+def server_name(command: Sequence[str]) -> str:
+    """The server program a command line runs: for a python, the module after ``-m`` or the script's file name; else
+    the program's file name."""
+    if not Path(command[0]).name.startswith("python") or len(command) < 2:
+        return Path(command[0]).name
+    return command[2] if command[1] == "-m" and len(command) > 2 else Path(command[1]).name
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -662,6 +678,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
                 for arm_name, arm_answers, arm_cost in made:
                     record = {
                         "model": model,
+                        "server": server_name(server.command),
                         "arm": arm_name,
                         "cost": arm_cost,
                         "answers": [
@@ -670,7 +687,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
                         ],
                         "groups": [g.task_id for g in groups],
                     }
-                    records = [r for r in records if (r["model"], r["arm"]) != (model, arm_name)] + [record]
+                    records = [r for r in records if key(r) != key(record)] + [record]
                     say("  " + " | ".join(table_row(record, half(groups, 1))))
                 save(args.out, args.json, records, groups)
     finally:

@@ -117,6 +117,7 @@ def figures_of(ran, record: dict) -> dict:
 def test_one_row_per_arm_with_its_figures_and_counts(ran) -> None:
     records = json.loads(ran["out"].with_name("vs.json").read_text())["records"]
     assert [r["arm"] for r in records] == ARMS
+    assert {r["server"] for r in records} == {FAKE.name}  # the program the server command ran
     for record in records:
         assert figures_of(ran, record)["groups"] == 6 and record["cost"]["calls"] >= 3, record["arm"]
         assert record["cost"]["tokens_in"] > 0  # the server's usage, counted by the proxy
@@ -223,3 +224,16 @@ def test_the_page_is_written_again_from_its_json_without_a_server(ran, tmp_path:
     records = json.loads(data.read_text())["records"]
     first = next(r for r in records if r["arm"].endswith("(first order)"))
     assert all(len(a["orders"]) == 1 for a in first["answers"])
+
+
+def test_a_record_names_its_server_and_one_from_before_reads_as_llama_cpp_python(tmp_path: Path) -> None:
+    assert bench.server_name(["/venv/bin/python", "-m", "llama_cpp.server", "--model", "m.gguf"]) == "llama_cpp.server"
+    assert bench.server_name(["/opt/llama.cpp/build/bin/llama-server", "-m", "m.gguf"]) == "llama-server"
+    path = tmp_path / "vs.json"
+    old = {"model": "m.gguf", "arm": "whileai scores v2"}
+    path.write_text(json.dumps({"format": bench.FORMAT, "records": [old, {**old, "server": "llama-server"}]}))
+    records = bench.load(path)
+    # The same arm on two servers is two records: a rerun on another server keeps the first run's row.
+    assert [bench.key(r) for r in records] == [
+        ("m.gguf", "whileai scores v2", "llama_cpp.server"), ("m.gguf", "whileai scores v2", "llama-server"),
+    ]  # fmt: skip
