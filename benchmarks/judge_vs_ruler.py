@@ -1,6 +1,7 @@
 """Benchmark: whileai's judge and ART's RULER, side by side, on the same model, the same server and the same groups.
 
-Both ask one llama.cpp server (started by ``processes.py``, as every benchmark starts one) through one proxy, which:
+Every arm asks a llama.cpp server of its own (started by ``processes.py``, as every benchmark starts one, a fresh one
+for each arm, so that no arm reads a prompt prefix another left in the server's cache) through a proxy, which:
 
 - steps ``response_format`` down as whileai's client does: a ``json_schema`` the server refuses (a status whose
   text names structured output, ``whileai.judge.client.names_structured_output``) is sent again as ``json_object``
@@ -60,7 +61,6 @@ from aiohttp import web
 from processes import (
     DEFAULT_SERVER_CMD,
     REPO,
-    Server,
     run_benchmark,
     run_in_group,
     say_as,
@@ -578,10 +578,11 @@ def render(records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> str:
         "## whileai's judge and RULER, side by side",
         "",
         "Written by `benchmarks/judge_vs_ruler.py` (its docstring says how every figure is computed), every arm on the",
-        "same groups through the same server and proxy; each arm's answers are in `judge_vs_ruler.json`. Variants are",
-        "chosen on the even groups and reported on the odd ones. tau-b: the mean over answered groups against the",
-        "simulation's quality; tied: the share of answered groups whose passes all got one place; calls, tokens and",
-        "seconds: per group, over every group the arm graded (the server's counts).",
+        "same groups through the same proxy and a server of its own; each arm's answers are in `judge_vs_ruler.json`.",
+        "The server column names its program: llama-server is llama.cpp's own, llama_cpp.server llama-cpp-python's.",
+        "Variants are chosen on the even groups and reported on the odd ones. tau-b: the mean over answered groups",
+        "against the simulation's quality; tied: the share of answered groups whose passes all got one place; calls,",
+        "tokens and seconds: per group, over every group the arm graded (the server's counts).",
         "",
     ]
     for model in dict.fromkeys(r["model"] for r in records):
@@ -654,44 +655,44 @@ def benchmark(args: argparse.Namespace, work: Path) -> int:
     arms: list[Arm | None] = [Arm.parse(a) for a in args.whileai.split(",") if a]
     arms += [None] if args.ruler_python else []
     records = load(args.json)
-    server: Server = start_server(args.server_cmd, args.server_python, args.model, args.n_ctx, work / "server.log", 900)
-    assert server.process is not None
-    say(f"server pid {server.process.pid} at {server.url}, ready in {server.startup_s:.1f} s ({server.model_id})")
-    try:
-        with StepDownProxy(server.url) as proxy:
-            for arm in arms:
-                name = "RULER (default rubric)" if arm is None else arm.name
-                say(f"arm: {name}")
-                proxy.reset()
+    for number, arm in enumerate(arms, 1):
+        name = "RULER (default rubric)" if arm is None else arm.name
+        # A server of its own for each arm: llama.cpp's keeps earlier prompts' prefixes, which would make an arm
+        # that shares a prefix with the one before it cheaper than it is for a user.
+        log = work / f"server-{number}.log"
+        server = start_server(args.server_cmd, args.server_python, args.model, args.n_ctx, log, 900)
+        assert server.process is not None
+        say(f"server pid {server.process.pid} at {server.url}, ready in {server.startup_s:.1f} s ({server.model_id})")
+        say(f"arm: {name}")
+        try:
+            with StepDownProxy(server.url) as proxy:
                 start = time.perf_counter()
                 if arm is None:
                     answers = ruler_arm(groups, args.ruler_python, proxy.url, server.model_id, args.max_tokens, work)
                 else:
                     answers = whileai_arm(groups, rows, proxy.url, server.model_id, arm, args.max_tokens, work)
                 cost = _cost(proxy.reset(), len(groups), time.perf_counter() - start)
-                made = [(name, answers, cost)]
-                if any(len(a.orders) > 1 for a in answers):  # the same calls' first order, as an arm of one order
-                    halved = {
-                        k: v / 2 if k in ("calls", "tokens_in", "tokens_out", "wall_s") else v for k, v in cost.items()
-                    }
-                    made.append((f"{name} (first order)", first_order(answers), halved))
-                for arm_name, arm_answers, arm_cost in made:
-                    record = {
-                        "model": model,
-                        "server": server_name(server.command),
-                        "arm": arm_name,
-                        "cost": arm_cost,
-                        "answers": [
-                            {"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable, "orders": a.orders}
-                            for a in arm_answers
-                        ],
-                        "groups": [g.task_id for g in groups],
-                    }
-                    records = [r for r in records if key(r) != key(record)] + [record]
-                    say("  " + " | ".join(table_row(record, half(groups, 1))))
-                save(args.out, args.json, records, groups)
-    finally:
-        stop_server(server)
+        finally:
+            stop_server(server)
+        made = [(name, answers, cost)]
+        if any(len(a.orders) > 1 for a in answers):  # the same calls' first order, as an arm of one order
+            halved = {k: v / 2 if k in ("calls", "tokens_in", "tokens_out", "wall_s") else v for k, v in cost.items()}
+            made.append((f"{name} (first order)", first_order(answers), halved))
+        for arm_name, arm_answers, arm_cost in made:
+            record = {
+                "model": model,
+                "server": server_name(server.command),
+                "arm": arm_name,
+                "cost": arm_cost,
+                "answers": [
+                    {"scores": a.scores, "hacks": a.hacks, "unusable": a.unusable, "orders": a.orders}
+                    for a in arm_answers
+                ],
+                "groups": [g.task_id for g in groups],
+            }
+            records = [r for r in records if key(r) != key(record)] + [record]
+            say("  " + " | ".join(table_row(record, half(groups, 1))))
+        save(args.out, args.json, records, groups)
     return 0
 
 
