@@ -1,11 +1,11 @@
-"""Benchmark: whileai's judge and ART's RULER, side by side, on the same model, the same server and the same groups.
+"""Benchmark: whileai's judge and ART's RULER, side by side, on the same model, server program and groups.
 
 Every arm asks a llama.cpp server of its own (started by ``processes.py``, as every benchmark starts one, a fresh one
 for each arm, so that no arm reads a prompt prefix another left in the server's cache) through a proxy, which:
 
 - steps ``response_format`` down as whileai's client does: a ``json_schema`` the server refuses (a status whose
   text names structured output, ``whileai.judge.client.names_structured_output``) is sent again as ``json_object``
-  carrying the same schema, and that form is kept for the rest of the run. RULER has no such step of its own, so
+  carrying the same schema, and that form is kept for the rest of the arm. RULER has no such step of its own, so
   without it the measurement would be of its transport, not its prompt;
 - counts every call of each arm the same way: the server's ``usage`` (both arms ask without streaming here) and the
   call's latency.
