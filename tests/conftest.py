@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,11 @@ _register("extras")
 # would fix every report at that width.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+
+# A suite started where SIGINT is ignored (a background job of a shell without job control) would hand the ignore to
+# every process a test starts, and a test that sends one SIGINT would wait on it in vain: the tests get it back.
+if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 _MADE_CACHE: list[str] = []
