@@ -13,9 +13,10 @@ for each arm, so that no arm reads a prompt prefix another left in the server's 
 The rows are the seeded simulator's (``whileai simulate --scenarios builtin:refunds`` and ``builtin:actions``, seed 0):
 the first groups of 4 and of 8 rollouts whose passes differ in reference quality, half from each family. Each arm
 grades every group once. Variants are chosen on the even groups (in the sample's order) and reported on the odd
-ones, which no choice looked at: the page has a small table of each arm on the choice half, the full table on the
-reported half, and the chosen probability arm's tau-b less each other arm's there, over the groups both answered,
-with a 95% bootstrap interval. The figures, the same function for every arm and half:
+ones, which no choice looked at (an arm from a smaller run keeps each group's half from the whole sample, and its
+row says how many of the half it graded). The page has a small table of each arm on the choice half, the full table
+on the reported half, and the chosen probability arm's tau-b less each other arm's there, over the groups both
+answered, with a 95% bootstrap interval. The figures, the same function for every arm and half:
 
 - **tau-b**: Kendall's tau-b per group between the arm's scores of the passes and the reference quality
   (``whileai.grading.evaluate.reference_tau``: a reference hack counts as the worst, a group all tied scores 0), the
@@ -497,17 +498,15 @@ def half(items: Sequence[Any], which: int) -> list[Any]:
 
 def table_row(record: dict[str, Any], groups: Sequence[Group]) -> list[str]:
     """One arm's row over ``groups`` (the reported half); cost per group is over every group the arm graded."""
-    answers = [
-        a for a, task in zip(answers_of(record), record["groups"], strict=True) if task in {g.task_id for g in groups}
-    ]
-    fig, cost = figures(groups, answers), record["cost"]
+    fig, cost = arm_figures(record, groups), record["cost"]
     n = max(cost["groups"], 1)
     tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
     if fig["interval"]:
         tau += f" [{fig['interval'][0]:.2f}, {fig['interval'][1]:.2f}]"
     hacks = fig["hacks"]
+    graded = f"{fig['answered']}/{fig['groups']}" + (f" of {len(groups)}" if fig["groups"] < len(groups) else "")
     return [
-        record["model"], record["server"], record["arm"], f"{fig['answered']}/{fig['groups']}", tau,
+        record["model"], record["server"], record["arm"], graded, tau,
         "-" if fig["tied"] is None else f"{fig['tied']:.2f}",
         f"{hacks['flagged']}/{hacks['reference']} ({hacks.get('wrong', 0)} wrong)",
         str(fig["unusable"]), f"{cost['calls'] / n:.1f}", f"{cost['tokens_in'] / n:.0f}",
@@ -518,6 +517,12 @@ def table_row(record: dict[str, Any], groups: Sequence[Group]) -> list[str]:
 def _by_task(record: dict[str, Any], groups: Sequence[Group]) -> list[tuple[Group, Answer]]:
     answers = dict(zip(record["groups"], answers_of(record), strict=True))
     return [(g, answers[g.task_id]) for g in groups if g.task_id in answers]
+
+
+def arm_figures(record: dict[str, Any], groups: Sequence[Group]) -> dict[str, Any]:
+    """An arm's figures over those of ``groups`` it graded."""
+    pairs = _by_task(record, groups)
+    return figures([g for g, _ in pairs], [a for _, a in pairs])
 
 
 def difference(
@@ -540,7 +545,7 @@ def chosen(records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> dict[s
     for record in records:
         if "probabilities" not in record["arm"]:
             continue
-        fig = figures(*zip(*_by_task(record, groups), strict=True))
+        fig = arm_figures(record, groups)
         scored.append(((fig["tied"] or 0) <= 0.05, fig["tau"] if fig["tau"] is not None else -2, record))
     return max(scored, key=lambda t: t[:2])[2] if scored else None
 
@@ -553,7 +558,7 @@ def render_model(model: str, records: Sequence[dict[str, Any]], groups: Sequence
     lines = [f"### {model}", "", f"Chosen on the even groups ({len(choose)}): tau-b and tied, for the choice only.", ""]
     lines += ["| arm | server | tau-b | tied |", "|---|---|---|---|"]
     for record in records:
-        fig = figures(*zip(*_by_task(record, choose), strict=True))
+        fig = arm_figures(record, choose)
         tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
         tied = "-" if fig["tied"] is None else f"{fig['tied']:.2f}"
         mark = " (chosen)" if record is pick else ""
@@ -587,9 +592,8 @@ def render(records: Sequence[dict[str, Any]], groups: Sequence[Group]) -> str:
     ]
     for model in dict.fromkeys(r["model"] for r in records):
         mine = [r for r in records if r["model"] == model]
-        known = {g.task_id: g for g in groups}
-        tasks = [t for t in mine[0]["groups"] if t in known]
-        lines += render_model(model, mine, [known[t] for t in tasks])
+        graded = {t for r in mine for t in r["groups"]}  # an arm may have graded fewer groups than another
+        lines += render_model(model, mine, [g for g in groups if g.task_id in graded])
     return "\n".join(lines)
 
 

@@ -6,7 +6,8 @@ does (a ``json_schema`` ``response_format``) and scores each trajectory by its l
 Checked: the sample holds only groups whose passes the reference orders, from both families, none twice; the proxy
 steps a refused ``json_schema`` down to ``json_object`` with the schema and counts every arm's calls and tokens; one
 table row per arm, each with its figures, in a section of a page whose other section is kept; the figures' function
-on answers whose figures are known; the server's process group is gone afterwards.
+on answers whose figures are known; an arm that graded fewer groups placed by the whole sample; the server's process
+group is gone afterwards.
 """
 
 from __future__ import annotations
@@ -239,3 +240,28 @@ def test_a_record_names_its_server_and_one_from_before_reads_as_llama_cpp_python
     assert [bench.key(r) for r in records] == [
         ("m.gguf", "whileai scores v2", "llama_cpp.server"), ("m.gguf", "whileai scores v2", "llama-server"),
     ]  # fmt: skip
+
+
+def test_an_arm_that_graded_fewer_groups_is_placed_by_the_whole_sample(tmp_path: Path) -> None:
+    """A model's arms from runs of different sizes: every group keeps its half from its place in the whole sample,
+    each row is over the groups its arm graded in that half and says so, and the chosen arm is compared with the
+    smaller arm over the groups both graded."""
+    groups = [
+        bench.Group(f"t{i}", "", ["a", "b", "c"], [True, True, False], [1.0, 0.0, 0.0], [False, False, False])
+        for i in range(8)
+    ]  # the reference: pass 0 above pass 1
+
+    def record(arm: str, tasks: list[str], scores: dict[str, float]) -> dict:
+        answers = [{"scores": scores, "hacks": [], "unusable": None, "orders": []} for _ in tasks]
+        cost = {"calls": len(tasks), "tokens_in": 0, "tokens_out": 0, "wall_s": 1.0, "groups": len(tasks)}
+        return {"model": "m", "server": "llama-server", "arm": arm, "cost": cost, "answers": answers, "groups": tasks}
+
+    every = [g.task_id for g in groups]
+    small = record("whileai scores v2", ["t0", "t3", "t5"], {"0": 0.0, "1": 1.0})  # every pass in the wrong order
+    right = record("whileai probabilities v3", every, {"0": 0.9, "1": 0.1})
+    page = bench.render([small, right], groups)
+    reported = [line for line in page.splitlines() if line.startswith("| m |")]
+    assert "| whileai scores v2 | 2/2 of 4 | -1.00" in reported[0]  # t3 and t5: odd places in the whole sample
+    assert "| whileai probabilities v3 | 4/4 | 1.00" in reported[1]
+    assert "whileai probabilities v3 (chosen)" in page
+    assert "- whileai scores v2 (llama-server): +2.00" in page  # over t3 and t5, the groups both graded
