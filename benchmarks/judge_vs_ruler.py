@@ -555,14 +555,18 @@ def render_model(model: str, records: Sequence[dict[str, Any]], groups: Sequence
     every other on the reported half."""
     choose, report = half(groups, 0), half(groups, 1)
     pick = chosen(records, choose)
-    lines = [f"### {model}", "", f"Chosen on the even groups ({len(choose)}): tau-b and tied, for the choice only.", ""]
-    lines += ["| arm | server | tau-b | tied |", "|---|---|---|---|"]
+    lines = [f"### {model}", "", f"Chosen on the even groups ({len(choose)}): tau-b and tied, for the choice only;"]
+    lines += ["beside them, tau-b over every group the arm graded, both halves.", ""]
+    lines += ["| arm | server | tau-b | tied | tau-b, all groups [95% CI] |", "|---|---|---|---|---|"]
     for record in records:
-        fig = arm_figures(record, choose)
+        fig, whole = arm_figures(record, choose), arm_figures(record, groups)
         tau = "-" if fig["tau"] is None else f"{fig['tau']:.2f}"
         tied = "-" if fig["tied"] is None else f"{fig['tied']:.2f}"
+        every = "-" if whole["tau"] is None else f"{whole['tau']:.2f}"
+        if whole["interval"]:
+            every += f" [{whole['interval'][0]:.2f}, {whole['interval'][1]:.2f}]"
         mark = " (chosen)" if record is pick else ""
-        lines.append(f"| {record['arm']}{mark} | {record['server']} | {tau} | {tied} |")
+        lines.append(f"| {record['arm']}{mark} | {record['server']} | {tau} | {tied} | {every} |")
     lines += ["", f"Reported on the odd groups ({len(report)}), which no choice looked at:", ""]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(table_row(r, report)) + " |" for r in records]

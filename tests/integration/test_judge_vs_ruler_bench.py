@@ -242,7 +242,7 @@ def test_a_record_names_its_server_and_one_from_before_reads_as_llama_cpp_python
     ]  # fmt: skip
 
 
-def test_an_arm_that_graded_fewer_groups_is_placed_by_the_whole_sample(tmp_path: Path) -> None:
+def test_an_arm_that_graded_fewer_groups_is_placed_by_the_whole_sample() -> None:
     """A model's arms from runs of different sizes: every group keeps its half from its place in the whole sample,
     each row is over the groups its arm graded in that half and says so, and the chosen arm is compared with the
     smaller arm over the groups both graded."""
@@ -263,5 +263,6 @@ def test_an_arm_that_graded_fewer_groups_is_placed_by_the_whole_sample(tmp_path:
     reported = [line for line in page.splitlines() if line.startswith("| m |")]
     assert "| whileai scores v2 | 2/2 of 4 | -1.00" in reported[0]  # t3 and t5: odd places in the whole sample
     assert "| whileai probabilities v3 | 4/4 | 1.00" in reported[1]
-    assert "whileai probabilities v3 (chosen)" in page
+    assert "| whileai probabilities v3 (chosen) | llama-server | 1.00 | 0.00 | 1.00 [" in page
+    assert "| whileai scores v2 | llama-server | -1.00 | 0.00 | -1.00 [" in page  # t0 alone, then all three
     assert "- whileai scores v2 (llama-server): +2.00" in page  # over t3 and t5, the groups both graded
