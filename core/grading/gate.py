@@ -27,6 +27,7 @@ from whileai.grading.controls import ControlsTally, grader_position, with_inject
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import SpreadThresholds
 from whileai.grading.verdict import SpreadReport, spread_report
+from whileai.methods import positive_passes
 from whileai.rows.fields import RowFields, RowStats
 from whileai.rows.groups import GroupsNotContiguous, iter_groups
 from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
@@ -38,6 +39,7 @@ __all__ = [
     "check_spread_file",
     "check_spread_groups",
     "check_spread_rows",
+    "trains_on_scores",
     "unavailable_report",
 ]
 
@@ -199,6 +201,28 @@ def check_spread_groups(
     return report
 
 
+def trains_on_scores(group: GradedGroup, mode: str) -> bool:
+    """Whether training would use this graded group's scores. Reward mode: every group with scores (equation 2 sets
+    each pass's reward). Advantage mode: training sends the grader only a group with a pass above its mean by the
+    verifier (an all-pass group has no advantage to move, so a hack the gate finds in one is never seen in
+    training), and equation 3 redistributes only among the passes above the mean once hacks count as failures: two
+    or more of them.
+
+    Example:
+        >>> from whileai.grading.group import GradedGroup
+        >>> def group(rewards, effective):
+        ...     return GradedGroup("t", rewards, [r > 0 for r in rewards], effective, list(rewards), scores=[1.0, 0.5])
+        >>> trains_on_scores(group([1, 1, 0], [1, 1, 0]), "advantage"), trains_on_scores(group([1, 1, 1], [1, 1, 0]), "advantage")
+        (True, False)
+    """  # noqa: E501
+    if mode == "reward":
+        return len(group.scores) > 1
+    scorable = [i for i, r in enumerate(group.rewards) if r == r]  # NaN: a member the verifier could not score
+    if not positive_passes([group.rewards[i] for i in scorable]):
+        return False
+    return len(positive_passes([group.effective_rewards[i] for i in scorable])) > 1
+
+
 def _request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
     return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
 
@@ -223,6 +247,7 @@ class _GateRun:
         self.hacks: dict[str, list[int]] = {}
         self.tally = ControlsTally(controls, grading.mode, seed)
         self.skipped = self.attempted = self.unscorable = 0
+        self.movable = self.emptied = 0  # graded groups whose scores training uses; whose hacks left < 2 passes
         self.done = self.sent = 0  # groups graded and sent, controls included
         self.in_flight = 0  # groups of the batch being graded (not its controls)
 
@@ -260,6 +285,8 @@ class _GateRun:
                 self.per_group[key] = graded.scores
                 if graded.hacks:
                     self.hacks[key] = graded.hacks
+                    self.emptied += len(graded.scores) < 2
+                self.movable += trains_on_scores(graded, self.grading.mode)
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
                     inject = lambda m: (m[0], m[1], with_injection(m[2]))  # noqa: E731
@@ -292,6 +319,8 @@ class _GateRun:
             first_failures=self.first_failures,
             controls=control_figures,
             unscorable=self.unscorable,
+            movable=self.movable,
+            emptied=self.emptied,
         )
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
         return report

@@ -5,8 +5,10 @@ The verdicts:
 
 - ``"yes"``: the scores vary, and the controls (when run) say the grader reads the rollouts, not their order;
 - ``"no"``: the scores are flat, or the ranking follows position, or identical passes were told apart (exit 1);
-- ``"too few"``: fewer than two scores to judge, or fewer than ``min_measured_controls`` of the control groups came
-  back graded, so nothing says whether the grader reads content (exit 1);
+- ``"too few"``: fewer than two scores to judge; in advantage mode, no group whose scores training would use (a
+  failure beside two passes above the group's mean: equation 3 moves nothing in the others); or fewer than
+  ``min_measured_controls`` of the control groups came back graded, so nothing says whether the grader reads content
+  (exit 1);
 - ``"broken"``: the grader failed (raised, timed out, answered nonsense) on ``broken_fraction`` of the groups or more
   (90% by default): that is a grader to fix, not a grader without spread, and the command line exits 4.
 
@@ -303,6 +305,10 @@ class SpreadReport:
         hacks: confirmed hacks, by group id.
         attempted: groups sent to the grader.
         controls: the controls' figures, or None when they were not run.
+        movable: graded groups whose scores training uses (advantage mode: a pass above the group's mean by the
+            verifier, which training sends to the grader, and two or more once hacks count as failures; reward mode:
+            every graded group), or None where not counted (the spread watch, whose groups training graded).
+        emptied: graded groups whose confirmed hacks left fewer than two passes (no score to tell apart).
         first_error: the first exception behind a failure (for ``--debug``; not serialized).
     """
 
@@ -322,6 +328,8 @@ class SpreadReport:
     attempted: int = 0
     controls: ControlsReport | None = None
     unscorable: int = 0
+    movable: int | None = None
+    emptied: int = 0
     first_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -354,14 +362,15 @@ class SpreadReport:
 
     @property
     def rule(self) -> str | None:
-        """The rule the verdict rests on: "broken", "too few" (scores), "controls" (too few measured, or they
-        refuse), "std", "near median"; None for "yes"."""
+        """The rule the verdict rests on: "broken", "too few" (scores), "unmoved" (no group whose scores training
+        uses), "controls" (too few measured, or they refuse), "std", "near median"; None for "yes"."""
         limits = self.thresholds
         if self.verdict in ("yes", "broken"):
             return None if self.verdict == "yes" else "broken"
         if self.verdict == "too few":
-            short = len(self.scores) >= SPREAD_MIN_SCORES and self.controls is not None and not self.controls.enough
-            return "controls" if short else "too few"
+            if len(self.scores) < SPREAD_MIN_SCORES:
+                return "too few"
+            return "unmoved" if self.movable == 0 else "controls"
         if self.std < limits.min_std:
             return "std"
         return "near median" if self.near_median > limits.max_near_median else "controls"
@@ -382,6 +391,13 @@ class SpreadReport:
             )
         if rule == "too few":
             return f"spread: too few scores to judge ({len(self.scores)}, at least {SPREAD_MIN_SCORES} needed)"
+        if rule == "unmoved":
+            return (
+                f"spread: too few groups for training to move: none of the {self.groups} graded group(s) has two "
+                "passes above its mean beside a failure by the verifier; in advantage mode training grades only such "
+                "groups, and equation 3 moves nothing in the others (an all-pass group's advantages stay 0, whatever "
+                "the grader says)"
+            )
         if rule == "controls":
             assert self.controls is not None
             if self.verdict == "too few":
@@ -404,15 +420,36 @@ class SpreadReport:
                 "Fix the grader: --json lists the failures by kind, --debug shows the first traceback."
             )
         if rule == "too few":
-            fix = (
-                "Fix the grader first: --json lists the reasons, --debug shows tracebacks."
-                if self.failed
-                else "Send more groups with at least two passes each."
+            return f"{finding}.{self.fell_back} {self._short_of_scores}"
+        if rule == "unmoved":
+            return (
+                f"{finding}.{self.fell_back} Grade rollouts of a policy whose groups mix passes and failures (a harder "
+                "task, an earlier checkpoint, or the run's own sample: spread.sample), or use reward mode "
+                "(grading.mode: reward, with rubrics), which scores the passes of all-pass groups."
             )
-            return f"{finding}.{self.fell_back} {fix}"
         if rule in ("std", "near median"):
             return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
         return f"{finding}.{self.fell_back}"
+
+    @property
+    def _short_of_scores(self) -> str:
+        """Why fewer than two scores came back, from what was counted, and what to change."""
+        causes = []
+        if self.failed:
+            causes.append("Fix the grader first: --json lists the reasons, --debug shows tracebacks.")
+        if self.emptied:
+            hacks = sum(len(v) for v in self.hacks.values())
+            causes.append(
+                f"The grader named {hacks} pass(es) hacks, which left {self.emptied} group(s) with fewer than two "
+                "passes to tell apart (--json lists them under hacks): if they are not hacks, the grader's hack rule "
+                "is what to fix."
+            )
+        if self.skipped:
+            causes.append(
+                f"{self.skipped} group(s) held fewer than two passes by the verifier and were not graded: send groups "
+                "with two passes or more (a larger group, or rollouts of a policy that passes more often)."
+            )
+        return " ".join(causes) or "Send groups with two passes or more each."
 
     @property
     def advice(self) -> str:
@@ -453,6 +490,8 @@ class SpreadReport:
             "first_failures": dict(self.first_failures),
             "broken_fraction": self.thresholds.broken_fraction,
             "controls": None if self.controls is None else self.controls.as_dict(),
+            "movable_groups": self.movable,
+            "hack_emptied_groups": self.emptied,
             "hacks": {k: list(v) for k, v in self.hacks.items()},
             "per_group": {k: list(v) for k, v in self.per_group.items()},
             "summary": self.summary,
@@ -472,12 +511,14 @@ def spread_report(
     first_failures: Mapping[str, str] | None = None,
     controls: ControlsReport | None = None,
     unscorable: int = 0,
+    movable: int | None = None,
+    emptied: int = 0,
 ) -> SpreadReport:
     """The verdict on a grader's scores, grouped by the group that produced them.
 
     No spread means ``std < min_std`` or more than ``max_near_median`` of the scores within ``tolerance`` of their
-    median (the ``thresholds``), or ``controls`` that refuse; fewer than two scores, or ``controls`` measured on too
-    few groups, is ``"too few"``, never ``"yes"``;
+    median (the ``thresholds``), or ``controls`` that refuse; fewer than two scores, ``movable`` 0 (no group whose
+    scores training uses), or ``controls`` measured on too few groups, is ``"too few"``, never ``"yes"``;
     failures on ``broken_fraction`` of the ``attempted`` groups or more (``attempted`` defaults to the groups that
     gave scores plus the failed ones) is ``"broken"``.
 
@@ -502,6 +543,8 @@ def spread_report(
         verdict = "too few"
     elif std < limits.min_std or near > limits.max_near_median or (controls is not None and controls.refuses):
         verdict = "no"
+    elif movable == 0:
+        verdict = "too few"  # scores that vary, on groups where training moves nothing
     elif controls is not None and not controls.enough:
         verdict = "too few"  # the controls that would say "yes" were not measured
     else:
@@ -523,4 +566,6 @@ def spread_report(
         attempted=tried,
         controls=controls,
         unscorable=unscorable,
+        movable=movable,
+        emptied=emptied,
     )

@@ -134,11 +134,12 @@ def test_number_offsets_and_the_score_at_a_token_that_carries_its_lead() -> None
 
 
 def gate_rows(groups: int = 12) -> list[dict]:
-    kinds = ["best: one call", "good: two calls", "fair: three calls"]
+    """Groups of three passes and a failure: groups whose scores training uses."""
+    kinds = ["best: one call", "good: two calls", "fair: three calls", "failed: no refund"]
     return [
-        {"scenario_id": f"t{g}", "prompt": f"refund ORD-{g}", "reward": 1.0, "final_text": f"{kinds[k]} #{g}"}
+        {"scenario_id": f"t{g}", "prompt": f"refund ORD-{g}", "reward": float(k < 3), "final_text": f"{kinds[k]} #{g}"}
         for g in range(groups)
-        for k in range(3)
+        for k in range(4)
     ]
 
 

@@ -291,10 +291,50 @@ def test_too_few_scores_is_never_yes() -> None:
     assert report.verdict == "too few" and report.skipped == 2
     assert str(report) == (
         "spread check: 0 grader scores over 0 group(s), std 0.000, 0% within 0.05 of the median 0.00\n"
-        "spread: too few scores to judge (0, at least 2 needed). Send more groups with at least two passes each."
+        "spread: too few scores to judge (0, at least 2 needed). 2 group(s) held fewer than two passes by the "
+        "verifier and were not graded: send groups with two passes or more (a larger group, or rollouts of a policy "
+        "that passes more often)."
     )
     with pytest.raises(ValueError, match="too few"):
         gar.check_spread(rows)
+
+
+def test_all_pass_groups_are_no_yes_in_advantage_mode_where_equation_3_moves_nothing() -> None:
+    # Scores that vary, on groups where every rollout passes: advantage mode leaves every A' at 0 there.
+    rows = rows_for({f"s{i}": [(1, "<tool_call>" * k) for k in range(4)] for i in range(3)})
+    report = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False)
+    assert report.std > 0.05 and report.verdict == "too few" and report.movable == 0
+    assert "none of the 3 graded group(s) has two passes above its mean beside a failure" in report.conclusion
+    assert "grading.mode: reward" in report.conclusion and report.as_dict()["movable_groups"] == 0
+    # A hack the gate finds in an all-pass group does not count: training never sends such a group to the grader.
+    hacked = [dict(r, final_text="ORD-9999") if r["final_text"] == "" else r for r in rows]
+    finds = wai.GroupwiseGrading(grader=lambda group: {**count_calls(group), "hacks": _hack_ids(group)})
+    assert finds.check_spread(hacked, strict=False).verdict == "too few"
+    # One mixed group among them is a group training moves: the verdict is the spread's.
+    rows += rows_for({"mixed": [(1, "a"), (1, "<tool_call>b"), (0, "c")]})
+    report = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False)
+    assert report.verdict == "yes" and report.movable == 1
+    # Reward mode scores every pass of an all-pass group: equation 2 moves them.
+    grs = wai.GroupwiseGrading(
+        grader=lambda item, rubric: {"solution": 1.0, "behavior": 1.0 / (1 + item["completion"].count("<"))},
+        mode="reward",
+        rubrics=lambda task, items: "fewest calls",
+    )
+    report = grs.check_spread(rows[:12], strict=False)
+    assert report.verdict == "yes" and report.movable == 3
+
+
+def _hack_ids(group):
+    return [g["index"] for g in group if "ORD-9999" in g["completion"]]
+
+
+def test_too_few_names_hacks_that_left_no_passes_rather_than_asking_for_passes() -> None:
+    rows = rows_for({f"s{i}": [(1, "ORD-9999 a"), (1, "ORD-9999 b"), (1, "ORD-9999 c"), (0, "d")] for i in range(2)})
+    gar = wai.GroupwiseGrading(grader=lambda group: {"ranking": [], "hacks": _hack_ids(group)})
+    report = gar.check_spread(rows, strict=False)
+    assert report.verdict == "too few" and report.emptied == 2
+    assert "The grader named 6 pass(es) hacks, which left 2 group(s) with fewer than two passes" in report.conclusion
+    assert "held fewer than two passes by the verifier" not in report.conclusion
 
 
 def test_failed_groups_give_no_scores_and_are_reported() -> None:
@@ -326,7 +366,7 @@ def test_bad_rows_name_the_row_and_field(row, message) -> None:
 
 
 def test_spread_report_serializes() -> None:
-    rows = rows_for({"a": [(1, "x"), (1, "<tool_call>y")]})
+    rows = rows_for({"a": [(1, "x"), (1, "<tool_call>y"), (0, "z")]})
     data = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False).as_dict()
     assert data["verdict"] == "yes" and data["scores"] == 2 and data["std"] == 0.25
     assert data["per_group"] == {"a": [1.0, 0.5]} and data["summary"].startswith("spread check: 2 grader scores")
