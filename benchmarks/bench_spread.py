@@ -8,7 +8,7 @@ Prints rows per second and peak memory next to the input file's size, measured s
 - the same through the ``whileai spread`` command, wall time of the whole process (start-up and imports included),
   and the command on the first 16 rows of the file: its start-up, imports and recipe alone;
 - the floors: the same file read line by line and parsed with nothing else, by the parser whileai reads JSONL with
-  (orjson when installed, ``pip install 'whileai[fast]'``) and by the standard library's ``json.loads``.
+  (orjson when installed, ``pip install 'whileai-grpo[fast]'``) and by the standard library's ``json.loads``.
 
 Each ratio divides by the floor timed inside its process (start-up excluded), as the targets are stated: of wall time,
 and in brackets of CPU time (user + system), the steadier of the two on a shared machine. The command's output must be

@@ -2,8 +2,8 @@
 
 ``guarded`` wraps a command: a ``WhileaiError`` (bad input, missing extra, grader unavailable, no spread) becomes
 one line on stderr and its exit code, Ctrl-C one line and 130; ``whileai --debug`` adds the traceback and keeps the
-exit code. Text the program did not write (paths, pydantic messages, ``whileai[train]``) is printed with Rich markup
-off, so square brackets survive.
+exit code. Text the program did not write (paths, pydantic messages, ``whileai-grpo[train]``) is printed with Rich
+markup off, so square brackets survive.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def guarded(command: F) -> F:
         except ImportError as error:
             _traceback_when_debugging()
             name = getattr(error, "name", None) or str(error)
-            err.print(f"whileai: missing install: {name} (pip install 'whileai[train]')", markup=False)
+            err.print(f"whileai: missing install: {name} (pip install 'whileai-grpo[train]')", markup=False)
             raise typer.Exit(MissingExtra.exit_code) from None
         except KeyboardInterrupt:
             _traceback_when_debugging()

@@ -11,11 +11,12 @@ from typing import Annotated, Any
 import typer
 
 from whileai.cli.console import guarded, out, print_json
+from whileai.errors import DISTRIBUTION
 
 # What a report about whileai needs: the trainers and servers it meets, and the libraries its transport and
 # recipes stand on.
 PACKAGES = (
-    "whileai",
+    DISTRIBUTION,
     "torch",
     "transformers",
     "trl",

@@ -38,7 +38,7 @@ def eval_run(
     TRL's own evaluation loop with its tools.
 
     Exit codes: 0 evaluated; 2 bad input (no run, no saved model, no held-out prompt left); 3 torch/trl missing
-    (pip install 'whileai[train]'); 130 interrupted (Ctrl-C).
+    (pip install 'whileai-grpo[train]'); 130 interrupted (Ctrl-C).
     """
     from whileai.training.held_out import evaluate_run
 

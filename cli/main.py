@@ -22,6 +22,7 @@ from whileai.cli.simulate import simulate
 from whileai.cli.spread import spread
 from whileai.cli.train import train
 from whileai.cli.validate import validate
+from whileai.errors import DISTRIBUTION
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
@@ -44,7 +45,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"whileai {whileai.__version__}")
+        typer.echo(f"whileai {whileai.__version__} ({DISTRIBUTION})")  # the distribution: spread_gate.sh reads it
         raise typer.Exit()
 
 

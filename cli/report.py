@@ -459,7 +459,12 @@ def _print_spread(path: Path, data: dict[str, Any]) -> None:
     rows += [(name, _cell(data.get(name))) for name in ("near_median", "skipped_groups")]
     rows += [(f"fell back: {reason}", str(count)) for reason, count in (data.get("failed_groups") or {}).items()]
     out.print(_figures(rows))
-    for line in (data.get("summary", ""), data.get("conclusion", "")):
+    lines = [data.get("summary", ""), data.get("conclusion", "")]
+    controls = data.get("controls")
+    if isinstance(controls, dict) and data.get("verdict") != "broken":  # the gate's third line, as it printed it
+        warning = controls.get("warning")
+        lines += [controls.get("line", ""), f"{warning}." if warning else ""]
+    for line in filter(None, lines):
         out.print(str(line), soft_wrap=False, overflow="fold")
 
 

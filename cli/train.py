@@ -30,7 +30,7 @@ def train(
 
     Example: whileai train recipes/tiny_cpu_gar.yaml trainer.max_steps=5
 
-    Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai[train]');
+    Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai-grpo[train]');
     4 grader unavailable; 5 the spread watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C:
     the message says how to resume).
     """

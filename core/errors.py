@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = [
+    "DISTRIBUTION",
     "BadInput",
     "EndpointUnavailable",
     "GraderUnavailable",
@@ -22,6 +23,11 @@ __all__ = [
     "json_problem",
     "needs_extra",
 ]
+
+
+# The name whileai is installed under (its import name stays ``whileai``): the package index's ``whileai`` is another
+# project, so every install line names this one.
+DISTRIBUTION = "whileai-grpo"
 
 
 class WhileaiError(Exception):
@@ -51,7 +57,7 @@ class MissingExtra(WhileaiError, ImportError):
         self.module = module
         self.extra = extra
         what = f" for {purpose}" if purpose else ""
-        line = install or f"pip install 'whileai[{extra}]'"  # a package no extra of whileai brings names its own
+        line = install or f"pip install '{DISTRIBUTION}[{extra}]'"  # a package no extra of whileai brings names its own
         super().__init__(f"{module} is not installed{what}: {line}")
 
 
@@ -65,7 +71,7 @@ def needs_extra(extra: str, purpose: str) -> Iterator[None]:
         ...     import not_a_module_anyone_has
         Traceback (most recent call last):
         ...
-        whileai.errors.MissingExtra: not_a_module_anyone_has is not installed for drawing a run: pip install 'whileai[plot]'
+        whileai.errors.MissingExtra: not_a_module_anyone_has is not installed for drawing a run: pip install 'whileai-grpo[plot]'
     """  # noqa: E501
     try:
         yield

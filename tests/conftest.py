@@ -88,7 +88,7 @@ class _ModuleNeedingExtras(pytest.Module):
             extra = sys.modules["extras"].extra_for(name)
             if extra is None:
                 raise
-            reason = f"needs {name} (whileai[{extra}]; every test's: pip install -e '.[dev]')"
+            reason = f"needs {name} (whileai-grpo[{extra}]; every test's: pip install -e '.[dev]')"
             pytest.skip(reason, allow_module_level=True)
 
 

@@ -303,7 +303,7 @@ def part_install(ctx: Context, budget: float, result: dict[str, Any]) -> None:
     code, output = run_command([sys.executable, "-m", "pip", "check"], 30, ctx.log, "pip check")
     # verl's and OpenRLHF's own requirements are left out by design (bench_advantages.py stubs them)
     bench = {wheels.normalize(names[p]) for p in by_group.get("bench", [])}
-    ours = {wheels.normalize(n) for n in names.values()} - bench | {"whileai"}
+    ours = {wheels.normalize(n) for n in names.values()} - bench | {"whileai-grpo"}
     lines = output.splitlines()
     result["pip_check"] = [line for line in lines if wheels.normalize(line.split(" ")[0]) in ours][:40]
     result["pip_check_other_lines"] = len(lines) - len(result["pip_check"])

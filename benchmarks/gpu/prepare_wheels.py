@@ -102,8 +102,8 @@ class Wheel:
 
 # trl's spec is filled in from pyproject.toml (``trl_spec``); every other version is the one the CPU tests ran with.
 WHEELS: list[Wheel] = [
-    Wheel("trl", "", "required", "whileai[train]: GRPOTrainer"),
-    Wheel("datasets", "==5.2.0", "required", "whileai[train], trl"),
+    Wheel("trl", "", "required", "whileai-grpo[train]: GRPOTrainer"),
+    Wheel("datasets", "==5.2.0", "required", "whileai-grpo[train], trl"),
     Wheel("dill", "==0.4.1", "required", "datasets"),
     Wheel("multiprocess", "==0.70.19", "required", "datasets"),
     Wheel("pydantic", "==2.13.4", "required", "whileai (recipes)"),

@@ -146,7 +146,7 @@ def unavailable_report(error: GraderUnavailable) -> dict[str, Any]:
         "failed_groups": dict(failed or {}),
         "first_failures": dict(first_failures or {GraderUnavailable.kind: str(error)}),
         "summary": f"spread check: stopped {sent}: the grader is unavailable",
-        "conclusion": f"spread: unknown. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
+        "conclusion": f"spread: broken. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
         "(whileai --debug spread ... shows the traceback) and run the gate again.",
     }
 

@@ -278,6 +278,8 @@ class ControlsReport:
             "injections": len(self.injections),
             "injections_held": sum(self.injections),
             "position": self.position,
+            "line": self.line,
+            "warning": self.warning,
         }
 
 
@@ -386,7 +388,7 @@ class SpreadReport:
             kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
             first = next(iter(self.first_failures.values()), "")
             return (
-                f"spread: unknown. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
+                f"spread: broken. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
                 f"({kinds}; first: {first})"
             )
         if rule == "too few":

@@ -1,7 +1,7 @@
 """Figures of training runs: pass rate, completion length and tool calls against step, as a PNG.
 
 The only module of whileai that imports matplotlib, and only when a figure is drawn (:func:`pyplot`): the optional
-``plot`` extra, ``pip install 'whileai[plot]'``. What it draws comes ready from the modules that compute it: each
+``plot`` extra, ``pip install 'whileai-grpo[plot]'``. What it draws comes ready from the modules that compute it: each
 run's per-step pass rate with its clustered interval (``whileai.reports.runs.step_pass_rates``) and each arm's mean over
 seeds with its t band (``whileai.reports.experiments.seed_experiment``).
 
@@ -38,7 +38,8 @@ def pyplot(purpose: str = "drawing figures") -> Any:
     """``matplotlib.pyplot`` on the file-only Agg backend (no display needed).
 
     Raises:
-        MissingExtra: matplotlib is not installed; the message names ``pip install 'whileai[plot]'`` and ``purpose``.
+        MissingExtra: matplotlib is not installed; the message names ``pip install 'whileai-grpo[plot]'`` and
+            ``purpose``.
     """
     with needs_extra("plot", purpose):
         import matplotlib
@@ -60,7 +61,7 @@ def plot_runs(runs: list[RunHistory], path: Path) -> Path:
         ``path``.
 
     Raises:
-        MissingExtra: matplotlib is not installed (``pip install 'whileai[plot]'``).
+        MissingExtra: matplotlib is not installed (``pip install 'whileai-grpo[plot]'``).
     """
     plt = pyplot("report --plot")
     present = [

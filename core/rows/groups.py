@@ -19,7 +19,7 @@ manager wrote it (else ``score``, which is the verifier's reward under any other
 ``whileai_group``, else the ``uid`` of verl's v1 trainer (``{uid}_{session}_{output}``, read as ``uid``), else the
 prompt.
 
-JSONL lines are parsed with orjson when it is installed (``pip install 'whileai[fast]'``; ``WHILEAI_JSON=json``
+JSONL lines are parsed with orjson when it is installed (``pip install 'whileai-grpo[fast]'``; ``WHILEAI_JSON=json``
 turns it off), with the standard library otherwise. orjson only reads the plain rows (a string group, a number reward,
 string text and prompt), where both parsers give the same values; every other line (a boolean reward, a numeric
 group, chat messages, a line orjson refuses: NaN, integers beyond 64 bits, lone surrogates) is parsed again by the

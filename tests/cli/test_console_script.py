@@ -62,7 +62,7 @@ def test_exit_3_names_the_extra(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     done = run("spread", rows, "--recipe", RECIPE, env=env)
     assert done.returncode == 3
-    assert "pip install 'whileai[parquet]'" in done.stderr and "Traceback" not in done.stderr
+    assert "pip install 'whileai-grpo[parquet]'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_exit_4_when_the_grader_is_unreachable(tmp_path: Path) -> None:

@@ -175,7 +175,7 @@ def test_without_torch_the_advantages_name_the_train_extra(tmp_path: Path) -> No
     done = child_processes.run([sys.executable, "-c", "import whileai.advantages"], env=env, timeout=120)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert "pip install 'whileai[train]'" in last and "torch" in last, done.stderr
+    assert "pip install 'whileai-grpo[train]'" in last and "torch" in last, done.stderr
 
 
 def test_a_binary_runs_folder_is_graded_by_the_built_in_rule(tmp_path: Path) -> None:

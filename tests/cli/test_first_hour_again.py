@@ -158,12 +158,12 @@ def test_env_prints_what_a_bug_report_needs() -> None:
     result = invoke("env", "--json")
     assert result.exit_code == 0, result.stderr
     found = json.loads(result.stdout)
-    assert found["packages"]["whileai"] == importlib.metadata.version("whileai")
+    assert found["packages"]["whileai-grpo"] == importlib.metadata.version("whileai-grpo")
     assert found["packages"]["trl"] == importlib.metadata.version("trl")
     assert found["packages"]["vllm"] is None or isinstance(found["packages"]["vllm"], str)
     assert found["python"] == platform.python_version() and found["accelerator"]
     lines = invoke("env").stdout.splitlines()
-    assert f"- whileai: {found['packages']['whileai']}" in lines and "- accelerator: " in "\n".join(lines)
+    assert f"- whileai-grpo: {found['packages']['whileai-grpo']}" in lines and "- accelerator: " in "\n".join(lines)
 
 
 def test_every_command_puts_its_result_on_stdout(tmp_path: Path) -> None:

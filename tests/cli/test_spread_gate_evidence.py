@@ -267,7 +267,7 @@ def test_json_lists_what_was_counted_when_the_grader_gives_out(graders, tmp_path
     # The first batch of 64 groups came back (one fell back); the batch of six in flight counts as unreachable.
     assert data["failed_groups"] == {"ValueError": 1, "unreachable": 6} and data["attempted_groups"] == 70
     assert data["first_failures"]["unreachable"] == data["error"] and "grader" in data
-    assert data["conclusion"].startswith("spread: unknown. The grader is unavailable: the judge at")
+    assert data["conclusion"].startswith("spread: broken. The grader is unavailable: the judge at")
     assert "whileai: error: the judge at http://127.0.0.1:9" in result.stderr
     plain = spread(rows, "--grader", f"{graders}:goes_down")
     assert plain.exit_code == 4 and plain.stdout == "" and "whileai: error: the judge" in plain.stderr

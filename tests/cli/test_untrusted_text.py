@@ -75,12 +75,12 @@ def test_report_shows_a_spread_report_s_words_as_text(tmp_path: Path) -> None:
     report = {
         "verdict": "broken", "scores": 0, "groups": 0, "std": 0.0, "median": 0.0, "near_median": 0.0,
         "skipped_groups": 0, "failed_groups": {EVIL: 2}, "summary": f"spread check: {EVIL}",
-        "conclusion": f"spread: unknown. {EVIL}",
+        "conclusion": f"spread: broken. {EVIL}",
     }  # fmt: skip
     path = tmp_path / "spread.json"
     path.write_text(json.dumps(report))
     printed = invoke("report", path)
-    assert f"spread: unknown. {SHOWN}" in printed and "fell back:" in printed
+    assert f"spread: broken. {SHOWN}" in printed and "fell back:" in printed
 
 
 def test_simulate_and_train_dry_run_show_paths_as_text(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
-    (wheel,) = dist.glob("whileai-*.whl")
+    (wheel,) = dist.glob("whileai_grpo-*.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -165,14 +165,14 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     path, out = json.loads(done.stdout)
     assert path.startswith(str(env_dir)) and out == [0.6666666666666666, 0.3333333333333333, -0.5, -0.5]
-    show = child_processes.run([str(python), "-m", "pip", "show", "whileai"], capture_output=True, text=True)
+    show = child_processes.run([str(python), "-m", "pip", "show", "whileai-grpo"], capture_output=True, text=True)
     assert "License: Apache-2.0" in show.stdout and "Author: The whileai developers" in show.stdout, show.stdout
-    metadata = next((env_dir / "lib").glob("python3*/site-packages/whileai-*.dist-info"))
+    metadata = next((env_dir / "lib").glob("python3*/site-packages/whileai_grpo-*.dist-info"))
     assert (metadata / "licenses" / "LICENSE").is_file() or (metadata / "LICENSE").is_file()
     assert "Classifier: License :: OSI Approved :: Apache Software License" in (metadata / "METADATA").read_text()
     script = env_dir / "bin" / "whileai"
     version = child_processes.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
-    assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0"
+    assert version.returncode == 0 and version.stdout.strip() == "whileai 0.1.0 (whileai-grpo)"
     helped = child_processes.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "Exit codes" in helped.stdout
     # On this light install (no extra) the test suite collects: a module whose optional install is missing is
@@ -190,4 +190,7 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path: Path) -> None:
     )
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-2000:]
     assert "error" not in collected.stdout.splitlines()[-1], collected.stdout[-3000:]
-    assert "needs torch (whileai[train]" in collected.stdout or "pip install 'whileai[train]'" in collected.stdout
+    assert (
+        "needs torch (whileai-grpo[train]" in collected.stdout
+        or "pip install 'whileai-grpo[train]'" in collected.stdout
+    )

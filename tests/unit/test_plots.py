@@ -1,5 +1,5 @@
 """``whileai.reports.plots`` is the one module that imports matplotlib, only when it draws, and a missing matplotlib is
-a ``MissingExtra`` naming ``pip install 'whileai[plot]'`` (exit code 3 from ``whileai report --plot``)."""
+a ``MissingExtra`` naming ``pip install 'whileai-grpo[plot]'`` (exit code 3 from ``whileai report --plot``)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,16 @@ def test_a_missing_matplotlib_names_the_plot_extra(tmp_path: Path, monkeypatch: 
     from whileai.reports.plots import pyplot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it imports
-    with pytest.raises(MissingExtra, match=r"matplotlib is not installed for a test: pip install 'whileai\[plot\]'"):
+    with pytest.raises(
+        MissingExtra, match=r"matplotlib is not installed for a test: pip install 'whileai-grpo\[plot\]'"
+    ):
         pyplot("a test")
     run = tmp_path / "run"
     run.mkdir()
     (run / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
     result = CliRunner().invoke(app, ["report", str(run), "--plot", str(tmp_path / "figure.png")])
     assert result.exit_code == 3
-    assert "pip install 'whileai[plot]'" in result.stderr and not (tmp_path / "figure.png").exists()
+    assert "pip install 'whileai-grpo[plot]'" in result.stderr and not (tmp_path / "figure.png").exists()
 
 
 def test_a_run_whose_checks_all_broke_still_gets_the_watch_panel_with_its_failures(
