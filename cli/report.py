@@ -18,6 +18,7 @@ from rich.table import Table
 
 from whileai.cli.console import guarded, out, print_json, say
 from whileai.defaults import REPORT_WINDOW
+from whileai.grading.tally import mostly_fell_back
 
 # Per-step columns in the order they are dropped when the terminal is too narrow (first dropped first); the step,
 # its pass rate and interval are never dropped.
@@ -180,6 +181,8 @@ def _grader_rows(grader: dict[str, Any] | None, figures: dict[str, Any]) -> list
         rows.append(("grader", "none (no grading.jsonl)"))
     else:
         rows.append(("grader", f"{grader['groups']} groups, {grader['mixed']} mixed, {grader['graded']} graded"))
+        if plain := mostly_fell_back(grader.get("fallbacks") or {}, grader["graded"]):
+            rows.append(("trained", plain))
         rows.append(("hacks zeroed", str(grader["hacks_zeroed"])))
         if grader["factor_mean"] is None:
             rows.append(("factors", "none (nothing was ranked)"))

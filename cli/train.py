@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from rich.table import Table
 from whileai.cli.console import guarded, is_debug, out, say
 from whileai.cli.validate import Overrides
 from whileai.errors import GraderUnavailable, WatchStopped
+
+if TYPE_CHECKING:
+    from whileai.training.run import TrainingResult
 
 
 @guarded
@@ -69,34 +72,38 @@ def train(
         raise typer.Exit(130) from None
     # Under accelerate or torchrun every process gets here; only the first one says how the run ended, on stdout
     # (the result; the progress above it went to stderr).
-    tell = _result if first_process() else _quiet
+    message, code = _outcome(result)
+    if first_process():
+        out.print(message, markup=False)
+    if code:
+        raise typer.Exit(code)
+
+
+def _outcome(result: TrainingResult) -> tuple[str, int]:
+    """How the run ended, in one line, and the exit code."""
     if result.spread_failed:
         if result.spread_verdict == "broken":
-            tell("whileai: the grader failed on (nearly) every group of the spread gate: not training")
-            raise typer.Exit(GraderUnavailable.exit_code)
-        tell("whileai: the spread gate found no spread: not training (--skip-spread-gate to train anyway)")
-        raise typer.Exit(1)
+            return (
+                "whileai: the spread gate's grader is broken or unreachable: not training (--skip-spread-gate trains "
+                "anyway, each group whose grading fails keeping its verifier rewards)"
+            ), GraderUnavailable.exit_code
+        found = "had too few to judge" if result.spread_verdict == "too few" else "found no spread"
+        return f"whileai: the spread gate {found}: not training (--skip-spread-gate to train anyway)", 1
     if result.finished is not None:
         done, target = result.finished
-        tell(
+        return (
             f"whileai: this run is finished ({done} of {target} steps); nothing changed in {result.output_dir} "
             "(raise trainer.max_steps to train on)"
-        )
-        return
+        ), 0
     if result.watch_stopped is not None:
-        tell(
-            f"whileai: the spread watch stopped training at step {result.watch_stopped['step']} "
-            f"({result.watch_stopped['why']}); checkpoint-{result.watch_stopped['step']} is in {result.output_dir}. "
-            f"Change the recipe's grader, then continue with --resume"
-        )
-        raise typer.Exit(WatchStopped.exit_code)
-    tell(f"whileai: trained {result.steps} steps; the run is in {result.output_dir}")
-
-
-def _result(message: str) -> None:
-    """How the run ended, on stdout."""
-    out.print(message, markup=False)
-
-
-def _quiet(message: str) -> None:
-    """``say`` for a process that is not the first of a launch: nothing."""
+        step = result.watch_stopped["step"]
+        return (
+            f"whileai: the spread watch stopped training at step {step} ({result.watch_stopped['why']}); "
+            f"checkpoint-{step} is in {result.output_dir}. Change the recipe's grader, then continue with --resume"
+        ), WatchStopped.exit_code
+    if result.plain:  # the grader failed on most groups: said where the run's outcome is said
+        return (
+            f"whileai: trained {result.steps} steps, {result.plain}; the run is in {result.output_dir}. To stop such "
+            "a run at a checkpoint instead: spread.watch.on_fail=stop"
+        ), 0
+    return f"whileai: trained {result.steps} steps; the run is in {result.output_dir}", 0

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["GradingStats", "ScoreMoments"]
+__all__ = ["GradingStats", "ScoreMoments", "mostly_fell_back"]
 
 
 @dataclass
@@ -60,6 +60,7 @@ class GradingStats:
             verifier's doing, not the grader's, so never in ``failed``.
         scores: the grader's scores (factors in advantage mode).
         grader_seconds: wall time spent inside the grader.
+        sent: groups sent to the grader (graded, or fallen back on its failure).
     """
 
     mode: Literal["advantage", "reward"] = "advantage"
@@ -73,6 +74,7 @@ class GradingStats:
     scores: ScoreMoments = field(default_factory=ScoreMoments)
     grader_seconds: float = 0.0
     unscorable: int = 0
+    sent: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -97,6 +99,7 @@ class GradingStats:
                     self.hacks_zeroed += len(group.hacks)
                 self.grader_seconds += group.seconds
                 self.unscorable += group.unscorable
+                self.sent += group.graded or reason is not None
                 if reason is not None:
                     kind = group.failure or reason.split(":", 1)[0]
                     self.failed += 1
@@ -115,6 +118,7 @@ class GradingStats:
             copy.scores = ScoreMoments(self.scores.count, self.scores.mean, self.scores._m2)
             copy.grader_seconds = self.grader_seconds
             copy.unscorable = self.unscorable
+            copy.sent = self.sent
         return copy
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,6 +137,7 @@ class GradingStats:
             "score_std": self.scores.std if self.scores.count else None,
             "grader_seconds": self.grader_seconds,
             "unscorable": self.unscorable,
+            "sent": self.sent,
         }
 
     def __str__(self) -> str:
@@ -145,3 +150,18 @@ class GradingStats:
         if not self.scores.count:
             return f"{head}; no {self.score_name} yet"
         return f"{head}; {self.score_name} mean {self.scores.mean:.3f} std {self.scores.std:.3f}"
+
+
+def mostly_fell_back(fallbacks: Mapping[str, int], sent: int) -> str:
+    """What a run whose grading fell back on more than half of the groups sent to the grader trained as, in a phrase
+    (empty when half or fewer fell back): those groups kept their verifier rewards, plain GRPO.
+
+    Example:
+        >>> mostly_fell_back({"unreachable": 100, "timeout": 11}, 146)
+        'mostly as plain GRPO: 111 of 146 groups sent to the grader fell back (76%: timeout x11, unreachable x100)'
+    """
+    fell = sum(fallbacks.values())
+    if not sent or fell * 2 <= sent:
+        return ""
+    kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(fallbacks.items()))
+    return f"mostly as plain GRPO: {fell} of {sent} groups sent to the grader fell back ({fell / sent:.0%}: {kinds})"

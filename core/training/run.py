@@ -33,8 +33,10 @@ from typing import Any
 
 from whileai.config.load import LoadedRecipe
 from whileai.config.machine import check_hub
-from whileai.errors import BadInput
+from whileai.errors import BadInput, GraderUnavailable
+from whileai.grading.gate import unavailable_report
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
+from whileai.grading.tally import mostly_fell_back
 from whileai.grading.trl import binary_reward, generations_per_step
 from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.training.folder import (
@@ -66,6 +68,7 @@ class TrainingResult:
     spread_verdict: str | None = None
     finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
     watch_stopped: dict[str, Any] | None = None  # the spread watch ended training: its step and why
+    plain: str = ""  # how the run trained when most of its graded groups fell back (mostly_fell_back), else empty
 
 
 @dataclass
@@ -124,9 +127,6 @@ def _spread_gate(
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None,
 ) -> Gate:
-    from whileai.config.build import rows_to_grade
-    from whileai.grading.gate import check_spread_file, check_spread_groups
-
     recipe = loaded.recipe
     source = loaded.recipe.gate_source()
     if grading is None or source is None:
@@ -135,7 +135,33 @@ def _spread_gate(
         return Gate(None, "skipped", reason=reason)
     settings = recipe.spread
     checks = {"controls": settings.controls, "seed": settings.seed}
-    sampled_rate = None
+    heading = f"whileai: spread gate on {_SOURCES[source]}:"
+    try:
+        report, sampled_rate = _gate_report(loaded, grading, say, sampled, source, checks)
+    except GraderUnavailable as error:  # a verdict like any other: --skip-spread-gate trains past it too
+        unavailable = unavailable_report(error)
+        say(heading)
+        say(unavailable["conclusion"])
+        return Gate(source, "broken", unavailable)
+    say(heading)
+    say(str(report))
+    return Gate(source, report.verdict, report.as_dict(), sampled=sampled_rate)
+
+
+def _gate_report(
+    loaded: LoadedRecipe,
+    grading: GroupwiseGrading,
+    say: Callable[[str], None],
+    sampled: list[tuple[str, list[Any]]] | None,
+    source: str,
+    checks: dict[str, Any],
+) -> tuple[Any, dict[str, Any] | None]:
+    """The gate's report on the recipe's rows, the initial model's sampled groups or the seeded agent's rollouts, and
+    the sampled pass rate (with ``spread.sample``)."""
+    from whileai.config.build import rows_to_grade
+    from whileai.grading.gate import check_spread_file, check_spread_groups
+
+    recipe, settings, sampled_rate = loaded.recipe, loaded.recipe.spread, None
     if source == "rows":
         path = rows_to_grade(loaded, None)
         report = check_spread_file(path, grading, settings.row_fields(), skip_bad=settings.skip_bad_rows, **checks)
@@ -157,9 +183,7 @@ def _spread_gate(
         scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
         rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
         report = grading.check_spread(rows, strict=False, **checks)
-    say(f"whileai: spread gate on {_SOURCES[source]}:")
-    say(str(report))
-    return Gate(source, report.verdict, report.as_dict(), sampled=sampled_rate)
+    return report, sampled_rate
 
 
 _SOURCES = {
@@ -502,6 +526,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
         use_vllm=args.use_vllm,
         world_size=processes,  # the processes that trained; rank 0 graded every group for all of them
     )
+    if grading is not None:
+        run.summary["trained_as"] = mostly_fell_back(grading.stats.fallbacks, grading.stats.sent) or "groupwise"
     if trainer.is_world_process_zero():
         write_json(out / "whileai_run.json", run.summary)
     if grading is not None and run.main:
@@ -509,6 +535,7 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     steps = trainer.state.global_step
     result = TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
     result.watch_stopped = run.summary.get("stopped_by_watch")
+    result.plain = "" if run.summary.get("trained_as", "groupwise") == "groupwise" else run.summary["trained_as"]
     return result
 
 

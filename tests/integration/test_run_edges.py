@@ -250,8 +250,35 @@ def test_a_grader_s_system_exit_is_a_counted_fallback(tmp_path: Path) -> None:
     assert refused.exit_code == 4 and "SystemExit" in refused.stderr, refused.stderr
     result = train(recipe, *SMOKE, f"output_dir={tmp_path / 'anyway'}", "--skip-spread-gate")
     assert result.exit_code == 0, result.stderr
-    figures = json.loads((tmp_path / "anyway" / "whileai_run.json").read_text())["grader"]
+    run = json.loads((tmp_path / "anyway" / "whileai_run.json").read_text())
+    figures = run["grader"]
     assert set(figures["fallbacks"]) == {"SystemExit"} and figures["failed"] == figures["grader_calls"] > 0
+    # Every group fell back: the run's last line, its record and its report say it trained as plain GRPO.
+    plain = f"mostly as plain GRPO: {figures['failed']} of {figures['sent']} groups sent to the grader fell back"
+    assert plain in result.stdout and "To stop such a run at a checkpoint instead: spread.watch.on_fail=stop" in (
+        result.stdout
+    )
+    assert run["trained_as"].startswith(plain)
+    report = runner.invoke(app, ["report", str(tmp_path / "anyway")], env={"COLUMNS": "200"})
+    assert report.exit_code == 0 and plain in report.stdout, report.stdout
+
+
+@pytest.mark.slow
+def test_skip_spread_gate_trains_past_a_judge_that_answers_nothing(tmp_path: Path, judge_tools) -> None:
+    judge = {"base_url": judge_tools.closed_port_url(), "model": "m", "max_retries": 0, "cache_dir": None}
+    recipe = recipe_with(tmp_path, "down", grader={"kind": "judge", "judge": judge})
+    refused = train(recipe, *SMOKE, f"output_dir={tmp_path / 'refused'}")
+    assert refused.exit_code == 4 and "spread: broken. The grader is unavailable" in refused.stderr, refused.stderr
+    assert "not training (--skip-spread-gate trains anyway" in refused.stdout
+    assert json.loads((tmp_path / "refused" / "spread_gate.json").read_text())["verdict"] == "broken"
+    out = tmp_path / "anyway"
+    result = train(recipe, *SMOKE, f"output_dir={out}", "--skip-spread-gate")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("training anyway (--skip-spread-gate, recorded in the run)") == 1
+    assert json.loads((out / "spread_gate.json").read_text())["verdict"] == "broken"
+    run = json.loads((out / "whileai_run.json").read_text())
+    assert run["skip_spread_gate"] is True and run["spread"]["verdict"] == "broken" and run["steps"] == 2
+    assert run["trained_as"].startswith("mostly as plain GRPO") and "unreachable" in run["trained_as"]
 
 
 def test_a_checkpoint_cut_short_by_ctrl_c_is_not_resumed_from(tmp_path: Path) -> None:
