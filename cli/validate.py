@@ -27,7 +27,8 @@ def validate(
     ] = False,
 ) -> None:
     """Check a recipe without importing torch: schema and types (TRL's own for the trainer section), built-in names,
-    batch arithmetic, includes, overrides, referenced files and functions.
+    batch arithmetic, includes, overrides, referenced files and functions, and that the grader and the verifier can
+    be called as training calls them (the verifier with the dataset's columns, where they can be read here).
 
     Example: whileai validate recipes/refund_scripted.yaml grading.cap=2 --print
 
@@ -35,9 +36,11 @@ def validate(
     """
     from whileai.config import load_recipe
     from whileai.config.build import check_references
+    from whileai.tasks.load import check_verifier
 
     loaded = load_recipe(recipe, overrides or [])
     check_references(loaded)
+    check_verifier(loaded)
     if loaded.recipe.model is not None and (problems := loaded.recipe.training_problems()):
         raise BadInput(f"{recipe}: {problems[0]}")  # a training recipe: what whileai train would refuse
     if print_recipe:

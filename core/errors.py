@@ -7,6 +7,7 @@ counted (``whileai.grading``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,6 +21,7 @@ __all__ = [
     "Recurring",
     "WhileaiError",
     "describe",
+    "function_label",
     "json_problem",
     "needs_extra",
 ]
@@ -123,6 +125,23 @@ class Recurring:
         """Count ``times`` more; whether now is a time to say it (the first, or a hundred crossed)."""
         before, self.count = self.count, self.count + times
         return before == 0 or before // self.EVERY != self.count // self.EVERY
+
+
+def function_label(function: object) -> str:
+    """A user's function as a message names it: its name and where it is defined (a ``functools.partial`` by the
+    function it wraps; a callable object by its class).
+
+    Example:
+        >>> function_label(function_label).startswith("function_label (") and "errors.py, line " in function_label(
+        ...     function_label)
+        True
+    """
+    while isinstance(function, functools.partial):
+        function = function.func
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    call = vars(type(function)).get("__call__")  # a callable object's method, where its code is
+    code = getattr(function, "__code__", None) or getattr(call, "__code__", None)
+    return f"{name} ({code.co_filename}, line {code.co_firstlineno})" if code is not None else name
 
 
 def describe(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from whileai.config.schema import (
 )
 from whileai.defaults import DEFAULT_GRADER_RULE
 from whileai.errors import BadInput
+from whileai.grading.calls import check_grader_call
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.reference import load_callable
 from whileai.grading.scripted import ScriptedGrader, ScriptedRule
@@ -258,6 +259,8 @@ def check_references(loaded: LoadedRecipe) -> None:
     check_machine(loaded.recipe, str(loaded.path))
     for name, reference in _functions(loaded):
         try:
-            load_callable(reference, loaded.base_dir, what=name)
+            function = load_callable(reference, loaded.base_dir, what=name)
+            if name == "grader.function":
+                check_grader_call(function, loaded.recipe.grading.mode)
         except BadInput as error:
             raise BadInput(f"{loaded.path}: {error}") from None

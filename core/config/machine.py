@@ -101,9 +101,16 @@ def model_source(name: str) -> str:
     return "the model hub (not in its cache here: training downloads it)"
 
 
+# What a folder transformers loads a causal LM and its tokenizer from holds: a config, and one of a tokenizer's files.
+_MODEL_FILES = (
+    ("config.json", ("config.json",)),
+    ("tokenizer (tokenizer.json)", ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")),
+)
+
+
 def check_machine(recipe: Recipe, where: str) -> None:
     """What ``recipe`` needs of this machine that can be checked without a network call: a model folder that is
-    meant to be local exists, and the loggers are installed.
+    meant to be local exists and holds a config and a tokenizer, and the loggers are installed.
 
     Raises:
         BadInput: a missing local folder, naming ``where`` (the recipe), the field and how to make a converted one.
@@ -114,7 +121,17 @@ def check_machine(recipe: Recipe, where: str) -> None:
     except BadInput as err:
         raise BadInput(f"{where}: {err}") from None
     name = recipe.model.name_or_path if recipe.model is not None else None
-    if name is None or Path(name).expanduser().is_dir():
+    if name is None:
+        return
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        missing = [what for what, files in _MODEL_FILES if not any((folder / f).is_file() for f in files)]
+        if missing:
+            raise BadInput(
+                f"{where}: model.name_or_path: {folder.resolve()} holds no {' and no '.join(missing)}, so "
+                f"transformers cannot load a model from it{_how_to_make(name)}; name a folder a model was saved to "
+                "(save_pretrained), or a model hub id"
+            )
         return
     if _meant_as_folder(name):
         raise BadInput(

@@ -18,13 +18,47 @@ What this module does not do: validate answers (``whileai.grading.answers``), or
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["GraderCalls", "GraderTimeout", "each_or_error"]
+from whileai.errors import BadInput, function_label
+
+__all__ = ["GraderCalls", "GraderTimeout", "check_grader_call", "each_or_error"]
+
+# How GroupwiseGrading calls a plain grader function in each mode, and the batch method that replaces that call.
+_GRADER_CALLS = {
+    "advantage": ("grader(group)", 1, "grade_groups"),
+    "reward": ("grader(item, rubric)", 2, "score_passes"),
+}
+
+
+def check_grader_call(grader: Callable[..., Any], mode: str) -> None:
+    """Refuse a plain grader function that cannot be called as the mode calls it, before anything is graded (each
+    call would raise, and every group fall back): ``grader(group)`` in advantage mode, ``grader(item, rubric)`` in
+    reward mode. A grader with the mode's batch method (the judge, the scripted rule) is called through that.
+
+    Raises:
+        BadInput: naming the function (its name, file and line), how the mode calls it and why it cannot be.
+    """
+    call, arguments, batch = _GRADER_CALLS[mode]
+    if callable(getattr(grader, batch, None)):
+        return
+    try:
+        signature = inspect.signature(grader)
+    except (TypeError, ValueError):  # a builtin or C callable without one: its first call will tell
+        return
+    try:
+        signature.bind(*([None] * arguments))
+    except TypeError as err:
+        other = "reward" if mode == "advantage" else "advantage"
+        raise BadInput(
+            f"grader {function_label(grader)}: {mode} mode calls it as {call}, and it cannot be ({err}); a grader "
+            f"written for {other} mode takes {_GRADER_CALLS[other][0]}: set grading.mode to the one it was written for"
+        ) from None
 
 
 def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:

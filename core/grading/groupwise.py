@@ -39,7 +39,7 @@ from whileai.defaults import (
 )
 from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
-from whileai.grading.calls import GraderCalls
+from whileai.grading.calls import GraderCalls, check_grader_call
 from whileai.grading.gate import check_spread_rows
 from whileai.grading.group import (
     GradedGroup,
@@ -133,6 +133,7 @@ class GroupwiseGrading:
             floor=floor,
             timeout_s=timeout_s,
         )
+        check_grader_call(grader, knobs.mode)
         if isinstance(concurrency, bool) or not isinstance(concurrency, numbers.Integral) or concurrency < 1:
             raise ValueError(f"concurrency: a positive integer is needed (got {concurrency!r})")
         if rubrics is None and knobs.mode == "reward":

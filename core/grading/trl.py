@@ -32,7 +32,7 @@ from whileai.errors import BadInput
 from whileai.grading.guard import signal_problems
 from whileai.rows.files import logged_step
 from whileai.rows.text import completion_text, prompt_text
-from whileai.rows.verdicts import VerifierFailures, raised, read_verdict
+from whileai.rows.verdicts import VerifierFailures, verifier_rewards
 
 if TYPE_CHECKING:  # annotations only: GroupwiseGrading.trl_reward imports this module when it is called
     from whileai.grading.group import GradedGroup
@@ -68,7 +68,7 @@ def groupwise_reward_function(
         raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
     default_size = int(num_generations)
     names = BatchNames()
-    failures = VerifierFailures(_log.warning)
+    failures = VerifierFailures(_log.warning, verifier)
     checked: weakref.WeakSet[Any] = weakref.WeakSet()  # the trainers already checked to train on equation 3
 
     def groupwise_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -94,7 +94,7 @@ def groupwise_reward_function(
                 f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
             )
         before = failures.count
-        rewards = _verifier_rewards(verifier, prompts, completions, kwargs, failures)
+        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures)
         column = kwargs.get("task_id", kwargs.get("scenario_id"))
         task_ids = None if column is None else [t if type(t) is str else str(t) for t in column]
         if distributed:
@@ -424,13 +424,13 @@ def binary_reward(
     """
 
     names = BatchNames()
-    failures = VerifierFailures(_log.warning)
+    failures = VerifierFailures(_log.warning, verifier)
 
     def binary(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         phase, size = trl_phase(kwargs, num_generations)
         batch_name = names.next(phase, kwargs.get("trainer_state"))
         before = failures.count
-        rewards = _verifier_rewards(verifier, prompts, completions, kwargs, failures)
+        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures)
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
             kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))
@@ -444,40 +444,3 @@ def binary_reward(
         return rewards
 
     return binary
-
-
-def _verifier_rewards(
-    verifier: Callable[..., Any],
-    prompts: Sequence[Any],
-    completions: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    failures: VerifierFailures,
-) -> list[float]:
-    """The verifier's reward of each completion, each answer read by ``read_verdict`` (a dict's ``score``, NaN for
-    None). A verifier that raises, or answers no list of one reward a completion, makes its whole batch unscorable;
-    an answer that is no reward makes its completion unscorable; both said and counted in ``failures``. Nothing a
-    verifier does stops the step."""
-    expected = len(completions)
-    try:
-        output = verifier(prompts=prompts, completions=completions, **kwargs)
-    except Exception as error:
-        failures(f"{raised(error).error} on a batch of {expected}", expected)
-        return [math.nan] * expected
-    if not hasattr(output, "__iter__") or isinstance(output, (str, bytes, Mapping)):
-        failures(f"it answered {type(output).__name__}, not a list of rewards", expected)
-        return [math.nan] * expected
-    try:
-        answers = list(output)
-    except Exception as error:  # a generator that raises on its way
-        failures(f"{raised(error).error} on a batch of {expected}", expected)
-        return [math.nan] * expected
-    if len(answers) != expected:
-        failures(f"it answered {len(answers)} rewards for {expected} completions", expected)
-        return [math.nan] * expected
-    rewards = []
-    for answer in answers:
-        verdict = read_verdict(answer)
-        if verdict.error:
-            failures(verdict.error)
-        rewards.append(verdict.reward)
-    return rewards

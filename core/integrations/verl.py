@@ -403,7 +403,7 @@ class WhileaiRewardManager(RewardManagerBase):
         self.compute_score = compute_score
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        self.failures = VerifierFailures(print)
+        self.failures = VerifierFailures(print, compute_score)
         self.groups_errors = Recurring()
         self._left_out: set[str] = set()
         self._reconnect = asyncio.Lock()

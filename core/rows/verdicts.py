@@ -11,14 +11,14 @@ now and then does not flood the log.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.errors import Recurring, describe
+from whileai.errors import Recurring, describe, function_label
 from whileai.rows.rewards import verifier_reward
 
-__all__ = ["Verdict", "VerifierFailures", "raised", "read_verdict", "verdict_of"]
+__all__ = ["Verdict", "VerifierFailures", "raised", "read_verdict", "verdict_of", "verifier_rewards"]
 
 
 @dataclass(frozen=True)
@@ -76,15 +76,69 @@ class VerifierFailures(Recurring):
 
     Args:
         say: where the first failure and every hundredth are said (a log line).
+        verifier: the user's function, named in what is said (its name, file and line).
+
+    Attributes:
+        first: the first failure, as it was said (naming the function).
     """
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], verifier: object = None) -> None:
         super().__init__()
         self.say = say
+        self.name = "" if verifier is None else f"{function_label(verifier)}: "
+        self.first = ""
 
     def __call__(self, error: str, responses: int = 1) -> None:
+        self.first = self.first or f"{self.name}{error}"
         if self.add(responses):
             self.say(
-                f"whileai: the verifier gave no reward ({self.count} response(s) so far): {error}; "
+                f"whileai: the verifier gave no reward ({self.count} response(s) so far): {self.name}{error}; "
                 "such a response counts as unscorable (advantage 0)"
             )
+
+
+def verifier_rewards(
+    verifier: Callable[..., Any],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    failures: VerifierFailures,
+) -> list[float]:
+    """A TRL-style verifier's reward of each completion, called by keyword as TRL calls it, each answer read by
+    :func:`read_verdict` (a dict's ``score``, NaN for None). A verifier that raises, or answers no list of one reward
+    a completion, makes its whole batch unscorable; an answer that is no reward makes its completion unscorable; both
+    said and counted in ``failures`` with what came back and what to return instead. Nothing a verifier does stops
+    the caller: a training step, the gate's sample or an evaluation decides what a failure means for it.
+
+    Example:
+        >>> failures = VerifierFailures(print)
+        >>> verifier_rewards(lambda prompts, completions, **kw: [1.0], ["p"] * 2, ["a", "b"], {}, failures)
+        whileai: the verifier gave no reward (2 response(s) so far): it answered 1 rewards for 2 completions; return one reward per completion, in order (None for one it cannot score); such a response counts as unscorable (advantage 0)
+        [nan, nan]
+    """  # noqa: E501
+    expected = len(completions)
+    one_each = "return one reward per completion, in order (None for one it cannot score)"
+    try:
+        output = verifier(prompts=prompts, completions=completions, **kwargs)
+    except Exception as error:
+        failures(f"{raised(error).error} on a batch of {expected}; fix it, or have it return None where it cannot "
+                 "score", expected)  # fmt: skip
+        return [math.nan] * expected
+    if not hasattr(output, "__iter__") or isinstance(output, (str, bytes, Mapping)):
+        failures(f"it answered {type(output).__name__}, not a list of rewards; {one_each}", expected)
+        return [math.nan] * expected
+    try:
+        answers = list(output)
+    except Exception as error:  # a generator that raises on its way
+        failures(f"{raised(error).error} on a batch of {expected}", expected)
+        return [math.nan] * expected
+    if len(answers) != expected:
+        failures(f"it answered {len(answers)} rewards for {expected} completions; {one_each}", expected)
+        return [math.nan] * expected
+    rewards = []
+    for answer in answers:
+        verdict = read_verdict(answer)
+        if verdict.error:
+            failures(f"{verdict.error}; a reward is a number, None, or a dict with a 'score'")
+        rewards.append(verdict.reward)
+    return rewards

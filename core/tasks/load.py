@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.config.load import LoadedRecipe
-from whileai.errors import BadInput, describe, needs_extra
+from whileai.errors import BadInput, describe, function_label, needs_extra
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
 from whileai.tasks.word_problems import final_answer, word_problem_rows
 
-__all__ = ["TrainingTask", "echoes_digits", "load_task", "load_verifier"]
+__all__ = ["TrainingTask", "check_verifier", "echoes_digits", "load_task", "load_verifier"]
 
 # The words of builtin:echo_digits. Completions are drawn from the same vocabulary (the tokenizer is trained on it).
 ECHO_WORDS = (
@@ -238,19 +238,33 @@ def _first_turns(rows: Sequence[dict[str, Any]], rollouts: int, seed: int) -> li
 TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 
-def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask, where: str) -> None:
-    """Refuse a verifier TRL could not call with this task's columns (a missing ``**kwargs``), before training:
-    at run time every call would raise, and every completion would be unscorable.
+def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask | None, where: str) -> None:
+    """Refuse a verifier TRL could not call with this task's columns, before training: at run time every call would
+    raise, and every completion would be unscorable. ``task`` None: the columns are not known here (a dataset named
+    on the hub), so only what TRL passes every reward function is checked.
 
     Raises:
-        BadInput: naming ``where`` (the recipe's verifier field), the keywords it does not take, and the fix.
+        BadInput: naming ``where`` (the recipe's verifier field and the function), the parameters it needs that
+            nothing passes or the keywords it cannot take, and the fix.
     """
     try:
         signature = inspect.signature(verifier)
     except (TypeError, ValueError):  # a builtin or C callable without one: TRL will find out
         return
-    columns = sorted({key for row in task.rows[:1] for key in row if key != "prompt"})
-    keywords = [*TRL_REWARD_KEYWORDS, *columns, *(["environments"] if task.environment_factory else [])]
+    columns = [] if task is None else sorted({key for row in task.rows[:1] for key in row if key != "prompt"})
+    keywords = [*TRL_REWARD_KEYWORDS, *columns, *(["environments"] if task and task.environment_factory else [])]
+    parameters = signature.parameters.values()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    needs = [p.name for p in parameters if p.kind in named and p.default is p.empty and p.name not in keywords]
+    where = f"{where} {function_label(verifier)}"  # the field, the function and where it is defined
+    if needs and task is not None:
+        raise BadInput(
+            f"{where} needs {', '.join(map(repr, needs))}, which TRL does not pass and the dataset has no column for "
+            f"(its columns: {', '.join(columns) or 'prompt only'}): add the column to data.dataset, or give the "
+            "parameter a default"
+        )
+    if task is None:
+        keywords = [k for k in keywords if k not in needs]  # columns the hub's dataset may well have
     try:
         signature.bind(**dict.fromkeys(keywords))
     except TypeError as err:
@@ -258,6 +272,22 @@ def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask, w
             f"{where}: TRL calls it with the keywords {', '.join(keywords)} (the dataset's columns among them), and "
             f"it cannot take them ({err}); give it a **kwargs parameter: def check(prompts, completions, **kwargs)"
         ) from None
+
+
+def check_verifier(loaded: LoadedRecipe) -> None:
+    """The recipe's verifier against what TRL passes it, before any model is built (``whileai validate`` and
+    ``whileai train``): the dataset's columns where they can be read here (a built-in task, a rows file or folder);
+    a dataset named on the hub is not fetched for it.
+
+    Raises:
+        BadInput: see :func:`check_verifier_signature`.
+    """
+    data, section = loaded.recipe.data, loaded.recipe.verifier
+    if data is None or section is None or section.function is None:
+        return
+    local = data.dataset.startswith("builtin:") or loaded.resolve(data.dataset).exists()
+    task = load_task(loaded) if local else None
+    check_verifier_signature(load_verifier(loaded), task, f"{loaded.path}: verifier.function")
 
 
 def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:

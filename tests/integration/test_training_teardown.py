@@ -40,7 +40,8 @@ def group(tmp_path: Path) -> Iterator[None]:
 
 def _loaded(out: Path) -> SimpleNamespace:
     """What run_training reads of a recipe before ``_train``: the folder, and a model with nothing to fetch."""
-    return SimpleNamespace(recipe=SimpleNamespace(output_dir=str(out), model=None), path=out / "recipe.yaml")
+    recipe = SimpleNamespace(output_dir=str(out), model=None, data=None, verifier=None)
+    return SimpleNamespace(recipe=recipe, path=out / "recipe.yaml")
 
 
 def test_a_finished_run_destroys_the_process_group(group, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,122 @@
+"""The user's own functions named when they fail: a verifier that raises or answers the wrong length or type, one
+that asks for a column the data lacks or cannot take the columns it has, a grader written for the other mode, and a
+model folder that holds no model, each refused with the function (its name, file and line) or the field, what came
+back and the fix; ``whileai validate`` finds every one it can without building a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import whileai as wai
+from whileai.cli.main import app
+from whileai.errors import BadInput
+from whileai.rows.verdicts import VerifierFailures, verifier_rewards
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+FUNCTIONS = """
+def needs_answer(prompts, completions, answer, **kwargs):
+    return [1.0] * len(completions)
+
+
+def no_kwargs(prompts, completions):
+    return [1.0] * len(completions)
+
+
+def one_short(prompts, completions, **kwargs):
+    return [1.0] * (len(completions) - 1)
+
+
+def raises(prompts, completions, **kwargs):
+    return {}["oops"]
+
+
+def a_rubric_grader(item, rubric):
+    return {"solution": 1.0, "behavior": 1.0}
+"""
+
+
+def recipe(tmp_path: Path, **sections) -> Path:
+    (tmp_path / "mine.py").write_text(FUNCTIONS)
+    loaded = yaml.safe_load((REPO / "recipes" / "tiny_cpu_gar.yaml").read_text())
+    loaded.update(sections, output_dir=str(tmp_path / "run"))
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(loaded))
+    return path
+
+
+def validate(path: Path):
+    return runner.invoke(app, ["validate", str(path)])
+
+
+def test_validate_names_a_column_the_data_lacks_and_keywords_a_verifier_cannot_take(tmp_path: Path) -> None:
+    result = validate(recipe(tmp_path, verifier={"function": "mine.py:needs_answer"}))
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert f"verifier.function needs_answer ({tmp_path / 'mine.py'}, line 2) needs 'answer'" in message
+    assert "the dataset has no column for (its columns: task_id)" in message and "**kwargs" not in message
+    result = validate(recipe(tmp_path, verifier={"function": "mine.py:no_kwargs"}))
+    assert result.exit_code == 2 and "no_kwargs (" in result.stderr and "give it a **kwargs parameter" in result.stderr
+
+
+def test_validate_refuses_a_grader_written_for_the_other_mode(tmp_path: Path) -> None:
+    result = validate(recipe(tmp_path, grader={"kind": "python", "function": "mine.py:a_rubric_grader"}))
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "grader a_rubric_grader (" in message and "advantage mode calls it as grader(group)" in message
+    assert "set grading.mode to the one it was written for" in message
+
+
+@pytest.fixture
+def mine_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "mine_module.py").write_text(FUNCTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    return importlib.import_module("mine_module")
+
+
+def test_groupwise_grading_refuses_a_grader_it_cannot_call(mine_module) -> None:
+    with pytest.raises(BadInput, match=r"grader a_rubric_grader \(.*mine_module.py, line \d+\): advantage mode"):
+        wai.GroupwiseGrading(grader=mine_module.a_rubric_grader)
+    wai.GroupwiseGrading(grader=mine_module.a_rubric_grader, mode="reward", rubrics={})  # its own mode
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("raises", "raised KeyError: 'oops' on a batch of 4; fix it, or have it return None where it cannot score"),
+        ("one_short", "answered 3 rewards for 4 completions; return one reward per completion, in order"),
+    ],
+)
+def test_a_failing_verifier_is_named_with_what_came_back_and_the_fix(mine_module, name: str, said: str) -> None:
+    lines: list[str] = []
+    verifier = getattr(mine_module, name)
+    rewards = verifier_rewards(verifier, ["p"] * 4, ["a"] * 4, {}, VerifierFailures(lines.append, verifier))
+    assert all(r != r for r in rewards) and len(lines) == 1  # unscorable, said once
+    assert f"{name} (" in lines[0] and "mine_module.py, line " in lines[0] and said in lines[0]
+
+
+def test_a_model_folder_without_a_model_names_the_field(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    model = {"name_or_path": str(tmp_path / "empty")}
+    result = validate(recipe(tmp_path, model=model))
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert f"model.name_or_path: {tmp_path / 'empty'} holds no config.json and no tokenizer" in message
+
+
+@pytest.mark.slow
+def test_train_names_a_verifier_that_never_gave_a_reward_before_the_first_step(tmp_path: Path) -> None:
+    path = recipe(tmp_path, verifier={"function": "mine.py:raises"}, spread={"sample": {"prompts": 2}})
+    assert validate(path).exit_code == 0  # its signature is right: only a call finds it out
+    result = runner.invoke(app, ["train", str(path), "data.num_prompts=8", "trainer.max_steps=1"])
+    assert result.exit_code == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "the verifier gave no reward for any of the 16 completions sampled; the first: raises (" in message
+    assert "raised KeyError: 'oops' on a batch of 8" in message and "Traceback" not in result.stderr
