@@ -84,7 +84,9 @@ def signal_problems(
         )
     if reward_weights is not None:
         weights = [float(w) for w in reward_weights]
-        if len(weights) != 1 or not math.isclose(weights[0], 1.0, rel_tol=0.0, abs_tol=0.0):
+        # TRL fills in a weight of 1 for each function it was given: then the functions are the problem, said below.
+        filled = reward_functions is not None and len(weights) == len(reward_functions) and set(weights) == {1.0}
+        if not filled and (len(weights) != 1 or not math.isclose(weights[0], 1.0, rel_tol=0.0, abs_tol=0.0)):
             problems.append(
                 f"{where}.reward_weights is {weights}: the groupwise reward must enter TRL with weight 1 and alone; "
                 f"{remove('reward_weights')}"

@@ -413,23 +413,39 @@ class JudgeClient:
         return done
 
     def _what_to_try(self, error: Exception | None) -> str:
-        """What to change when no call got through, by how the first one failed."""
+        """What to change when no call got through, by how the first one failed: time for a timeout, the server for
+        a 5xx, the key or the endpoint's settings for a refusal, the address for no connection. Fewer calls at once
+        is offered only where more than one was made at a time."""
         kind = getattr(error, "kind", "")
-        at_once = f"{self.concurrency} call(s) at once ({self.concurrency_source})"
+        fewer = ""
+        if self.concurrency > 1:
+            at_once = f"now {self.concurrency} call(s) at once ({self.concurrency_source})"
+            fewer = f"fewer calls at once (grader.judge.concurrency=1; {at_once})"
         if kind in ("timeout", "deadline"):
             return (
-                f"Try: fewer calls at once (grader.judge.concurrency=1; now {at_once}), a longer "
-                "grader.judge.timeout_s or batch_deadline_s, or more server slots (llama.cpp's llama-server: "
-                "--parallel N; vLLM: --max-num-seqs N)."
+                f"Try: {fewer + ', ' if fewer else ''}a longer grader.judge.timeout_s or batch_deadline_s, or more "
+                "server slots (llama.cpp's llama-server: --parallel N; vLLM: --max-num-seqs N)."
             )
         if kind == "connection":
             return (
                 f"Is the server up at {self.endpoint.shown(self.config.base_url)}? Check grader.judge.base_url (up "
                 "to /v1) and that the server listens there."
             )
+        if kind in ("http 401", "http 403"):
+            return "The server refused the key: check grader.judge.api_key_env and the key that variable holds."
+        if kind == "http 429":
+            return f"The server limits the rate: {fewer + ', ' if fewer else ''}wait, or ask the provider for more."
         if kind.startswith("http 4"):
-            return "Check grader.judge.model (the name the server serves), api_key_env and base_url."
-        return f"Try: fewer calls at once (grader.judge.concurrency=1; now {at_once}) or a longer timeout_s."
+            return (
+                "The endpoint refused the request: check grader.judge.model (the name the server serves) and base_url."
+            )
+        if kind.startswith("http 5"):
+            overloaded = f" If it is overloaded: {fewer}." if fewer else ""
+            return (
+                "The server failed on its side: its log says why (a model it does not serve, a prompt past its "
+                f"context, out of memory); check grader.judge.model and the server's context length.{overloaded}"
+            )
+        return f"Try: {fewer + ', ' if fewer else ''}a longer grader.judge.timeout_s, or read the server's log."
 
 
 def _judge_outcome(outcome: Outcome) -> JudgeOutcome:

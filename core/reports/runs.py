@@ -59,7 +59,7 @@ STEP_COLUMNS: dict[str, str] = {
     "reward": "reward",
     "whileai/pass_rate": "pass rate",
     "reward_std": "reward std",
-    "frac_reward_zero_std": "zero-std groups",
+    "frac_reward_zero_std": "zero-std share",  # a fraction of the groups: "groups" alone would read as a count
     "completions/mean_length": "length",
     "tools/call_frequency": "tool calls",
     "groupwise/mixed": "mixed",

@@ -394,7 +394,7 @@ def test_report_reads_a_spread_report_and_a_trl_run(tmp_path: Path) -> None:
     ]
     (run / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     result = runner.invoke(app, ["report", str(report), str(tmp_path / "run"), "--steps"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0 and "verdict" in result.stdout and "zero-std groups" in result.stdout
+    assert result.exit_code == 0 and "verdict" in result.stdout and "zero-std share" in result.stdout
     # no completion logs: no pass rate to give, and the summary says so instead of inventing one
     assert "pass rate            no completion logs" in result.stdout
     data = json.loads(invoke("report", report, tmp_path / "run", "--json").stdout)

@@ -251,7 +251,7 @@ def test_steps_prints_the_per_step_table_and_names_what_it_left_out(tmp_path: Pa
         "95% CI",
         "reward",
         "reward std",
-        "zero-std groups",
+        "zero-std share",
         "length",
         "tool calls",
         "mixed",
@@ -272,6 +272,9 @@ def test_steps_prints_the_per_step_table_and_names_what_it_left_out(tmp_path: Pa
     assert note.startswith("reward std, factor std, reward") and "--json shows them" in note
     for title in ("pass", "95% CI", "length", "tool", "mixed", "hacks"):
         assert title in narrow.stdout, title
+    # folded over two lines, the zero-std column still says it holds a share of the groups, not a count of them
+    lines = [line for line in narrow.stdout.splitlines() if "┃" in line]
+    assert "zero-std" in lines[0] and "share" in lines[1] and "groups" not in "".join(lines)
 
 
 # ---------------------------------------------------------------- two arms, --json, what it cannot read

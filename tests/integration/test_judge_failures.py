@@ -169,6 +169,35 @@ def test_persistent_5xx_in_training_falls_back_and_in_preflight_stops(make_judge
         GroupwiseGrading(grader=make_judge("grader")).check_spread(rows)
 
 
+@pytest.mark.parametrize(
+    ("status", "concurrency", "advice", "not_said"),
+    [
+        (500, 1, "The server failed on its side: its log says why", "concurrency=1"),
+        (500, 4, "If it is overloaded: fewer calls at once (grader.judge.concurrency=1; now 4 call(s)", ""),
+        (401, 1, "The server refused the key: check grader.judge.api_key_env", "concurrency"),
+        (404, 1, "The endpoint refused the request: check grader.judge.model", "concurrency"),
+    ],
+)
+def test_the_advice_for_a_judge_that_answers_nothing_fits_its_failure(
+    make_judge, judge_server, judge_tools, status, concurrency, advice, not_said
+) -> None:
+    judge_server.push(*[judge_tools.Status(status)] * 9)
+    rows = [{"scenario_id": "s", "reward": r, "final_text": t} for r, t in ((1, "x"), (1, "y"), (0, "z"))]
+    judge = make_judge("grader", concurrency=concurrency)
+    with pytest.raises(GraderUnavailable) as caught:
+        GroupwiseGrading(grader=judge).check_spread(rows)
+    assert advice in str(caught.value) and (not not_said or not_said not in str(caught.value)), str(caught.value)
+
+
+def test_a_timeout_at_one_call_at_a_time_asks_for_time_not_fewer_calls(make_judge, judge_server, judge_tools) -> None:
+    judge_server.push(*[judge_tools.Hang(1.0)] * 3)
+    rows = [{"scenario_id": "s", "reward": r, "final_text": t} for r, t in ((1, "x"), (1, "y"), (0, "z"))]
+    judge = make_judge("grader", concurrency=1, timeout_s=0.2, max_retries=0)
+    with pytest.raises(GraderUnavailable) as caught:
+        GroupwiseGrading(grader=judge).check_spread(rows)
+    assert "Try: a longer grader.judge.timeout_s" in str(caught.value) and "concurrency=1" not in str(caught.value)
+
+
 def _completion_body(content: str) -> str:
     """A whole chat-completion body, as a server would send it."""
     message = {"role": "assistant", "content": content}

@@ -131,3 +131,41 @@ def test_the_readme_links_every_page_of_docs() -> None:
     assert DOCS, "docs/ holds the long reference the README links to"
     for page in DOCS:
         assert f"](docs/{page.name}" in README, page.name
+
+
+def test_the_readme_names_the_rule_file_s_fields_and_values_as_the_schema_does() -> None:
+    from typing import get_args
+
+    from whileai.grading.scripted import ScriptedRule
+
+    sentence = " ".join(README.split("or a scripted rule file")[1].split(").")[0].split())
+    named = set(re.findall(r"`(\w+)(?::[^`]*)?`", sentence)) | set(re.findall(r"`\w+: (\w+)`", sentence))
+    fields = ScriptedRule.model_fields
+    values = {v for name in ("measure", "order") for v in get_args(fields[name].annotation)}
+    assert {"measure", "chars", "lines", "matches", "order", "descending"} <= named
+    assert named <= set(fields) | values, named - set(fields) - values
+
+
+def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_path: Path, monkeypatch) -> None:
+    from whileai.config import load_recipe
+    from whileai.errors import BadInput
+
+    text = " ".join(README.split())
+    assert "except `output_dir`, which is relative to the folder whileai runs in" in text
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "rows.jsonl").write_text('{"prompt": "p"}\n')
+    recipe = tmp_path / "recipes" / "r.yaml"
+    recipe.write_text("data: {dataset: rows.jsonl}\noutput_dir: runs/r\n")
+    monkeypatch.chdir(tmp_path)
+    loaded = load_recipe(recipe)
+    assert loaded.resolve(loaded.recipe.data.dataset) == tmp_path / "recipes" / "rows.jsonl"
+    assert Path(loaded.recipe.output_dir).resolve() == tmp_path / "runs" / "r"
+    # data.eval_prompts needs trainer.eval_strategy, and the eval sentence says so
+    assert "`data.eval_prompts`, which TRL also evaluates while training and so need `trainer.eval_strategy`" in text
+    recipe.write_text((REPO / "recipes" / "tiny_cpu_gar.yaml").read_text() + "\n")
+    try:
+        load_recipe(recipe, ["data.eval_prompts=4"])
+    except BadInput as refused:
+        assert "trainer.eval_strategy" in str(refused)
+    else:
+        raise AssertionError("data.eval_prompts without trainer.eval_strategy was accepted")
