@@ -7,7 +7,17 @@ from typing import Annotated
 import typer
 
 from whileai.cli.console import err, guarded, out, print_json, say
-from whileai.cli.spread import GraderOption, JsonOption, NoCacheOption, RecipeOption, rows_and_overrides
+from whileai.cli.spread import (
+    GraderOption,
+    GroupKeyOption,
+    JsonOption,
+    NoCacheOption,
+    RecipeOption,
+    RewardKeyOption,
+    TextKeyOption,
+    rows_and_overrides,
+    say_rows,
+)
 from whileai.errors import GraderUnavailable
 
 
@@ -24,6 +34,9 @@ def judge_eval(
     ] = None,
     recipe: RecipeOption = None,
     grader: GraderOption = None,
+    group_key: GroupKeyOption = None,
+    reward_key: RewardKeyOption = None,
+    text_key: TextKeyOption = None,
     as_json: JsonOption = False,
     no_cache: NoCacheOption = False,
 ) -> None:
@@ -41,11 +54,14 @@ def judge_eval(
     from whileai.config.build import recipe_grading, rows_to_grade
     from whileai.grading.evaluate import evaluate_grader, read_reference
     from whileai.progress import phase_bar
+    from whileai.rows import RowStats
 
     given, overrides = rows_and_overrides(arguments)
     loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
     settings = loaded.recipe.spread
-    groups = read_reference(rows_to_grade(loaded, given), settings.row_fields())
+    rows, read = rows_to_grade(loaded, given), RowStats()
+    groups = read_reference(rows, settings.row_fields(group_key, reward_key, text_key), stats=read)
+    say_rows(read, rows)
     with phase_bar("grading", "groups", err) as bar:
         task = bar.add_task("grading", total=len(groups))
         report = evaluate_grader(grading, groups, seed=settings.seed, progress=lambda n: bar.advance(task, n))

@@ -21,6 +21,13 @@ GraderOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")]
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="A judge grader asks again instead of its cache.")]
+GroupKeyOption = Annotated[
+    str | None, typer.Option(help="Field naming a row's group [scenario_id; logged rows: task_id, else prompt].")
+]
+RewardKeyOption = Annotated[str | None, typer.Option(help="Field holding the verifier's reward [reward].")]
+TextKeyOption = Annotated[
+    str | None, typer.Option(help="Field holding the rollout text [final_text; logged rows: completion].")
+]
 
 
 # Typer declares each option in the signature: the function is long by its options, its body is one screen.
@@ -37,9 +44,9 @@ def spread(
     ] = None,
     recipe: RecipeOption = None,
     grader: GraderOption = None,
-    group_key: Annotated[str | None, typer.Option(help="Field naming a row's group [scenario_id].")] = None,
-    reward_key: Annotated[str | None, typer.Option(help="Field holding the verifier's reward [reward].")] = None,
-    text_key: Annotated[str | None, typer.Option(help="Field holding the rollout text [final_text].")] = None,
+    group_key: GroupKeyOption = None,
+    reward_key: RewardKeyOption = None,
+    text_key: TextKeyOption = None,
     as_json: JsonOption = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="A table per group, and each retry of a judge call with its wait.")
@@ -105,7 +112,7 @@ def spread(
             _print_traceback(error)
         print_json({**unavailable_report(error), "grader": grading.figures()})
         raise typer.Exit(GraderUnavailable.exit_code) from None
-    _say_rows(run.rows, rows)
+    say_rows(run.rows, rows)
     if as_json:
         print_json({**run.as_dict(), "grader": grading.figures()})
     else:
@@ -181,8 +188,10 @@ def _check(
         )
 
 
-def _say_rows(read: Any, rows: Path) -> None:
-    """What the reader left out, dropped or skipped, on stderr."""
+def say_rows(read: Any, rows: Path) -> None:
+    """How the reader read the rows, and what it left out, dropped or skipped, on stderr."""
+    if read.read_as:
+        say(f"whileai: {rows}: {read.read_as}")
     if read.left_out:
         shown = ", ".join(read.left_out[:4])
         more = f", and {len(read.left_out) - 4} more" if len(read.left_out) > 4 else ""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
-from whileai.rows.fields import Member, RowFields
+from whileai.rows.fields import Member, RowFields, RowStats
 from whileai.rows.groups import iter_rows
 from whileai.stats import kendall_tau
 
@@ -71,7 +71,9 @@ def _hack_value(row: Mapping[str, Any], where: str) -> bool:
     return value
 
 
-def read_reference(path: str | Path, fields: RowFields | None = None) -> list[ReferenceGroup]:
+def read_reference(
+    path: str | Path, fields: RowFields | None = None, *, stats: RowStats | None = None
+) -> list[ReferenceGroup]:
     """The groups of a rows file or folder with their reference, in order of first appearance.
 
     Rows are read by ``whileai.rows.iter_rows`` (the gate's fields and checks) and must carry ``quality`` (a number,
@@ -85,7 +87,7 @@ def read_reference(path: str | Path, fields: RowFields | None = None) -> list[Re
     """
     building: dict[str, tuple[list[Member], list[float | None], list[bool]]] = {}
     used: str | None = None
-    for where, group, member, row in iter_rows(path, fields):
+    for where, group, member, row in iter_rows(path, fields, stats=stats):
         found = _reference_value(row, where)
         if found is not None:
             if used is not None and found[0] != used:

@@ -27,7 +27,8 @@ TRL_LOG_COLUMNS = frozenset({"step", "prompt", "completion", "advantage", "image
 class RowFields:
     """The field names a row is read by; None picks the default for the file's format.
 
-    ``trl_log`` marks a TRL completion log (set by ``for_columns``): its groups are deduplicated across files.
+    ``trl_log`` marks a TRL completion log (set by ``for_columns``): its groups are deduplicated across files;
+    ``logged`` rows of the common log shape (``prompt``, ``completion``, ``reward``), read with those fields.
     """
 
     group_key: str | None = None
@@ -36,6 +37,7 @@ class RowFields:
     prompt_key: str = "prompt"
     trl_log: bool = False
     verl_sessions: bool = False
+    logged: bool = False
 
     def group_of(self, value: Any, where: str) -> Any:
         """The group a row's group value names: a verl v1 dump's ``{uid}_{session}_{output}`` key is its ``uid``
@@ -89,6 +91,10 @@ class RowFields:
                 "input" if self.prompt_key == "prompt" else self.prompt_key,
                 verl_sessions=group == "uid",
             )
+        if "completion" in columns and "final_text" not in columns and self.text_key is None:
+            # Logged rows (prompt, completion, reward): each task, scenario or else prompt is a group.
+            group = self.group_key or next((c for c in ("task_id", "scenario_id") if c in columns), self.prompt_key)
+            return RowFields(group, self.reward_key or "reward", "completion", self.prompt_key, logged=True)
         return RowFields(
             self.group_key or "scenario_id",
             self.reward_key or "reward",
@@ -96,12 +102,22 @@ class RowFields:
             self.prompt_key,
         )
 
+    @property
+    def read_as(self) -> str:
+        """How logged rows were read, in one line for the command line (empty for any other form)."""
+        if not self.logged:
+            return ""
+        return (
+            f"read as logged rows: each {self.group_key!r} a group, {self.text_key!r} the text, {self.reward_key!r} "
+            "the verifier's reward (--group-key, --text-key and --reward-key name others)"
+        )
+
 
 @dataclass
 class RowStats:
     """What the reader saw: rows read, rows skipped as bad (with the first few reasons), files read, files of a
-    folder left out (each with why), and groups dropped as repeats of a group already read (a TRL log that wrote one
-    generation into two files)."""
+    folder left out (each with why), groups dropped as repeats of a group already read (a TRL log that wrote one
+    generation into two files), and how rows of the logged form were read (``RowFields.read_as``)."""
 
     rows: int = 0
     skipped: int = 0
@@ -109,6 +125,7 @@ class RowStats:
     examples: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
     duplicates: int = 0
+    read_as: str = ""
 
     def skip(self, reason: str) -> None:
         self.skipped += 1
@@ -156,13 +173,22 @@ _LIKELY_FIELDS = {
 }
 
 
-def _which_field(row: dict[str, Any], what: str) -> str:
-    """What a missing-field error adds: the row's fields, and the option that names the one to read (with the
-    likeliest of them, when the row has one)."""
+def _missing_fields(row: dict[str, Any], missing: list[tuple[Any, str]]) -> str:
+    """Every field a row lacks, in one message: the row's fields, and the options that name the ones to read (with
+    the likeliest of them, when the row has one)."""
     fields = ", ".join(map(str, list(row)[:8])) + (", ..." if len(row) > 8 else "")
-    likely = next((name for name in _LIKELY_FIELDS[what] if name in row), None)
-    option = f"--{what}-key" + (f" {likely}" if likely else " FIELD")
-    return f" (the row has {fields}; name the {what}'s field with {option}, or spread.{what}_key in a recipe)"
+    options, keys = [], []
+    for _, what in missing:
+        likely = next((name for name in _LIKELY_FIELDS[what] if name in row), None)
+        options.append(f"--{what}-key" + (f" {likely}" if likely else " FIELD"))
+        keys.append(f"{what}_key")
+    quoted = [repr(key) for key, _ in missing]
+    named = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    return (
+        f"missing field{'s' if len(missing) > 1 else ''} {named} (the row has {fields}; name "
+        f"{'them' if len(missing) > 1 else 'it'} with {' '.join(options)}, or spread.{', spread.'.join(keys)} in a "
+        "recipe)"
+    )
 
 
 def read_member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
@@ -172,9 +198,9 @@ def read_member(row: Any, fields: RowFields, where: str) -> tuple[str, Member]:
         return plain
     if not isinstance(row, dict):
         raise BadInput(f"{where}: a row is a JSON object, got {type(row).__name__}")
-    for key, option in ((fields.group_key, "group"), (fields.reward_key, "reward"), (fields.text_key, "text")):
-        if key not in row:
-            raise BadInput(f"{where}: missing field {key!r}{_which_field(row, option)}")
+    wanted = ((fields.group_key, "group"), (fields.reward_key, "reward"), (fields.text_key, "text"))
+    if missing := [(key, what) for key, what in wanted if key not in row]:
+        raise BadInput(f"{where}: {_missing_fields(row, missing)}")
     group = row[fields.group_key]
     if group is None:
         raise BadInput(f"{where}: field {fields.group_key!r} is empty")

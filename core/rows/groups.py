@@ -265,6 +265,7 @@ def iter_groups(
     for file in files:
         stats.files += 1
         chosen = fields.for_columns(first_columns(file), file)
+        stats.read_as = stats.read_as or chosen.read_as
         # whileai's group labels ("step:group") are unique across a run's files; other groups are per file.
         by_label = chosen.trl_log and chosen.group_key == "whileai_group"
         prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
@@ -308,6 +309,7 @@ def iter_rows(
     for file in files:
         stats.files += 1
         chosen = fields.for_columns(first_columns(file), file)
+        stats.read_as = stats.read_as or chosen.read_as
         by_label = chosen.trl_log and chosen.group_key == "whileai_group"
         prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
         for _, number, row in raw_rows(file):

@@ -412,3 +412,30 @@ def test_the_readme_s_judge_eval_figures_are_what_the_commands_print(tmp_path, m
     quoted = f"tau {tau['mean']:.2f} (95% interval {tau['low']:.2f} to {tau['high']:.2f})"
     assert quoted in section, quoted
     assert f"flags none of\nits {figures['hacks']['reference']} hacks" in section and figures["hacks"]["flagged"] == 0
+
+
+def test_logged_rows_and_the_field_options_read_as_spread_reads_them(tmp_path: Path, permutations: Path) -> None:
+    """Rows in the common log shape (prompt, completion, reward) are read with those fields, said in one line; other
+    names are given with the options spread takes."""
+    rows = [json.loads(line) for line in permutations.read_text().splitlines()]
+    logged = write(
+        tmp_path / "logged.jsonl",
+        [{"prompt": r["scenario_id"], "completion": r["final_text"], "reward": r["reward"], "quality": r["quality"]}
+         for r in rows],
+    )  # fmt: skip
+    result = invoke("judge-eval", logged, "--grader", f"{GRADERS}:perfect", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert f"whileai: {logged}: read as logged rows: each 'prompt' a group, 'completion' the text" in result.stderr
+    same = evaluate(permutations, "perfect")
+    assert _graded(json.loads(result.stdout)) == _graded(same)
+    renamed = write(
+        tmp_path / "renamed.jsonl",
+        [{"task": r["scenario_id"], "text": r["final_text"], "reward": r["reward"], "quality": r["quality"]}
+         for r in rows],
+    )  # fmt: skip
+    assert _graded(evaluate(renamed, "perfect", "--group-key", "task", "--text-key", "text")) == _graded(same)
+
+
+def _graded(report: dict) -> dict:
+    """A report's figures without its timings."""
+    return {key: value for key, value in report.items() if key not in ("cost", "grader")}

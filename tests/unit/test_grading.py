@@ -29,8 +29,12 @@ def test_repr_in_both_modes() -> None:
     assert repr(wai.GroupwiseGrading(grader=by_order)) == (
         "GroupwiseGrading(mode=advantage, grader=by_order, cap=3.0, min_factor=0.5, hack_zero=True)"
     )
-    grs = wai.GroupwiseGrading(grader=by_order, mode="reward", rubrics={"a": 1, "b": 2}, floor=0.5)
-    assert repr(grs) == "GroupwiseGrading(mode=reward, grader=by_order, floor=0.5, rubrics=2 task(s))"
+    grs = wai.GroupwiseGrading(grader=by_rubric, mode="reward", rubrics={"a": 1, "b": 2}, floor=0.5)
+    assert repr(grs) == "GroupwiseGrading(mode=reward, grader=by_rubric, floor=0.5, rubrics=2 task(s))"
+
+
+def by_rubric(item, rubric):
+    return {"solution": 1.0, "behavior": 1.0}
 
 
 def test_fields_default_to_the_named_constants() -> None:

@@ -166,7 +166,7 @@ def test_without_orjson_the_standard_library_reads(tmp_path: Path, monkeypatch) 
     path.write_text(json.dumps({"scenario_id": "a", "reward": 1, "final_text": "x"}) + "\n")
     assert list(iter_groups(path)) == [("a", [(1.0, "", "x")])]
     monkeypatch.setenv(JSON_ENV, "orjson")
-    with pytest.raises(MissingExtra, match=r"whileai\[fast\]"):
+    with pytest.raises(MissingExtra, match=r"whileai-grpo\[fast\]"):
         list(iter_groups(path))
 
 
@@ -179,12 +179,19 @@ def test_a_fault_at_a_line_s_end_is_at_that_line_s_last_column(tmp_path: Path, m
         read(path, parser, monkeypatch)
 
 
-def test_rows_in_trl_s_form_name_the_option_that_reads_them(tmp_path: Path, monkeypatch) -> None:
+def test_logged_rows_are_read_as_logged_and_every_missing_field_is_named_at_once(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "rows.jsonl"
-    path.write_text('{"prompt": "p", "completion": "x", "reward": 1}\n')
+    path.write_text(
+        '{"prompt": "p", "completion": "x", "reward": 1}\n{"prompt": "p", "completion": "y", "reward": 0}\n'
+    )
+    stats = RowStats()
+    assert list(iter_groups(path, stats=stats)) == [("p", [(1.0, "p", "x"), (0.0, "p", "y")])]
+    assert stats.read_as.startswith("read as logged rows: each 'prompt' a group, 'completion' the text")
+    path.write_text('{"question": "q", "response": "x", "score": 1}\n')
     with pytest.raises(BadInput) as missing:
         read(path, "json", monkeypatch)
     assert (
-        "line 1: missing field 'scenario_id' (the row has prompt, completion, reward; name the group's field with "
-        "--group-key prompt, or spread.group_key in a recipe)" in str(missing.value)
+        "line 1: missing fields 'scenario_id', 'reward' and 'final_text' (the row has question, response, score; "
+        "name them with --group-key question --reward-key score --text-key response, or spread.group_key, "
+        "spread.reward_key, spread.text_key in a recipe)" in str(missing.value)
     )
