@@ -135,7 +135,8 @@ def refuse_off_equation_3(trainer: Any, *, recipe: str | None = None, groupwise:
 
     The one rule for every way a trainer is made: ``whileai train`` and ``GroupwiseGRPOTrainer`` check on
     construction, and the reward function on its first call, for a trainer built in Python around
-    ``GroupwiseGrading.trl_reward``.
+    ``GroupwiseGrading.trl_reward``. It reads the trainer's functions and settings, never the values: a user's
+    function wrapped around the groupwise one that changes what it returns is not seen.
 
     Args:
         trainer: a built ``GRPOTrainer`` (its ``reward_funcs``, ``reward_func_names``, ``reward_weights``,

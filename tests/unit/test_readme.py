@@ -169,3 +169,9 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
         assert "trainer.eval_strategy" in str(refused)
     else:
         raise AssertionError("data.eval_prompts without trainer.eval_strategy was accepted")
+
+
+def test_the_readme_says_what_the_equation_3_guard_does_not_see() -> None:
+    text = " ".join(README.split())
+    assert "What is checked is the trainer's list of reward functions and its config, not what a function of" in text
+    assert "`GroupwiseGRPOTrainer` puts nothing of yours between whileai and TRL" in text
