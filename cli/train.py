@@ -46,6 +46,9 @@ def train(
     check_references(loaded)
     plan = training_plan(loaded)
     if dry_run:
+        from whileai.tasks.load import check_verifier
+
+        check_verifier(loaded)  # as validate does (a run checks it in run_training)
         out.print(loaded.dump(), markup=False, end="")
         table = Table(title="plan", title_justify="left", show_edge=False, show_header=False)
         table.add_column("step")

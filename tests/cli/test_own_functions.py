@@ -60,6 +60,8 @@ def test_validate_names_a_column_the_data_lacks_and_keywords_a_verifier_cannot_t
     message = " ".join(result.stderr.split())
     assert f"verifier.function needs_answer ({tmp_path / 'mine.py'}, line 2) needs 'answer'" in message
     assert "the dataset has no column for (its columns: task_id)" in message and "**kwargs" not in message
+    planned = runner.invoke(app, ["train", str(tmp_path / "mine.yaml"), "--dry-run"])
+    assert planned.exit_code == 2 and " ".join(planned.stderr.split()) == message  # the dry run agrees
     result = validate(recipe(tmp_path, verifier={"function": "mine.py:no_kwargs"}))
     assert result.exit_code == 2 and "no_kwargs (" in result.stderr and "give it a **kwargs parameter" in result.stderr
 
