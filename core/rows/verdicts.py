@@ -87,6 +87,16 @@ class VerifierFailures(Recurring):
         self.say = say
         self.name = "" if verifier is None else f"{function_label(verifier)}: "
         self.first = ""
+        self.empty = Recurring()  # batches in which no completion got a reward
+
+    def none_scored(self, completions: int) -> None:
+        """A batch whose every completion is unscorable (a sandbox down for a step): counted, said the first time and
+        in each hundred."""
+        if self.empty.add():
+            self.say(
+                f"whileai: the verifier scored none of a batch's {completions} completions ({self.empty.count} such "
+                "batch(es) so far): they train on zero advantage, as TRL gives an unscorable completion"
+            )
 
     def __call__(self, error: str, responses: int = 1) -> None:
         self.first = self.first or f"{self.name}{error}"
@@ -105,22 +115,40 @@ def verifier_rewards(
     failures: VerifierFailures,
 ) -> list[float]:
     """A TRL-style verifier's reward of each completion, called by keyword as TRL calls it, each answer read by
-    :func:`read_verdict` (a dict's ``score``, NaN for None). A verifier that raises, or answers no list of one reward
-    a completion, makes its whole batch unscorable; an answer that is no reward makes its completion unscorable; both
-    said and counted in ``failures`` with what came back and what to return instead. Nothing a verifier does stops
-    the caller: a training step, the gate's sample or an evaluation decides what a failure means for it.
+    :func:`read_verdict` (a dict's ``score``, NaN for None). A verifier that raises (``sys.exit`` included), or
+    answers no list of one reward a completion, makes its whole batch unscorable; an answer that is no reward makes
+    its completion unscorable; both said and counted in ``failures`` with what came back and what to return instead,
+    and so is a batch in which nothing got a reward. Nothing a verifier does stops the caller: a training step, the
+    gate's sample or an evaluation decides what a failure means for it.
 
     Example:
         >>> failures = VerifierFailures(print)
         >>> verifier_rewards(lambda prompts, completions, **kw: [1.0], ["p"] * 2, ["a", "b"], {}, failures)
         whileai: the verifier gave no reward (2 response(s) so far): it answered 1 rewards for 2 completions; return one reward per completion, in order (None for one it cannot score); such a response counts as unscorable (advantage 0)
+        whileai: the verifier scored none of a batch's 2 completions (1 such batch(es) so far): they train on zero advantage, as TRL gives an unscorable completion
         [nan, nan]
     """  # noqa: E501
+    rewards = _read_batch(verifier, prompts, completions, kwargs, failures)
+    if rewards and all(r != r for r in rewards):
+        failures.none_scored(len(rewards))
+    return rewards
+
+
+def _read_batch(
+    verifier: Callable[..., Any],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    failures: VerifierFailures,
+) -> list[float]:
+    """:func:`verifier_rewards` before its check of the whole batch."""
     expected = len(completions)
     one_each = "return one reward per completion, in order (None for one it cannot score)"
     try:
         output = verifier(prompts=prompts, completions=completions, **kwargs)
-    except Exception as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # sys.exit too: a verifier's misdeed is its batch's, never the caller's end
         failures(f"{raised(error).error} on a batch of {expected}; fix it, or have it return None where it cannot "
                  "score", expected)  # fmt: skip
         return [math.nan] * expected
@@ -129,7 +157,9 @@ def verifier_rewards(
         return [math.nan] * expected
     try:
         answers = list(output)
-    except Exception as error:  # a generator that raises on its way
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # a generator that raises on its way
         failures(f"{raised(error).error} on a batch of {expected}", expected)
         return [math.nan] * expected
     if len(answers) != expected:

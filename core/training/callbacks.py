@@ -78,7 +78,9 @@ class RichProgress(TrainerCallback):
             # Short enough for the whole bar to fit 80 columns: the step's pass rate (the reward, for a 0/1
             # verifier) and the run's grader calls and fallbacks so far; the row below has the rest.
             passed = logs.get("whileai/pass_rate")
-            description = f"pass {passed:.2f}" if passed is not None else f"reward {logs['reward']:.3f}"
+            description = (
+                f"pass {_cell('{:.2f}', passed)}" if passed is not None else f"reward {_cell('{:.3f}', logs['reward'])}"
+            )
             if "groupwise/grader_calls" in logs:
                 description += f"  calls {self.calls:.0f}  fallbk {self.fallbacks:.0f}"
             self.bar.update(self.task, description=description)
@@ -86,11 +88,19 @@ class RichProgress(TrainerCallback):
             self.say("  ".join(f"{title:>{len(fmt.format(0))}}" for _, title, fmt in _COLUMNS))
             self.header_done = True
         values = {**logs, "step": state.global_step}
-        cells = []
-        for key, _, fmt in _COLUMNS:
-            width = len(fmt.format(0))
-            cells.append(fmt.format(values[key]) if key in values else " " * width)
-        self.say("  ".join(cells))
+        self.say(
+            "  ".join(
+                _cell(fmt, values[key]) if key in values else " " * len(fmt.format(0)) for key, _, fmt in _COLUMNS
+            )
+        )
+
+
+def _cell(fmt: str, value: Any) -> str:
+    """A logged figure in its column's format; one that is no number (TRL logs None or NaN for a step whose rewards
+    were all unscorable) as a dash of the column's width."""
+    if isinstance(value, (int, float)) and value == value:
+        return fmt.format(value)
+    return "\u2013".rjust(len(fmt.format(0)))
 
 
 class WatchStop(TrainerCallback):

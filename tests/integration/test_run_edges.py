@@ -281,6 +281,35 @@ def test_skip_spread_gate_trains_past_a_judge_that_answers_nothing(tmp_path: Pat
     assert run["trained_as"].startswith("mostly as plain GRPO") and "unreachable" in run["trained_as"]
 
 
+SANDBOX_DOWN = """
+import sys
+
+calls = []
+
+
+def sandbox_down(prompts, completions, **kwargs):
+    calls.append(len(completions))
+    if len(calls) == 4:  # the sandbox's client gives up on the process
+        sys.exit(3)
+    return [None] * len(completions)
+"""
+
+
+@pytest.mark.slow
+def test_a_verifier_that_scores_nothing_or_exits_trains_on_with_zero_advantage(tmp_path: Path, caplog) -> None:
+    (tmp_path / "down.py").write_text(SANDBOX_DOWN)
+    recipe = recipe_with(tmp_path, "down", verifier={"function": f"{tmp_path / 'down.py'}:sandbox_down"})
+    out = tmp_path / "down"
+    result = train(recipe, *SMOKE, "spread.sample.prompts=2", f"output_dir={out}", "--skip-spread-gate")
+    assert result.exit_code == 0, result.stderr
+    said = caplog.text  # the verifier's log lines (stderr, outside pytest)
+    assert "the verifier scored none of a batch's 32 completions" in said
+    assert "sandbox_down (" in said and "it raised SystemExit: 3" in said
+    run = json.loads((out / "whileai_run.json").read_text())
+    assert run["status"] == "finished" and run["steps"] == 2 and run["grader"]["unscorable"] == 64
+    assert "\u2013" in result.stderr  # the step's reward, which TRL logs as no number, shown as a dash
+
+
 def test_a_checkpoint_cut_short_by_ctrl_c_is_not_resumed_from(tmp_path: Path) -> None:
     from whileai.training.folder import last_checkpoint
 
