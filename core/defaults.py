@@ -121,6 +121,11 @@ YAML_EXPANDED_VALUES: Final[int] = 100_000
 # room for a grader that calls out to a service of its own.
 GRADER_TIMEOUT_S: Final[float] = 60.0
 
+# The longest one call of a user's verifier may take, on one batch of completions, before the batch is unscorable
+# (zero advantage, counted): a sandbox that hangs must not hang training. A verifier that runs each completion's tests
+# takes seconds; five minutes leaves room for a large batch and sets the bound.
+VERIFIER_TIMEOUT_S: Final[float] = 300.0
+
 # How many groups a grader that declares ``thread_safe = True`` is called on at once.
 GRADER_CONCURRENCY: Final[int] = 8
 

@@ -128,16 +128,19 @@ class Recurring:
 
 
 def function_label(function: object) -> str:
-    """A user's function as a message names it: its name and where it is defined (a ``functools.partial`` by the
-    function it wraps; a callable object by its class).
+    """A user's function as a message names it: its name and where it is defined (a ``functools.partial`` or a
+    ``functools.wraps`` wrapper by the function it wraps; a callable object by its class).
 
     Example:
         >>> function_label(function_label).startswith("function_label (") and "errors.py, line " in function_label(
         ...     function_label)
         True
     """
-    while isinstance(function, functools.partial):
-        function = function.func
+    for _ in range(16):  # through partials and wrappers (functools.wraps) to the user's own function
+        if isinstance(function, functools.partial):
+            function = function.func
+        elif getattr(function, "__wrapped__", None) is not None:
+            function = function.__wrapped__  # type: ignore[attr-defined]
     name = getattr(function, "__qualname__", None) or type(function).__qualname__
     call = vars(type(function)).get("__call__")  # a callable object's method, where its code is
     code = getattr(function, "__code__", None) or getattr(call, "__code__", None)

@@ -18,6 +18,7 @@ which import none of it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from importlib import resources
@@ -40,7 +41,7 @@ from whileai.errors import BadInput
 from whileai.grading.calls import check_grader_call
 from whileai.grading.groupwise import GroupwiseGrading
 from whileai.grading.reference import load_callable
-from whileai.grading.scripted import ScriptedGrader, ScriptedRule
+from whileai.grading.scripted import ScriptedGrader
 from whileai.yamldata import read_yaml_file
 
 __all__ = [
@@ -79,8 +80,8 @@ def build_grader(
         return ScriptedGrader(section.rule)  # grade_groups in advantage mode, score_passes in reward mode
     if isinstance(section, PythonGraderSection):
         function = load_callable(section.function, base_dir, what="grader")
-        if section.thread_safe and not getattr(function, "thread_safe", False):
-            function = _thread_safe(function)
+        if section.thread_safe or section.in_process:
+            function = _marked(function, section.thread_safe, section.in_process)
         return function
     if isinstance(section, JudgeGraderSection):
         from whileai.judge import build_judge  # the HTTP judge's modules load only for a judge
@@ -89,14 +90,16 @@ def build_grader(
     raise BadInput(f"unknown grader kind {section!r}")  # pragma: no cover - the schema rejects it first
 
 
-def _thread_safe(function: Any) -> Any:
-    """``function`` marked thread-safe (``GroupwiseGrading`` then grades groups concurrently), its name kept."""
+def _marked(function: Any, thread_safe: bool, in_process: bool) -> Any:
+    """``function`` marked as the recipe says (``GroupwiseGrading`` grades groups at once for a thread-safe grader,
+    and in its own process for an ``in_process`` one), its name and signature kept, the user's function untouched."""
 
+    @functools.wraps(function)
     def grader(*args: Any, **kwargs: Any) -> Any:
         return function(*args, **kwargs)
 
-    grader.__name__ = getattr(function, "__name__", "grader")
-    grader.thread_safe = True  # type: ignore[attr-defined]
+    grader.thread_safe = thread_safe or getattr(function, "thread_safe", False) is True  # type: ignore[attr-defined]
+    grader.in_process = in_process or getattr(function, "in_process", False) is True  # type: ignore[attr-defined]
     return grader
 
 
@@ -223,13 +226,12 @@ def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None =
         except ValidationError as err:
             raise BadInput(f"{path}: {err.errors()[0]['msg']}") from None
         return build_grader(section, grading, path.parent)
-    try:
-        rule = ScriptedRule.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadInput(f"{path}: {where}: {first['msg']}") from None
-    return ScriptedGrader(rule, name=path.stem)
+    if set(data) == {"rule"} and isinstance(data["rule"], dict):
+        data = data["rule"]  # a recipe's grader.rule copied with its key
+    # Checked as a recipe's rule is, so a misspelt key gets the same did-you-mean.
+    recipe = validate_recipe({"grader": {"kind": "scripted", "rule": data}}, str(path))
+    assert isinstance(recipe.grader, ScriptedGraderSection)
+    return ScriptedGrader(recipe.grader.rule, name=path.stem)
 
 
 def _references(loaded: LoadedRecipe) -> list[tuple[str, Path]]:

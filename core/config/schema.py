@@ -19,9 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from whileai.config.trainer import TrainerSection
-from whileai.defaults import (
-    SPREAD_CONTROL_GROUPS,
-)
+from whileai.defaults import SPREAD_CONTROL_GROUPS, VERIFIER_TIMEOUT_S
 from whileai.errors import BadInput
 from whileai.grading.guard import signal_problems
 from whileai.grading.knobs import GradingKnobs, RecipeThresholds, SpreadThresholds, WatchSettings
@@ -83,8 +81,14 @@ class PythonGraderSection(Section):
 
     thread_safe: bool = Field(
         False,
-        description="The function may grade several groups at once (from several threads); whileai then calls it "
-        "on up to 8 groups at a time. Leave false for a function that keeps state.",
+        description="The function may grade several groups at once; whileai then calls it on up to 8 groups at a "
+        "time. Leave false for a function that keeps state.",
+    )
+    in_process: bool = Field(
+        False,
+        description="Run the function in the training process (on a thread) instead of a worker process of its own: "
+        "for a grader that holds a model on the GPU, which a forked process cannot use. Its time limit then holds "
+        "only while it lets other threads run, and what it prints or forks is not kept apart.",
     )
 
     @field_validator("function")
@@ -195,6 +199,18 @@ class VerifierSection(Section):
     )
     builtin: str | None = Field(
         None, description="A built-in verifier by name (echoes_digits, support, word_problems), instead of a function."
+    )
+    in_process: bool = Field(
+        False,
+        description="Run the function in the training process instead of a process forked for each batch (one that "
+        "uses the GPU); its time limit then does not hold.",
+    )
+    timeout_s: float | None = Field(
+        VERIFIER_TIMEOUT_S,
+        gt=0,
+        allow_inf_nan=False,
+        description="The longest the function may take on one batch (it runs in a process of its own); past it the "
+        "batch is unscorable (zero advantage, counted). null: no limit.",
     )
 
     @field_validator("function")

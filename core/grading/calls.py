@@ -1,19 +1,18 @@
 """Calling a plain grader function: a time limit per call, and several calls at once when the grader allows it.
 
 A grader is user code. One that hangs must not hang training: on a multi-process run the other processes wait for
-rank 0 in a collective, so a stuck grader stops every GPU. ``GraderCalls`` runs each call on a worker thread and
-waits at most ``timeout_s`` for it; a call that runs over becomes a ``GraderTimeout`` in place of its answer (the
-group falls back, counted) and its thread is abandoned (a daemon, so it cannot keep the process alive at exit).
+rank 0 in a collective, so a stuck grader stops every GPU. ``GraderCalls`` runs each call in a worker process
+(``whileai.isolation``) and waits at most ``timeout_s`` for it, whatever the call does (a pattern that keeps the GIL
+included); a call that runs over becomes a ``GraderTimeout`` in place of its answer (the group falls back, counted),
+and its worker is killed with everything it started. What the grader prints goes to stderr, its ``sys.exit`` is its
+group's failure, and its answer comes back as plain data read within the limit.
 
 A grader that declares itself thread-safe (``grader.thread_safe = True``) is called on up to ``concurrency`` groups at
-once; any other grader one group at a time. Either way a fresh worker replaces one lost to a call that ran over, so
-one hung call costs its own group and no other: the next groups are graded, each within its own limit. For a grader
-that is not thread-safe that means one call may run beside the abandoned one, which is still inside the grader; the
-alternative, every later group falling back until the hung call returns (never, for a call stuck on a dead
-service), would stop the grading.
+once, each in a worker of its own; any other grader one group at a time. A worker killed for running over is
+replaced for the next group, so one hung call costs its own group and no other.
 
 What this module does not do: validate answers (``whileai.grading.answers``), or time a grader with a batch method
-(the HTTP judge keeps its own per-call timeouts and batch deadline).
+(the HTTP judge keeps its own per-call timeouts and batch deadline; the scripted rule stops its own expressions).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from whileai.errors import BadInput, function_label
+from whileai.isolation import CallTimeout, Worker, wait_for_any
 
 __all__ = ["GraderCalls", "GraderTimeout", "check_grader_call", "each_or_error"]
 
@@ -55,9 +55,19 @@ def check_grader_call(grader: Callable[..., Any], mode: str) -> None:
         signature.bind(*([None] * arguments))
     except TypeError as err:
         other = "reward" if mode == "advantage" else "advantage"
+        try:
+            signature.bind(*([None] * _GRADER_CALLS[other][1]))
+            fix = (
+                f"it takes {signature}: if it was written for {other} mode, which calls {_GRADER_CALLS[other][0]}, "
+                f"set grading.mode: {other}"
+            )
+        except TypeError:
+            fix = (
+                f"it takes {signature}: give it the parameters of {call}, or of {_GRADER_CALLS[other][0]} with "
+                f"grading.mode: {other}"
+            )
         raise BadInput(
-            f"grader {function_label(grader)}: {mode} mode calls it as {call}, and it cannot be ({err}); a grader "
-            f"written for {other} mode takes {_GRADER_CALLS[other][0]}: set grading.mode to the one it was written for"
+            f"grader {function_label(grader)}: {mode} mode calls it as {call}, and it cannot be ({err}); {fix}"
         ) from None
 
 
@@ -82,11 +92,11 @@ def each_or_error(call: Callable[[Any], Any], requests: Sequence[Any]) -> list[A
     return answers
 
 
-class GraderTimeout(TimeoutError):
+class GraderTimeout(CallTimeout):
     """A grader call that did not return within its time limit."""
 
 
-class _Worker:
+class _Thread:
     """A worker thread's flag: a retired worker finishes the call it is stuck in, then exits."""
 
     __slots__ = ("retired",)
@@ -117,29 +127,17 @@ class _Call:
         self.answer: Any = None
         self.error: BaseException | None = None
         self.started: float | None = None  # time.monotonic() when a worker began the call
-        self.worker: _Worker | None = None
+        self.worker: _Thread | None = None
         self.closed = False
         self.abandoned = False
 
 
-class GraderCalls:
-    """Runs ``call(request)`` for a list of requests with a time limit per call.
-
-    The calls of a batch go to the workers at once and run back to back; the caller sleeps until the whole batch is
-    answered or the earliest running call reaches its limit, so a batch of quick calls costs one wake-up, not one per
-    call. Each call's limit counts from the moment a worker starts it.
-
-    Args:
-        timeout_s: the longest one call may take, in seconds; None calls inline, with no limit and no thread.
-        concurrency: how many calls may run at once (1 for a grader that is not thread-safe).
-
-    Example:
-        >>> GraderCalls(timeout_s=5.0).run(lambda x: x * 2, [1, 2])
-        [2, 4]
-        >>> import time
-        >>> type(GraderCalls(timeout_s=0.1).run(lambda x: time.sleep(5), [0])[0]).__name__
-        'GraderTimeout'
-    """
+class _InProcess:
+    """``GraderCalls`` for a grader that runs in the calling process (``in_process = True``): each call on a worker
+    thread, waited for at most ``timeout_s``. The limit holds only while the call lets other threads run (not
+    through a pattern or a C call that keeps the GIL), and a call that ran over is abandoned, not stopped. The calls
+    of a batch run back to back; the caller sleeps until the whole batch is answered or the earliest running call
+    reaches its limit."""
 
     def __init__(self, timeout_s: float | None, concurrency: int = 1) -> None:
         if timeout_s is not None and not timeout_s > 0:
@@ -153,7 +151,7 @@ class GraderCalls:
         self._workers = 0
         self._lock = threading.Lock()
 
-    def _work(self, me: _Worker) -> None:
+    def _work(self, me: _Thread) -> None:
         lock, clock = self._lock, time.monotonic
         while not me.retired:
             item = self._tasks.get()
@@ -182,7 +180,7 @@ class GraderCalls:
     def _ensure_workers(self, count: int) -> None:
         with self._lock:
             while self._workers < count:
-                worker = _Worker()
+                worker = _Thread()
                 threading.Thread(target=self._work, args=(worker,), name="whileai-grader", daemon=True).start()
                 self._workers += 1
 
@@ -196,8 +194,7 @@ class GraderCalls:
             item.batch.done.set()
 
     def run(self, call: Callable[[Any], Any], requests: Sequence[Any]) -> list[Any]:
-        """``call(request)`` for each request, in order; an exception (or a ``GraderTimeout``) stands in for the
-        answer of a call that raised (or ran over)."""
+        """``call(request)`` for each request, in order (``GraderCalls.run``)."""
         if self.timeout_s is None and self.concurrency == 1:
             return each_or_error(call, requests)
         if not requests:
@@ -235,8 +232,98 @@ class GraderCalls:
         return [item.error if item.error is not None else item.answer for item in pending]
 
     def close(self) -> None:
-        """Let the idle workers exit (a hung one is a daemon and dies with the process)."""
+        """Let the idle threads exit (a hung one is a daemon and dies with the process)."""
         with self._lock:
             for _ in range(self._workers):
                 self._tasks.put(None)
             self._workers = 0
+
+
+class GraderCalls:
+    """Runs a grader function on a list of requests in worker processes (``whileai.isolation``), each call within
+    its time limit.
+
+    The requests go to up to ``concurrency`` workers at once (one for a grader that is not thread-safe), each worker
+    started on the first call and kept for the next. A call past its limit costs its own request (a
+    ``GraderTimeout``): its worker is killed with what it started, and another takes the next request. The caller
+    waits on the workers' pipes, waking when an answer comes or the earliest call in flight reaches its limit.
+
+    A grader that must share the calling process (a model it holds on the GPU, which a forked process cannot use;
+    state it keeps for the caller) declares ``in_process = True``: its calls then run on threads here
+    (``_InProcess``), with a limit that holds only where the call lets other threads run.
+
+    Args:
+        timeout_s: the longest one call may take, in seconds; None: no limit.
+        concurrency: how many calls may run at once (1 for a grader that is not thread-safe).
+        in_process: run the calls on threads of this process instead.
+
+    Example:
+        >>> GraderCalls(timeout_s=5.0).run(lambda x: x * 2, [1, 2])
+        [2, 4]
+        >>> import time
+        >>> type(GraderCalls(timeout_s=0.2).run(lambda x: time.sleep(5), [0])[0]).__name__
+        'GraderTimeout'
+    """
+
+    def __init__(self, timeout_s: float | None, concurrency: int = 1, in_process: bool = False) -> None:
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number > 0 or None, got {timeout_s!r}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
+        self.timeout_s = timeout_s
+        self.concurrency = int(concurrency)
+        self.timeouts = 0
+        self._threads = _InProcess(timeout_s, concurrency) if in_process else None
+        self._function: Callable[..., Any] | None = None
+        self._workers: list[Worker] = []
+
+    def run(self, call: Callable[..., Any], requests: Sequence[Any], spread: bool = False) -> list[Any]:
+        """``call(request)`` (``call(*request)`` with ``spread``) for each request, in order; an exception (or a
+        ``GraderTimeout``) stands in for the answer of a call that raised (or ran over)."""
+        if not requests:
+            return []
+        if self._threads is not None:
+            answers = self._threads.run(call if not spread else lambda request: call(*request), requests)
+            self.timeouts = self._threads.timeouts
+            return answers
+        if call is not self._function:  # workers serve the function they were started with
+            self.close()
+            self._function = call
+        while len(self._workers) < min(self.concurrency, len(requests)):
+            self._workers.append(Worker(call))
+        workers = self._workers[: len(requests)]
+        answers: list[Any] = [None] * len(requests)
+        for start, worker in enumerate(workers):  # every worker its share, in order; each answers as it goes
+            worker.send([(i, requests[i]) for i in range(start, len(requests), len(workers))], spread)
+        limit = self.timeout_s
+        try:
+            while busy := [w for w in workers if w.pending]:
+                soonest = min(w.started_call or 0.0 for w in busy)
+                wait_s = None if limit is None else max(0.0, soonest + limit - time.monotonic())
+                for worker in wait_for_any(busy, wait_s):
+                    index, answers[index] = worker.receive()
+                    if worker.pid is None:  # it died on that call: the rest of its share goes to a new one
+                        worker.send([(i, requests[i]) for i in worker.kill()], spread)
+                now = time.monotonic()
+                for worker in [
+                    w for w in busy if limit is not None and w.pending and now - (w.started_call or now) >= limit
+                ]:
+                    waited = now - (worker.started_call or now)
+                    over, *rest = worker.kill()  # with what it started; a new worker takes the rest of its share
+                    answers[over] = GraderTimeout(f"no answer within {limit:g} s (waited {waited:.1f} s)")
+                    self.timeouts += 1
+                    worker.send([(i, requests[i]) for i in rest], spread)
+        except BaseException:  # Ctrl-C, or the caller's own error: no call is left running
+            for worker in workers:
+                worker.kill()
+            raise
+        return answers
+
+    def close(self) -> None:
+        """End the workers (a call in flight with them)."""
+        if self._threads is not None:
+            self._threads.close()
+        for worker in self._workers:
+            worker.kill()
+        self._workers = []
+        self._function = None

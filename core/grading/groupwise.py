@@ -36,6 +36,7 @@ from whileai.defaults import (
     GROUPWISE_HACK_ZERO,
     GROUPWISE_MIN_FACTOR,
     GROUPWISE_MODE,
+    VERIFIER_TIMEOUT_S,
 )
 from whileai.errors import GraderUnavailable
 from whileai.grading.answers import UnusableAnswer, read_group_answer, read_pass_answer
@@ -87,8 +88,10 @@ class GroupwiseGrading:
             judge's scorer), else the grader gets ``rubric=None``.
         spread: the spread gate's thresholds (``whileai.grading.knobs.SpreadThresholds``; its defaults when None).
         timeout_s: the longest one call of a plain grader function may take (None: no limit); a call that runs over
-            makes its group fall back, counted as ``grader timed out``. A grader with a batch method (the judge)
-            keeps its own timeouts.
+            makes its group fall back, counted as ``grader timed out``. A plain function runs in a worker process
+            (``whileai.grading.calls``), which holds it to the limit whatever it does, keeps its prints off stdout
+            and ends what it forks; one that declares ``in_process = True`` (a model on the GPU) runs on a thread
+            here. A grader with a batch method (the judge) keeps its own timeouts.
         concurrency: groups graded at once by a grader that declares ``thread_safe = True`` (others: one at a time).
 
     Example:
@@ -150,7 +153,8 @@ class GroupwiseGrading:
         self.stats = GradingStats(mode=knobs.mode)
         self._rubric_cache: dict[str, Any] = {}
         thread_safe = getattr(grader, "thread_safe", False) is True
-        self._calls = GraderCalls(knobs.timeout_s, int(concurrency) if thread_safe else 1)
+        in_process = getattr(grader, "in_process", False) is True
+        self._calls = GraderCalls(knobs.timeout_s, int(concurrency) if thread_safe else 1, in_process)
         # The worker threads hold the calls object, not this one: when this object goes, they are let go too.
         weakref.finalize(self, self._calls.close)
 
@@ -325,7 +329,7 @@ class GroupwiseGrading:
                 error = RuntimeError(f"{batch_method} returned {len(answers)} answers for {len(requests)} requests")
                 return [error] * len(requests)
             return answers
-        answers = self._calls.run(grader if single else lambda request: grader(*request), requests)
+        answers = self._calls.run(grader, requests, spread=not single)
         for answer in answers:
             # A KeyboardInterrupt raised inside a grader on a worker thread is still the user's Ctrl-C.
             if isinstance(answer, KeyboardInterrupt) or (preflight and isinstance(answer, GraderUnavailable)):
@@ -547,6 +551,7 @@ class GroupwiseGrading:
         gather: Any = None,
         on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
         watch: Any = None,
+        verifier_timeout_s: float | None = VERIFIER_TIMEOUT_S,
     ) -> Callable[..., list[float]]:
         """A reward function for TRL's ``GRPOTrainer`` that grades each group with this object.
 
@@ -569,6 +574,8 @@ class GroupwiseGrading:
             on_graded: called on the grading process with each batch's groups and TRL's ``trainer_state``.
             watch: a ``whileai.grading.watch.SpreadWatch`` that sees each training batch's groups on the grading
                 process; its checks' figures are logged with the batch's (``whileai/watch/*``).
+            verifier_timeout_s: the verifier's limit on one batch, past which the batch is unscorable (it runs in a
+                process of its own: ``whileai.rows.verdicts.verifier_rewards``); None: no limit.
 
         Raises (when called):
             ValueError: a batch whose length is not a multiple of ``num_generations``, or a verifier that returns the
@@ -577,5 +584,6 @@ class GroupwiseGrading:
         from whileai.grading.trl import groupwise_reward_function  # TRL's calling convention, read when asked
 
         return groupwise_reward_function(
-            self, verifier, num_generations, gather=gather, on_graded=on_graded, watch=watch
-        )
+            self, verifier, num_generations, gather=gather, on_graded=on_graded, watch=watch,
+            verifier_timeout_s=verifier_timeout_s,
+        )  # fmt: skip

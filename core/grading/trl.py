@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from whileai.defaults import VERIFIER_TIMEOUT_S
 from whileai.errors import BadInput
 from whileai.grading.guard import signal_problems
 from whileai.rows.files import logged_step
@@ -60,6 +61,7 @@ def groupwise_reward_function(
     gather: BatchGather | None = None,
     on_graded: Callable[[list[GradedGroup], Any], None] | None = None,
     watch: Any = None,
+    verifier_timeout_s: float | None = VERIFIER_TIMEOUT_S,
 ) -> Callable[..., list[float]]:
     """The reward function of ``grading.trl_reward(verifier, num_generations, ...)`` (see its docstring)."""
     if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
@@ -94,7 +96,7 @@ def groupwise_reward_function(
                 f"TRL passed {len(completions)} completions, not a multiple of {name}={size}: check that {fix}"
             )
         before = failures.count
-        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures)
+        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures, verifier_timeout_s)
         column = kwargs.get("task_id", kwargs.get("scenario_id"))
         task_ids = None if column is None else [t if type(t) is str else str(t) for t in column]
         if distributed:
@@ -414,14 +416,19 @@ def _batch_metrics(
 
 
 def binary_reward(
-    verifier: Callable[..., Sequence[float]], num_generations: int, *, gather: BatchGather | None = None
+    verifier: Callable[..., Sequence[float]],
+    num_generations: int,
+    *,
+    gather: BatchGather | None = None,
+    verifier_timeout_s: float | None = VERIFIER_TIMEOUT_S,
 ) -> Callable[..., list[float]]:
     """The verifier's reward as it is (a binary arm), logging the same pass rate and completion columns as
     :func:`groupwise_reward_function` so two arms read alike.
 
     None, NaN, inf and values float32 holds only as inf are "unscorable" (NaN: TRL gives advantage 0 and leaves it
     out of the group mean); an inf left as it is would turn the group's other advantages into -3.4e38 through TRL's
-    ``nan_to_num``. ``gather`` places this process's slice in the batch for the group labels (rank 0's slice first).
+    ``nan_to_num``. ``gather`` places this process's slice in the batch for the group labels (rank 0's slice first);
+    ``verifier_timeout_s`` is the verifier's limit on a batch (``whileai.rows.verdicts.verifier_rewards``).
     """
 
     names = BatchNames()
@@ -431,7 +438,7 @@ def binary_reward(
         phase, size = trl_phase(kwargs, num_generations)
         batch_name = names.next(phase, kwargs.get("trainer_state"))
         before = failures.count
-        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures)
+        rewards = verifier_rewards(verifier, prompts, completions, kwargs, failures, verifier_timeout_s)
         if callable(kwargs.get("log_metric")):
             kwargs["log_metric"]("whileai/pass_rate", sum(r > 0 for r in rewards) / max(len(rewards), 1))
             kwargs["log_metric"]("whileai/unscorable", float(sum(math.isnan(r) for r in rewards)))

@@ -10,12 +10,15 @@ now and then does not flood the log.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from whileai.defaults import VERIFIER_TIMEOUT_S
 from whileai.errors import Recurring, describe, function_label
+from whileai.isolation import CallTimeout, call_in_fork
 from whileai.rows.rewards import verifier_reward
 
 __all__ = ["Verdict", "VerifierFailures", "raised", "read_verdict", "verdict_of", "verifier_rewards"]
@@ -113,6 +116,7 @@ def verifier_rewards(
     completions: Sequence[Any],
     kwargs: Mapping[str, Any],
     failures: VerifierFailures,
+    timeout_s: float | None = VERIFIER_TIMEOUT_S,
 ) -> list[float]:
     """A TRL-style verifier's reward of each completion, called by keyword as TRL calls it, each answer read by
     :func:`read_verdict` (a dict's ``score``, NaN for None). A verifier that raises (``sys.exit`` included), or
@@ -121,6 +125,10 @@ def verifier_rewards(
     and so is a batch in which nothing got a reward. Nothing a verifier does stops the caller: a training step, the
     gate's sample or an evaluation decides what a failure means for it.
 
+    A user's verifier runs in a process forked for the batch (``whileai.isolation``): held to ``timeout_s`` whatever
+    it does (None: no limit), its prints kept off stdout, what it forks ended; whileai's own verifiers, and one that
+    declares ``in_process = True``, run here.
+
     Example:
         >>> failures = VerifierFailures(print)
         >>> verifier_rewards(lambda prompts, completions, **kw: [1.0], ["p"] * 2, ["a", "b"], {}, failures)
@@ -128,10 +136,80 @@ def verifier_rewards(
         whileai: the verifier scored none of a batch's 2 completions (1 such batch(es) so far): they train on zero advantage, as TRL gives an unscorable completion
         [nan, nan]
     """  # noqa: E501
-    rewards = _read_batch(verifier, prompts, completions, kwargs, failures)
+    if _in_process(verifier):
+        rewards = _read_batch(verifier, prompts, completions, kwargs, failures)
+    else:
+        rewards = _read_in_fork(verifier, prompts, completions, kwargs, failures, timeout_s)
     if rewards and all(r != r for r in rewards):
         failures.none_scored(len(rewards))
     return rewards
+
+
+def _awaited(awaitable: Any) -> Any:
+    """What an async verifier's answer comes to, run on an event loop of its own."""
+    import asyncio
+
+    async def answer() -> Any:
+        return await awaitable
+
+    return asyncio.run(answer())
+
+
+def _in_process(verifier: Callable[..., Any]) -> bool:
+    """whileai's own verifiers, and one that declares ``in_process = True``, run in the calling process."""
+    function = verifier
+    while isinstance(function, functools.partial):
+        function = function.func
+    return getattr(verifier, "in_process", False) is True or getattr(function, "__module__", "").startswith("whileai.")
+
+
+class _Said:
+    """What a verifier's batch said, in its own process: failures and TRL log calls, replayed by the caller."""
+
+    def __init__(self) -> None:
+        self.failures: list[tuple[str, int]] = []
+        self.logged: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, error: str, responses: int = 1) -> None:
+        self.failures.append((error, responses))
+
+    def logger(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: self.logged.append((name, args, kwargs))
+
+
+def _read_in_fork(
+    verifier: Callable[..., Any],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    failures: VerifierFailures,
+    timeout_s: float | None,
+) -> list[float]:
+    """:func:`_read_batch` in a process forked for the batch (``whileai.isolation.call_in_fork``): it sees TRL's
+    keywords as they are (environments, trainer state), its ``log_metric`` and ``log_extra`` calls are replayed
+    here, and past ``timeout_s`` the batch is unscorable."""
+
+    def batch() -> dict[str, Any]:
+        said, keywords = _Said(), dict(kwargs)
+        for name in ("log_metric", "log_extra"):
+            if callable(keywords.get(name)):
+                keywords[name] = said.logger(name)
+        rewards = _read_batch(verifier, prompts, completions, keywords, said)  # type: ignore[arg-type]
+        return {"rewards": rewards, "failures": said.failures, "logged": said.logged}
+
+    expected = len(completions)
+    answer = call_in_fork(batch, timeout_s)
+    if isinstance(answer, CallTimeout):
+        failures(f"it ran past its {timeout_s:g} s limit (verifier.timeout_s) on a batch of {expected}", expected)
+        return [math.nan] * expected
+    if isinstance(answer, BaseException):
+        failures(f"{raised(answer).error} on a batch of {expected}", expected)
+        return [math.nan] * expected
+    for error, responses in answer["failures"]:
+        failures(error, responses)
+    for name, args, logged in answer["logged"]:
+        kwargs[name](*args, **logged)
+    return [float(r) for r in answer["rewards"]]
 
 
 def _read_batch(
@@ -146,6 +224,8 @@ def _read_batch(
     one_each = "return one reward per completion, in order (None for one it cannot score)"
     try:
         output = verifier(prompts=prompts, completions=completions, **kwargs)
+        if hasattr(output, "__await__"):  # an async verifier, as TRL takes them: run to its answer here
+            output = _awaited(output)
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # sys.exit too: a verifier's misdeed is its batch's, never the caller's end

@@ -302,4 +302,9 @@ def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:
             return functools.partial(verifier, max_length=limit)
         return verifier
     assert section.function is not None
-    return load_callable(section.function, loaded.base_dir, what="verifier")
+    function = load_callable(section.function, loaded.base_dir, what="verifier")
+    if not section.in_process:
+        return function
+    marked = functools.partial(function)  # the user's function untouched
+    marked.in_process = True  # type: ignore[attr-defined]
+    return marked

@@ -83,7 +83,13 @@ def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]
 
 
 def _tool_loop_groups(
-    model: Path, rows: list[dict[str, Any]], task: Any, verifier: Any, args: Any, tool_calls: str
+    model: Path,
+    rows: list[dict[str, Any]],
+    task: Any,
+    verifier: Any,
+    args: Any,
+    tool_calls: str,
+    verifier_timeout_s: float | None,
 ) -> tuple[list[Any], float | None]:
     """A multi-turn task's groups: TRL's evaluation loop on ``rows`` (tools run by the task's environment), each
     prompt's ``num_generations`` completions scored by the verifier as in training; and the mean completion length
@@ -97,7 +103,7 @@ def _tool_loop_groups(
     size = args.num_generations
     args.num_generations_eval = size
     args.per_device_eval_batch_size = size  # one prompt's group per evaluation batch
-    scored = binary_reward(verifier, size)
+    scored = binary_reward(verifier, size, verifier_timeout_s=verifier_timeout_s)
     seen: list[tuple[str, Any, Any, float]] = []
 
     def whileai_eval(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
@@ -177,10 +183,12 @@ def _evaluate(
         kwargs.update(output_dir=scratch, seed=seed, log_completions=False)
         args = GRPOConfig(**kwargs)
         length = None
+        limit = loaded.recipe.verifier.timeout_s if loaded.recipe.verifier is not None else None
         if task.environment_factory is not None:
-            groups, length = _tool_loop_groups(model, rows, task, verifier, args, recipe_tool_calls(loaded.recipe))
+            calls = recipe_tool_calls(loaded.recipe)
+            groups, length = _tool_loop_groups(model, rows, task, verifier, args, calls, limit)
         else:
-            groups = sample_groups(str(model), rows, verifier, args, seed=seed)
+            groups = sample_groups(str(model), rows, verifier, args, seed=seed, verifier_timeout_s=limit)
     passes = group_passes(groups)
     from transformers import AutoTokenizer
 

@@ -429,7 +429,9 @@ def _prepare(
         sample = recipe.spread.sample
         assert sample is not None
         prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
-        gate = _run_gate(run.loaded, run.grading, say, sample_groups(path, prompts, verifier, args, seed=sample.seed))
+        limit = recipe.verifier.timeout_s if recipe.verifier is not None else None
+        sampled = sample_groups(path, prompts, verifier, args, seed=sample.seed, verifier_timeout_s=limit)
+        gate = _run_gate(run.loaded, run.grading, say, sampled)
     return gate
 
 
@@ -441,6 +443,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
 
     grading = run.grading
     watching: list[Any] = []
+    limit = run.loaded.recipe.verifier.timeout_s if run.loaded.recipe.verifier is not None else None
     if grading is not None:
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
@@ -452,10 +455,11 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
             run.watch_stop = WatchStop(run.watch)
             watching.append(run.watch_stop)
         reward = grading.trl_reward(
-            verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch
-        )
+            verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch,
+            verifier_timeout_s=limit,
+        )  # fmt: skip
     else:
-        reward = binary_reward(verifier, args.num_generations, gather=TorchGather())
+        reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
     path, model = model_path(run.loaded), run.loaded.recipe.model
     assert model is not None
     tokenizer = None

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from whileai.defaults import VERIFIER_TIMEOUT_S
 from whileai.errors import BadInput, needs_extra
 from whileai.progress import phase
 from whileai.rows.rewards import verifier_reward
@@ -81,6 +82,7 @@ def sample_groups(
     args: Any,
     *,
     seed: int = 0,
+    verifier_timeout_s: float | None = VERIFIER_TIMEOUT_S,
 ) -> list[tuple[str, list[tuple[float, str, str]]]]:
     """``args.num_generations`` sampled completions per row, scored by ``verifier``, as ``(task, [(reward, prompt,
     completion), ...])`` groups.
@@ -92,6 +94,7 @@ def sample_groups(
         args: the run's ``GRPOConfig``: the group size, every generation setting and the model's loading arguments
             (``model_init_kwargs``: the recipe's dtype) come from it, so the gate samples the model that trains.
         seed: torch's seed for the sampling.
+        verifier_timeout_s: the verifier's limit on one prompt's group (``verifier.timeout_s``).
     """
     with needs_extra("train", "sampling the spread gate's rows"):
         import torch
@@ -125,7 +128,7 @@ def sample_groups(
             completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
             columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
             keywords = {"completion_ids": completion_ids, **columns}
-            rewards = verifier_rewards(verifier, [prompt] * size, completions, keywords, failures)
+            rewards = verifier_rewards(verifier, [prompt] * size, completions, keywords, failures, verifier_timeout_s)
             task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
             shown = prompt_text(prompt)
             groups.append((task, [(r, shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)]))

@@ -86,7 +86,8 @@ def goes_down(group):
 
 
 class Judge:
-    # A slow grader with the HTTP judge's counter of completion tokens.
+    # A slow grader with the HTTP judge's counter of completion tokens; in the calling process, as the judge is.
+    in_process = True
 
     def __init__(self):
         self.stats = types.SimpleNamespace(tokens_out=0)

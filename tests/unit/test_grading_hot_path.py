@@ -7,6 +7,7 @@ read-only mappings or tuples go the general way, so comparing the two checks the
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from types import MappingProxyType
@@ -37,9 +38,12 @@ def test_the_graded_advantages_are_redistribute_results(rewards, data, cap, hack
     passes = [i for i, r in enumerate(rewards) if r > 0]
     ranking = data.draw(st.permutations(passes))
     hacks = data.draw(st.lists(st.sampled_from(passes), max_size=1, unique=True)) if passes else []
-    gar = wai.GroupwiseGrading(
-        grader=lambda group: {"ranking": list(ranking), "hacks": hacks}, cap=cap, hack_zero=hack_zero
-    )
+
+    def grader(group):
+        return {"ranking": list(ranking), "hacks": hacks}
+
+    grader.in_process = True  # the property is equation 3 through the object, over 200 examples: no worker each
+    gar = wai.GroupwiseGrading(grader=grader, cap=cap, hack_zero=hack_zero)
     group = gar.grade_group(rewards, ["p"] * len(rewards), ["c"] * len(rewards))
     if not group.graded:
         return  # nothing to send (no pass)
@@ -137,15 +141,23 @@ def test_each_call_has_its_own_limit_not_the_batch() -> None:
     calls.close()
 
 
-def test_a_batch_of_quick_calls_runs_on_the_worker_back_to_back() -> None:
+def test_a_batch_of_quick_calls_runs_on_one_worker_back_to_back() -> None:
+    def call(x):
+        return x * 2, os.getpid()
+
+    calls = GraderCalls(timeout_s=5.0, concurrency=1)
+    answers = calls.run(call, list(range(200)))
+    assert [a for a, _ in answers] == [2 * x for x in range(200)]
+    assert len({pid for _, pid in answers}) == 1 and answers[0][1] != os.getpid()  # one worker process, not this one
+    calls.close()
     threads = set()
 
-    def call(x):
+    def in_process(x):
         threads.add(threading.current_thread().name)
         return x * 2
 
-    calls = GraderCalls(timeout_s=5.0, concurrency=1)
-    assert calls.run(call, list(range(200))) == [2 * x for x in range(200)]
+    calls = GraderCalls(timeout_s=5.0, concurrency=1, in_process=True)  # a grader that keeps to this process
+    assert calls.run(in_process, list(range(200))) == [2 * x for x in range(200)]
     assert threads == {"whileai-grader"}
     calls.close()
 

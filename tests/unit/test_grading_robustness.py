@@ -4,6 +4,7 @@ grader, concurrency, and the batches TRL really sends (empty, evaluation with it
 from __future__ import annotations
 
 import math
+import multiprocessing
 import threading
 import time
 from types import SimpleNamespace
@@ -126,6 +127,7 @@ def test_a_grader_that_is_not_thread_safe_runs_twice_at_once_only_beside_a_call_
             with lock:
                 inside[0] -= 1
 
+    grader.in_process = True  # threads of this process, whose counts the test reads
     gar = wai.GroupwiseGrading(grader=grader, timeout_s=0.5)
     groups = gar.grade_batch([1, 1, 0, 0] * 4, ["ok"] * 16, ["a"] * 16, group_size=4)
     assert all(g.reason is None for g in groups) and most[0] == 1  # one at a time while none runs over
@@ -137,15 +139,17 @@ def test_a_grader_that_is_not_thread_safe_runs_twice_at_once_only_beside_a_call_
     assert most[0] == 2  # the given-up call and, one after the other, the groups graded beside it
 
 
-def test_a_thread_safe_grader_grades_groups_at_once() -> None:
-    # Four calls meet at a barrier: only possible when they run concurrently.
-    barrier = threading.Barrier(4)
+@pytest.mark.parametrize("in_process", [False, True])
+def test_a_thread_safe_grader_grades_groups_at_once(in_process: bool) -> None:
+    # Four calls meet at a barrier: only possible when they run concurrently (in worker processes, or on threads).
+    barrier = (threading.Barrier if in_process else multiprocessing.get_context("fork").Barrier)(4)
 
     def grader(group):
         barrier.wait(timeout=20)
         return by_order(group)
 
     grader.thread_safe = True
+    grader.in_process = in_process
     gar = wai.GroupwiseGrading(grader=grader, concurrency=4)
     groups = gar.grade_batch([1, 1, 0, 0] * 4, ["p"] * 16, ["a"] * 16, group_size=4)
     assert all(g.reason is None for g in groups)

@@ -48,6 +48,21 @@ def by_index(group):
     return {"ranking": [g["index"] for g in group if g["passed"] and g["index"] not in hacks], "hacks": hacks}
 
 
+# The properties here are the reading of rewards and answers, not the processes (whileai.isolation, in
+# tests/unit/test_isolation.py): graders and verifiers keep to this process, which the hundreds of examples need.
+by_index.in_process = True  # type: ignore[attr-defined]
+
+
+def fixed(rewards):
+    """A verifier that answers ``rewards``, in this process."""
+
+    def verifier(**kwargs):
+        return rewards
+
+    verifier.in_process = True
+    return verifier
+
+
 SCALES = {
     "binary": st.sampled_from([0.0, 1.0]),
     "plus-minus one": st.sampled_from([-1.0, 1.0]),
@@ -84,7 +99,7 @@ def test_a_hack_gets_a_failure_s_advantage_on_every_reward_scale(scale, data) ->
     size = len(rewards)
     gar = wai.GroupwiseGrading(grader=by_index)
     completions = ["hack" if i in hacks else "ok" for i in range(size)]
-    reward = gar.trl_reward(lambda **kw: rewards, num_generations=size)
+    reward = gar.trl_reward(fixed(rewards), num_generations=size)
     trained = trl_advantages(reward(prompts=["p"] * size, completions=completions), size)
     if positive_passes(rewards):
         passes = [i for i, r in enumerate(rewards) if r > 0 and i not in hacks]
@@ -124,7 +139,7 @@ def test_a_reward_float32_holds_only_as_inf_leaves_the_rest_of_its_group_finite(
     rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
     rewards[position] = big
     gar = wai.GroupwiseGrading(grader=by_index)
-    for reward in (gar.trl_reward(lambda **kw: rewards, 8), binary_reward(lambda **kw: rewards, 8)):
+    for reward in (gar.trl_reward(fixed(rewards), 8), binary_reward(fixed(rewards), 8)):
         trained = trl_advantages(reward(prompts=["p"] * 8, completions=["ok"] * 8), 8)
         assert trained[position] == 0.0 and all(abs(a) <= 1 for a in trained), trained
     assert gar.stats.unscorable == 1 and gar.stats.failed == 0
@@ -146,11 +161,14 @@ def test_a_group_with_a_none_is_graded_on_its_scorable_members(rewards, missing)
         seen.append([g["completion"] for g in group])
         return by_index(group)
 
+    def verifier(**kwargs):
+        return given_rewards
+
+    # The property is the reading of the rewards, not the processes: both keep to this one (150 examples).
+    grader.in_process = verifier.in_process = True
     gar = wai.GroupwiseGrading(grader=grader)
     completions = [f"c{i}" for i in range(8)]
-    trained = trl_advantages(
-        gar.trl_reward(lambda **kw: given_rewards, 8)(prompts=["p"] * 8, completions=completions), 8
-    )
+    trained = trl_advantages(gar.trl_reward(verifier, 8)(prompts=["p"] * 8, completions=completions), 8)
     kept = [i for i in range(8) if i not in missing]
     scored = [rewards[i] for i in kept]
     expected = [0.0] * 8
@@ -238,6 +256,7 @@ def test_every_arm_and_the_gate_take_the_same_rewards(mode) -> None:
         return by_index(args[0])
 
     gar = wai.GroupwiseGrading(grader=grader, mode=mode)
+    # a verifier of the user's: it answers in a process of its own, and every type reads there as here
     shaped = gar.trl_reward(lambda **kw: rewards, 4)(prompts=["p"] * 8, completions=texts)
     binary = binary_reward(lambda **kw: rewards, 4)(prompts=["p"] * 8, completions=texts)
     assert len(shaped) == len(binary) == 8 and math.isnan(shaped[5]) and math.isnan(binary[5])

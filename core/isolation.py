@@ -1,0 +1,325 @@
+"""The user's own functions (a grader, a verifier) run in a process of their own, so that nothing they do can hang,
+kill or corrupt the run that calls them.
+
+A thread cannot hold such a call to a time limit: a backtracking ``re`` pattern or a long C call keeps the GIL, and
+the thread watching the clock never runs; an answer read on the caller's side (a mapping whose ``__getitem__`` is
+slow) has no limit at all. Here a call runs in a forked process and:
+
+- its time limit holds whatever it does: past it the process is killed, with every process it started;
+- its answer is turned into plain data (dicts, lists, numbers, strings; anything else an :class:`Opaque` standing for
+  it) in that process, within the same limit, so the caller never runs the user's code to read it;
+- what it prints goes to stderr, never into the caller's stdout (``whileai spread --json``);
+- what it forks is ended when the call returns or is given up (the worker is the reaper of its orphans, Linux);
+- ``sys.exit`` and any exception come back as the call's error, with the traceback's text as its cause.
+
+Two forms: :class:`Worker`, one long-lived process serving many calls of one function (a grader, called once a
+group: a fork costs 20-90 ms in a training process, a call through a worker about a millisecond), and
+:func:`call_in_fork`, one process for one call that sees the caller's state as it is now (a verifier, called once a
+batch with TRL's keywords: environments and trainer state go in without pickling). What a function changes in its
+own process is not seen by the caller: it returns what it means to be kept. Linux and macOS (``fork``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import numbers
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import Any
+
+__all__ = ["CallTimeout", "Opaque", "RemoteTraceback", "Worker", "call_in_fork", "plain", "wait_for_any"]
+
+# prctl options (linux/prctl.h): die with the parent; adopt orphaned descendants.
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_DEPTH = 100  # the deepest answer read; deeper is an answer nobody meant
+
+
+class CallTimeout(TimeoutError):
+    """A call that did not answer within its time limit (its process and what it started were killed)."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an error raised in the worker process, as text (the cause of the error handed back)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class Opaque:
+    """What stands in an answer for an object that is not plain data: its type's name and a short ``repr``."""
+
+    def __init__(self, kind: str, shown: str) -> None:
+        self.kind, self.shown = kind, shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Opaque, (self.kind, self.shown))
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain data: mappings as dicts, sequences (arrays and tensors by their ``tolist``) as lists, sets
+    as sets, numbers as ``int`` or ``float``, strings, bytes, booleans and None as they are; anything else an
+    :class:`Opaque`.
+
+    Example:
+        >>> import fractions
+        >>> plain({"ranking": (2, [0, 1]), "factors": {0: fractions.Fraction(1, 2)}, "x": object})
+        {'ranking': [2, [0, 1]], 'factors': {0: 0.5}, 'x': <class 'object'>}
+    """
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return value
+    if depth > _DEPTH:
+        raise ValueError(f"an answer nested more than {_DEPTH} deep")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, range)):
+        return [plain(v, depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return {plain(v, depth + 1) for v in value}
+    to_list = getattr(value, "tolist", None)
+    if callable(to_list):  # numpy, torch, pandas: the list (or the number, for a 0-d array) they hold
+        return plain(to_list(), depth + 1)
+    if isinstance(value, Sequence):
+        return [plain(v, depth + 1) for v in value]
+    shown = repr(value)
+    return Opaque(type(value).__name__, shown if len(shown) <= 200 else f"{shown[:197]}...")
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _become_worker(with_parent: bool) -> None:
+    """In the forked process: a session of its own (the group killed with it), the reaper of its orphans, prints on
+    stderr, the default signal handlers; ``with_parent``: killed when its parent dies (Linux ties that to the thread
+    that forked, so only a fork from the main thread asks for it; a worker forked elsewhere ends when its pipe does)."""
+    os.setsid()
+    if with_parent:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    os.dup2(2, 1)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _children(pid: int | str = "self") -> list[int]:
+    """The live children of a process (Linux's /proc; none known elsewhere)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as listed:
+                found += [int(child) for child in listed.read().split()]
+    return found
+
+
+def _end_descendants() -> None:
+    """In the worker: kill what the call left running. Each killed child's own orphans come to the worker (its
+    reaper) and are killed in the next round."""
+    for _ in range(64):
+        children = _children()
+        if not children:
+            return
+        for child in children:
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(OSError):
+                os.waitpid(child, 0)
+
+
+def _kill(pid: int) -> None:
+    """From the caller: kill a worker, its process group and every descendant still found, then reap it."""
+    family, todo = [], [pid]
+    while todo:  # the descendants first: once the worker dies its orphans go to init
+        found = todo.pop()
+        family.append(found)
+        todo += _children(found)
+    for member in reversed(family):
+        with contextlib.suppress(OSError):
+            os.kill(member, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, 0)
+
+
+def _answer(call: Callable[[], Any]) -> tuple[bool, Any]:
+    """``call()`` as what goes back: (True, its answer as plain data) or (False, (the error, its traceback))."""
+    try:
+        return True, plain(call())
+    except BaseException as error:  # sys.exit too: the call's error, not the worker's end
+        return False, (error, traceback.format_exc())
+
+
+def _send(connection: Connection, outcome: tuple[bool, Any]) -> None:
+    try:
+        connection.send(outcome)
+    except Exception as problem:  # an exception that does not pickle: its type and text
+        ok, value = outcome
+        error = value[0] if not ok else problem
+        connection.send((False, (RuntimeError(f"{type(error).__name__}: {error}"), "")))
+
+
+def _received(outcome: tuple[bool, Any]) -> Any:
+    """The answer, or the error with its traceback as its cause."""
+    ok, value = outcome
+    if ok:
+        return value
+    error, trace = value
+    if trace:
+        error.__cause__ = RemoteTraceback(trace)
+    return error
+
+
+def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
+    """A worker process running ``body`` on its end of a pipe; its pid and the caller's end."""
+    mine, theirs = Pipe()
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
+        with contextlib.suppress(Exception):
+            stream.flush()
+    main = threading.current_thread() is threading.main_thread()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: the child runs no thread
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the worker's side, measured by the tests through its effects
+        code = 0
+        try:
+            mine.close()
+            _become_worker(main)
+            body(theirs)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    theirs.close()
+    return pid, mine
+
+
+class Worker:
+    """One process serving calls of ``function``, started when first asked and again after it was killed.
+
+    It takes a list of requests at a time and answers each as its call returns, so that calls run back to back
+    without a round trip between them; ``pending`` holds the requests not answered yet, the first of them the call in
+    flight since ``started_call``.
+
+    Args:
+        function: what the worker calls: ``function(request)``, or ``function(*request)`` for requests sent with
+            ``spread=True``.
+    """
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.pid: int | None = None
+        self.connection: Connection | None = None
+        self.pending: list[int] = []  # the caller's numbers for the requests not answered yet
+        self.started_call: float | None = None  # time.monotonic() when the first of them started
+
+    def _serve(self, connection: Connection) -> None:  # pragma: no cover - runs in the worker
+        function = self.function
+        while True:
+            try:
+                spread, requests = connection.recv()
+            except EOFError:
+                return
+            for request in requests:
+                call = functools.partial(function, *request) if spread else functools.partial(function, request)
+                _send(connection, _answer(call))
+                _end_descendants()
+
+    def send(self, numbered: list[tuple[int, Any]], spread: bool = False) -> None:
+        """Start calls on ``numbered`` requests, in order (the worker first, when there is none)."""
+        if not numbered:
+            return
+        if self.pid is None:
+            self.pid, self.connection = _fork(self._serve)
+        assert self.connection is not None
+        self.pending += [number for number, _ in numbered]
+        self.started_call = time.monotonic()
+        message = (spread, [request for _, request in numbered])
+        try:
+            self.connection.send(message)
+        except (OSError, ValueError):  # the worker is gone: start another and send again
+            self.kill()
+            self.pid, self.connection = _fork(self._serve)
+            self.pending = [number for number, _ in numbered]
+            self.connection.send(message)
+
+    def receive(self) -> tuple[int, Any]:
+        """The number and the answer of the call in flight (its error in its place); the next call starts now. A
+        worker that died answers a RuntimeError and is replaced on the next ``send``."""
+        assert self.connection is not None and self.pending
+        number = self.pending.pop(0)
+        try:
+            answer = _received(self.connection.recv())
+            self.started_call = time.monotonic() if self.pending else None
+        except (EOFError, OSError) as lost:
+            answer = RuntimeError(f"the grader's process ended during the call ({type(lost).__name__})")
+            self.pending = self.kill()  # the rest stay, for the caller to send again
+        return number, answer
+
+    def kill(self) -> list[int]:
+        """End the worker and everything it started (the next call starts a new one); the numbers of the requests it
+        had not answered."""
+        if self.pid is not None:
+            _kill(self.pid)
+        if self.connection is not None:
+            self.connection.close()
+        left, self.pending = self.pending, []
+        self.pid, self.connection, self.started_call = None, None, None
+        return left
+
+
+def wait_for_any(workers: list[Worker], timeout: float | None) -> list[Worker]:
+    """The workers among ``workers`` whose answer has come, waiting at most ``timeout`` seconds for one."""
+    by_connection = {id(w.connection): w for w in workers if w.connection is not None}
+    ready = wait([w.connection for w in workers if w.connection is not None], timeout)
+    return [by_connection[id(c)] for c in ready]
+
+
+def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwargs: Any) -> Any:
+    """``function(**kwargs)`` in a process forked for this one call: it sees the caller's state as it is now, and
+    what it returns comes back as plain data.
+
+    Returns:
+        The answer, or the error standing in for it: the call's exception (``SystemExit`` included), or a
+        :class:`CallTimeout` when it ran past ``timeout_s`` (None: no limit).
+
+    Example:
+        >>> call_in_fork(lambda x: {"twice": (x, x)}, 5.0, x=2)
+        {'twice': [2, 2]}
+        >>> type(call_in_fork(lambda: time.sleep(5), 0.2)).__name__
+        'CallTimeout'
+    """
+
+    def body(connection: Connection) -> None:  # pragma: no cover - runs in the worker
+        _send(connection, _answer(lambda: function(**kwargs)))
+        _end_descendants()
+
+    pid, connection = _fork(body)
+    try:
+        if not connection.poll(timeout_s):
+            return CallTimeout(f"no answer within {timeout_s:g} s")
+        try:
+            return _received(connection.recv())
+        except (EOFError, OSError) as lost:
+            return RuntimeError(f"the process of the call ended without an answer ({type(lost).__name__})")
+    finally:
+        connection.close()
+        _kill(pid)
