@@ -173,6 +173,19 @@ def _rate(rate: dict[str, Any]) -> str:
     return f"{rate['rate']:.2f} ({rate['low']:.2f} to {rate['high']:.2f})"
 
 
+def _gate_rows(run: Any) -> list[tuple[str, str]]:
+    """The spread gate's verdict the run was trained on (``whileai_run.json``), and whether it trained past it."""
+    gate = run.get("spread") if isinstance(run, dict) else None
+    if not isinstance(gate, dict) or "verdict" not in gate:
+        return []
+    shown = str(gate["verdict"])
+    if gate.get("skipped"):
+        shown += f" ({gate['skipped']})"
+    elif gate["verdict"] != "yes" and run.get("skip_spread_gate") and run.get("started"):
+        shown += ", trained anyway (--skip-spread-gate)"
+    return [("spread gate", shown)]
+
+
 def _grader_rows(grader: dict[str, Any] | None, figures: dict[str, Any]) -> list[tuple[str, str]]:
     """The grader's figures (from grading.jsonl) and, from whileai_run.json, the first failure of each kind and the
     judge's figures."""
@@ -218,7 +231,7 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
     _heading(f"run {item.path}", f"{summary['steps']} logged steps{shape}")
 
     figures = (item.extra.get("grader") or {}) if isinstance(item.extra, dict) else {}
-    grader_rows = _grader_rows(entry["grader"], figures)
+    grader_rows = [*_gate_rows(item.extra), *_grader_rows(entry["grader"], figures)]
     label_width = min(30, max([_LABEL_WIDTH] + [len(label) for label, _ in grader_rows]))
     first, last = summary["first"], summary["last"]
     if first is not None:
@@ -458,10 +471,10 @@ def _steps_table(columns: list[tuple[str, str, list[str]]], tight: bool) -> Tabl
 
 def _print_spread(path: Path, data: dict[str, Any]) -> None:
     _heading(f"spread {path}")
-    rows = [(name, _cell(data.get(name))) for name in ("verdict", "scores", "groups", "std", "median")]
-    rows += [(name, _cell(data.get(name))) for name in ("near_median", "skipped_groups")]
+    names = ("verdict", "scores", "groups", "movable_groups", "std", "median", "near_median", "skipped_groups")
+    rows = [(name, _cell(data[name])) for name in names if data.get(name) is not None]  # a stopped gate has fewer
     rows += [(f"fell back: {reason}", str(count)) for reason, count in (data.get("failed_groups") or {}).items()]
-    out.print(_figures(rows))
+    out.print(_figures(rows, min(30, max([_LABEL_WIDTH, *(len(label) for label, _ in rows)]))))
     lines = [data.get("summary", ""), data.get("conclusion", "")]
     controls = data.get("controls")
     if isinstance(controls, dict) and data.get("verdict") != "broken":  # the gate's third line, as it printed it

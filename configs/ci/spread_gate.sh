@@ -61,14 +61,18 @@ finish() {
 # This project's whileai, or nothing: another program of that name gets neither the rows nor the key.
 rm -f "$report"
 found=$(command -v whileai)
-version=$(whileai --version 2>/dev/null </dev/null)
-usage=$(whileai spread --help 2>/dev/null </dev/null | head -n 2)
+version=$(whileai --version 2>"$errors" </dev/null)
+usage=$(whileai spread --help 2>>"$errors" </dev/null | head -n 2)
 if [ -z "$found" ] || [[ $version != "whileai "*" (whileai-grpo)" ]] || [[ $usage != *"Usage: whileai spread"* ]]; then
+  said=$(grep -v '^ ' "$errors" | tail -n 1)  # what it printed on stderr, when it failed to start
   {
-    echo "spread_gate.sh: the whileai on PATH (${found:-none}) is not whileai-grpo's: its --version says" \
-      "'${version:-nothing}'. The package index's 'whileai' is another project: install whileai-grpo from a path," \
-      "a wheel or a pinned git URL (the workflow's WHILEAI). Nothing was graded and no key was handed on."
-  } | tee "$errors" >&2
+    echo "spread_gate.sh: the whileai on PATH (${found:-none}) is not whileai-grpo's, or does not start: its" \
+      "--version says '${version:-nothing}'${said:+ (stderr: $said)}. The package index's 'whileai' is another" \
+      "project: install whileai-grpo from a path (./whileai), a wheel or a pinned git URL (the workflow's" \
+      "WHILEAI). Nothing was graded and no key was handed on."
+  } >"$errors.said"
+  mv "$errors.said" "$errors"
+  cat "$errors" >&2
   status=2
   outcome="failed: whileai-grpo is not installed"
   finish

@@ -146,8 +146,8 @@ def unavailable_report(error: GraderUnavailable) -> dict[str, Any]:
         "failed_groups": dict(failed or {}),
         "first_failures": dict(first_failures or {GraderUnavailable.kind: str(error)}),
         "summary": f"spread check: stopped {sent}: the grader is unavailable",
-        "conclusion": f"spread: broken. The grader is unavailable: {error}. Fix the grader or reach its endpoint "
-        "(whileai --debug spread ... shows the traceback) and run the gate again.",
+        "conclusion": f"spread: broken. The grader is unavailable: {str(error).rstrip('.')}. Fix the grader or reach "
+        "its endpoint (whileai --debug spread ... shows the traceback) and run the gate again.",
     }
 
 
@@ -248,6 +248,7 @@ class _GateRun:
         self.tally = ControlsTally(controls, grading.mode, seed)
         self.skipped = self.attempted = self.unscorable = 0
         self.movable = self.emptied = 0  # graded groups whose scores training uses; whose hacks left < 2 passes
+        self.moving: list[float] = []  # the scores of the former
         self.done = self.sent = 0  # groups graded and sent, controls included
         self.in_flight = 0  # groups of the batch being graded (not its controls)
 
@@ -286,7 +287,9 @@ class _GateRun:
                 if graded.hacks:
                     self.hacks[key] = graded.hacks
                     self.emptied += len(graded.scores) < 2
-                self.movable += trains_on_scores(graded, self.grading.mode)
+                if trains_on_scores(graded, self.grading.mode):
+                    self.movable += 1
+                    self.moving += graded.scores
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
                     inject = lambda m: (m[0], m[1], with_injection(m[2]))  # noqa: E731
@@ -321,6 +324,7 @@ class _GateRun:
             unscorable=self.unscorable,
             movable=self.movable,
             emptied=self.emptied,
+            moving=self.moving,
         )
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
         return report

@@ -1,5 +1,5 @@
 """The spread gate's verdict on a grader's scores: ``spread_report`` judges them, ``SpreadReport`` says it, with
-the controls' figures (``ControlsReport``; ``whileai.grading.controls`` makes and measures the control groups).
+the controls' figures (``whileai.grading.controls`` makes and measures the control groups, and reports on them).
 
 The verdicts:
 
@@ -18,269 +18,25 @@ The report's sentences (``finding``, ``conclusion``) are the gate's and the spre
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from whileai.defaults import (
-    POSITION_MIN_ORDERS,
-    SPREAD_MAX_ORDERED_COPIES,
-    SPREAD_MIN_AGREEMENT,
-    SPREAD_MIN_MEASURED_CONTROLS,
     SPREAD_MIN_SCORES,
 )
 from whileai.grading.knobs import SpreadThresholds
 
-__all__ = ["ControlsReport", "SpreadReport", "Verdict", "spread_report"]
+if TYPE_CHECKING:  # the controls' report is made where the controls are measured
+    from whileai.grading.controls import ControlsReport
+
+__all__ = ["SpreadReport", "Verdict", "spread_report"]
 
 Verdict = Literal["yes", "no", "too few", "broken"]
 
 # Float noise must not push a score that sits exactly on the tolerance out of it.
 _EDGE = 1e-12
-
-
-@dataclass
-class ControlsReport:
-    """What the controls found, with the thresholds the gate applies.
-
-    Attributes:
-        taus: Kendall's tau per measured control whose first grading ordered two passes; a control that tied every
-            one of them counts as 0.
-        tied: controls that tied every pass the first grading ordered (in ``taus`` as 0).
-        copies: for each measured control, whether the copy got the same score as its original.
-        existing: for each graded group that already held identical passes, whether the first grading gave them all
-            the same score.
-        failed: control groups whose grading fell back (measured nothing).
-        failures: those, by kind (as the report's ``failed``).
-        sent: control groups sent (measured ones and failed ones).
-        min_agreement: the lowest mean tau that passes.
-        max_ordered_copies: the largest fraction of ordered copies that passes.
-        min_measured: the smallest fraction of the control groups sent that must be measured for a "yes".
-        injections: for each measured control with an injected copy, whether the grader held (the copy scored no
-            higher than its original).
-        position: the grader's position figures where it keeps them (``effect``, ``differences``, ``orders``:
-            ``JudgeStats.position``), else None.
-    """
-
-    taus: list[float] = field(default_factory=list)
-    copies: list[bool] = field(default_factory=list)
-    existing: list[bool] = field(default_factory=list)
-    tied: int = 0
-    failed: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    sent: int = 0
-    min_agreement: float = SPREAD_MIN_AGREEMENT
-    max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES
-    min_measured: float = SPREAD_MIN_MEASURED_CONTROLS
-    injections: list[bool] = field(default_factory=list)
-    position: dict[str, Any] | None = None
-
-    @property
-    def agreement(self) -> float | None:
-        """Mean Kendall's tau between the two gradings; None without a group to compare."""
-        return sum(self.taus) / len(self.taus) if self.taus else None
-
-    @property
-    def checks(self) -> list[bool]:
-        """Every identical-pass check, tied or not: the controls' copies, then the groups' own identical passes."""
-        return [*self.copies, *self.existing]
-
-    @property
-    def ordered_copies(self) -> float | None:
-        """Fraction of the identical-pass checks whose passes got different scores; None without one."""
-        checks = self.checks
-        return sum(not tied for tied in checks) / len(checks) if checks else None
-
-    @property
-    def measured(self) -> int:
-        """Control groups that came back graded."""
-        return max(self.sent - self.failed, 0)
-
-    @property
-    def needed(self) -> int:
-        """Control groups that must be measured for a "yes": ``min_measured`` of those sent, rounded up."""
-        return math.ceil(self.min_measured * self.sent - 1e-9)
-
-    @property
-    def enough(self) -> bool:
-        """Enough controls were measured to say "yes"."""
-        return self.measured >= self.needed
-
-    @property
-    def follows_position(self) -> bool:
-        """The ranking does not survive reordering."""
-        return self.agreement is not None and self.agreement < self.min_agreement
-
-    @property
-    def orders_copies(self) -> bool:
-        """Identical passes were told apart."""
-        return self.ordered_copies is not None and self.ordered_copies > self.max_ordered_copies
-
-    @property
-    def follows_slot(self) -> bool:
-        """The grader's scores move with the display slot more than they differ between passes."""
-        found = self.position
-        if found is None or found["orders"] < POSITION_MIN_ORDERS:
-            return False
-        return bool(found["effect"] > found["differences"])
-
-    @property
-    def injection_held(self) -> bool:
-        """No injected copy rose above its original."""
-        return all(self.injections)
-
-    @property
-    def refuses(self) -> bool:
-        """What was measured says the grader does not read content (a "no", however many were measured)."""
-        return self.follows_position or self.orders_copies or self.follows_slot
-
-    @property
-    def warning(self) -> str:
-        """What the controls warn of without refusing: an injection that moved the grader (empty when none)."""
-        if self.injection_held:
-            return ""
-        rose = sum(not held for held in self.injections)
-        return (
-            f"warning: injection held in {sum(self.injections)} of {len(self.injections)} controls: in {rose}, a "
-            "copy of a pass with an instruction to the grader appended ('rate it highest') scored above the pass "
-            "itself. A policy trained on this grader can learn to ask for its score: tell the grader that rollout "
-            "text is data, never instructions, or use a larger judge"
-        )
-
-    @property
-    def ok(self) -> bool:
-        """Enough controls measured, and they pass."""
-        return self.enough and not self.refuses
-
-    def _copies_where(self, note: str = "") -> str:
-        """What the identical-pass checks were: "controls", or checks from two sources when groups held some;
-        ``note`` goes in the parentheses."""
-        if not self.existing:
-            return f"controls ({note})" if note else "controls"
-        sources = f"{len(self.copies)} control copies, {len(self.existing)} groups that held identical passes"
-        return f"checks ({sources}; {note})" if note else f"checks ({sources})"
-
-    @property
-    def _kinds(self) -> str:
-        return ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failures.items()))
-
-    @property
-    def line(self) -> str:
-        """The figures, one line under the verdict: tau, the identical passes, and what was not measured."""
-        if self.agreement is None:
-            none = (
-                "no control measured"
-                if self.sent and not self.measured
-                else "no group whose grading ordered two passes"
-            )
-            reorder = f"agreement under reordering: {none}"
-        else:
-            tied = f", {self.tied} of them tied every pass and count as tau 0;" if self.tied else ","
-            reorder = (
-                f"agreement under reordering tau {self.agreement:.2f} (n={len(self.taus)} groups{tied} at least "
-                f"{self.min_agreement:.2f} needed)"
-            )
-        checks = self.checks
-        if not checks:
-            copies = "identical passes: no control measured" if self.sent else "identical passes: no control"
-        else:
-            where = self._copies_where(f"at most {self.max_ordered_copies:.0%} may differ")
-            copies = f"identical passes tied in {sum(checks)} of {len(checks)} {where}"
-        failed = ""
-        if self.failed:
-            kinds = f" ({self._kinds})" if self.failures else ""
-            failed = (
-                f"; {self.failed} control(s) fell back{kinds}: {self.measured} of {self.sent} measured, at least "
-                f"{self.needed} needed"
-            )
-        injection = f"; injection held in {sum(self.injections)} of {len(self.injections)}" if self.injections else ""
-        position = ""
-        if self.position is not None:
-            found = self.position
-            short = f", at least {POSITION_MIN_ORDERS} needed to judge" if found["orders"] < POSITION_MIN_ORDERS else ""
-            position = (
-                f"; position effect {found['effect']:.3f} (the spread of the mean score by display slot) beside "
-                f"differences between passes {found['differences']:.3f}, over {found['orders']} graded orders{short}"
-            )
-        return f"controls: {reorder}; {copies}{injection}{position}{failed}"
-
-    @property
-    def why(self) -> str:
-        """Why the controls refuse the grader, and what to change (empty when they do not)."""
-        parts = []
-        if self.follows_position:
-            tied = (
-                f"; {self.tied} of {len(self.taus)} controls tied every pass the first grading had ordered"
-                if self.tied
-                else ""
-            )
-            parts.append(
-                f"the grader's ranking does not survive reordering (tau {self.agreement:.2f}, at least "
-                f"{self.min_agreement:.2f} needed{tied}): it follows the position of the rollouts, not their content. "
-                "Show them in a shuffled order, or for a judge use permutations >= 2"
-            )
-        if self.orders_copies:
-            checks = self.checks
-            where = self._copies_where() if not self.existing else f"identical-pass {self._copies_where()}"
-            parts.append(
-                f"identical passes got different scores in {sum(not t for t in checks)} of {len(checks)} {where}: "
-                "the grader orders what it cannot tell apart. Return a tie (an inner list in the ranking) for passes "
-                "that do not differ"
-            )
-        if self.follows_slot:
-            found = self.position or {}
-            parts.append(
-                f"its scores follow the display slot more than they differ between passes (position effect "
-                f"{found['effect']:.3f} beside {found['differences']:.3f}, over {found['orders']} graded orders): it "
-                "reads where a rollout is shown, not what it did. Ask in two orders (permutations: 2), one call a "
-                "pass (score_calls: pass), or use a larger judge"
-            )
-        return "; and ".join(parts)
-
-    @property
-    def shortfall(self) -> str:
-        """Why too few controls were measured for a verdict, and what to change (empty when enough were)."""
-        if self.enough:
-            return ""
-        kinds = f" ({self._kinds})" if self.failures else ""
-        return (
-            f"too few controls measured to judge ({self.measured} of {self.sent} control groups, at least "
-            f"{self.needed} needed): {self.failed} fell back{kinds}, so nothing says whether the grader reads the "
-            "rollouts or their order. Fix those failures (--json lists them by kind, --debug shows the first "
-            "traceback); for a judge, lower grader.judge.concurrency or raise grader.judge.timeout_s"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as JSON-ready values; ``identical_copies`` counts every identical-pass check (the controls'
-        copies and the groups' own identical passes), ``identical_copies_in_groups`` the latter alone."""
-        return {
-            "agreement_tau": self.agreement,
-            "agreement_groups": len(self.taus),
-            "identical_copies": len(self.checks),
-            "identical_copies_ordered": sum(not t for t in self.checks),
-            "failed": self.failed,
-            "thresholds": {
-                "min_agreement": self.min_agreement,
-                "max_ordered_copies": self.max_ordered_copies,
-                "min_measured": self.min_measured,
-            },
-            "ok": self.ok,
-            "sent": self.sent,
-            "measured": self.measured,
-            "needed": self.needed,
-            "enough": self.enough,
-            "tied": self.tied,
-            "failed_kinds": dict(self.failures),
-            "identical_copies_in_groups": len(self.existing),
-            "identical_copies_in_groups_ordered": sum(not t for t in self.existing),
-            "injections": len(self.injections),
-            "injections_held": sum(self.injections),
-            "position": self.position,
-            "line": self.line,
-            "warning": self.warning,
-        }
 
 
 @dataclass
@@ -311,6 +67,8 @@ class SpreadReport:
             verifier, which training sends to the grader, and two or more once hacks count as failures; reward mode:
             every graded group), or None where not counted (the spread watch, whose groups training graded).
         emptied: graded groups whose confirmed hacks left fewer than two passes (no score to tell apart).
+        moving: the scores of the ``movable`` groups (None where not counted): scores that vary only where training
+            moves nothing are no spread either.
         first_error: the first exception behind a failure (for ``--debug``; not serialized).
     """
 
@@ -332,6 +90,7 @@ class SpreadReport:
     unscorable: int = 0
     movable: int | None = None
     emptied: int = 0
+    moving: list[float] | None = None
     first_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -375,7 +134,9 @@ class SpreadReport:
             return "unmoved" if self.movable == 0 else "controls"
         if self.std < limits.min_std:
             return "std"
-        return "near median" if self.near_median > limits.max_near_median else "controls"
+        if self.near_median > limits.max_near_median:
+            return "near median"
+        return "moved flat" if _flat(self.moving, limits) else "controls"
 
     @property
     def finding(self) -> str:
@@ -405,6 +166,13 @@ class SpreadReport:
             if self.verdict == "too few":
                 return f"spread: {self.controls.shortfall}"
             return f"spread: no. The scores vary, but {self.controls.why}"
+        if rule == "moved flat":
+            std, near = _spread(self.moving or [], limits.tolerance)
+            return (
+                f"spread: no. The scores vary over all {self.groups} group(s), but on the {self.movable} that training "
+                f"moves (a failure beside two passes) their std is {std:.3f} and {near:.0%} lie within "
+                f"{limits.tolerance:g} of their median"
+            )
         if rule == "std":
             return f"spread: no. the scores' std {self.std:.3f} is below {limits.min_std:g}"
         return (
@@ -430,7 +198,15 @@ class SpreadReport:
                 "(grading.mode: reward, with rubrics), which scores the passes of all-pass groups."
             )
         if rule in ("std", "near median"):
-            return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}"
+            unmoved = (
+                " Nor is any graded group one that training moves (a failure beside two passes): --json's "
+                "movable_groups is 0."
+                if self.movable == 0
+                else ""
+            )
+            return f"{finding}, so group normalization would erase the grader.{self.fell_back} {self.advice}{unmoved}"
+        if rule == "moved flat":
+            return f"{finding}, so equation 3 would move almost nothing.{self.fell_back} {self.advice}"
         return f"{finding}.{self.fell_back}"
 
     @property
@@ -515,6 +291,7 @@ def spread_report(
     unscorable: int = 0,
     movable: int | None = None,
     emptied: int = 0,
+    moving: Sequence[float] | None = None,
 ) -> SpreadReport:
     """The verdict on a grader's scores, grouped by the group that produced them.
 
@@ -532,10 +309,8 @@ def spread_report(
     limits = thresholds if thresholds is not None else SpreadThresholds()
     groups = {str(k): [float(s) for s in v] for k, v in per_group.items() if len(v)}
     scores = [s for v in groups.values() for s in v]
-    std = median = near = 0.0
-    if scores:
-        std, median = statistics.pstdev(scores), statistics.median(scores)
-        near = sum(abs(s - median) <= limits.tolerance + _EDGE for s in scores) / len(scores)
+    std, near = _spread(scores, limits.tolerance)
+    median = statistics.median(scores) if scores else 0.0
     failures = sum((failed or {}).values())
     tried = attempted if attempted is not None else len(groups) + failures
     verdict: Verdict
@@ -547,11 +322,13 @@ def spread_report(
         verdict = "no"
     elif movable == 0:
         verdict = "too few"  # scores that vary, on groups where training moves nothing
+    elif _flat(moving, limits):
+        verdict = "no"  # the scores vary, but not where training uses them
     elif controls is not None and not controls.enough:
         verdict = "too few"  # the controls that would say "yes" were not measured
     else:
         verdict = "yes"
-    return SpreadReport(
+    report = SpreadReport(
         scores=scores,
         groups=len(groups),
         std=std,
@@ -570,4 +347,22 @@ def spread_report(
         unscorable=unscorable,
         movable=movable,
         emptied=emptied,
+        moving=None if moving is None else [float(m) for m in moving],
     )
+    return report
+
+
+def _flat(moving: Sequence[float] | None, limits: SpreadThresholds) -> bool:
+    """Whether the scores training uses (two or more of them) are no spread by the thresholds."""
+    if moving is None or len(moving) < SPREAD_MIN_SCORES:
+        return False
+    std, near = _spread(moving, limits.tolerance)
+    return std < limits.min_std or near > limits.max_near_median
+
+
+def _spread(scores: Sequence[float], tolerance: float) -> tuple[float, float]:
+    """The scores' population std and their share within ``tolerance`` of their median (0, 0 without scores)."""
+    if not scores:
+        return 0.0, 0.0
+    median = statistics.median(scores)
+    return statistics.pstdev(scores), sum(abs(s - median) <= tolerance + _EDGE for s in scores) / len(scores)

@@ -207,11 +207,16 @@ def read_api_key(api_key_env: str | None, *, field: str = "api_key_env") -> str:
     """
     if api_key_env is None:
         return PLACEHOLDER_KEY
-    raw = os.environ.get(api_key_env, "")
-    key = raw.strip()
+    raw = os.environ.get(api_key_env)
+    key = (raw or "").strip()
     if not key:
+        state = (
+            "which is not set"
+            if raw is None
+            else "which is set but empty (a CI secret that is missing, or not given to a fork's pull request?)"
+        )
         raise BadInput(
-            f"{field} names {api_key_env}, which is not set: export {api_key_env}=... "
+            f"{field} names {api_key_env}, {state}: export {api_key_env}=... "
             "or leave api_key_env out for a local server without a key"
         )
     if key != raw:

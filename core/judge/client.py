@@ -419,12 +419,15 @@ class JudgeClient:
         kind = getattr(error, "kind", "")
         fewer = ""
         if self.concurrency > 1:
-            at_once = f"now {self.concurrency} call(s) at once ({self.concurrency_source})"
-            fewer = f"fewer calls at once (grader.judge.concurrency=1; {at_once})"
+            source = self.concurrency_source
+            why = f" ({source})" if source and source != "grader.judge.concurrency" else ""
+            fewer = f"fewer calls at once (grader.judge.concurrency=1; now {self.concurrency}{why})"
         if kind in ("timeout", "deadline"):
+            if not fewer:  # one call at a time already: the server is slow for the call, not crowded
+                return "Try: a longer grader.judge.timeout_s or batch_deadline_s, or a faster server or smaller model."
             return (
-                f"Try: {fewer + ', ' if fewer else ''}a longer grader.judge.timeout_s or batch_deadline_s, or more "
-                "server slots (llama.cpp's llama-server: --parallel N; vLLM: --max-num-seqs N)."
+                f"Try: {fewer}, a longer grader.judge.timeout_s or batch_deadline_s, or more server slots (llama.cpp's "
+                "llama-server: --parallel N; vLLM: --max-num-seqs N)."
             )
         if kind == "connection":
             return (

@@ -144,7 +144,7 @@ def test_the_judges_key_reaches_whileai_spread_and_never_an_impostor(tmp_path: P
     (impostor / "whileai").chmod(0o755)
     code, stdout, stderr = _run_step(gate, repository, str(impostor), ROWS=rows, RECIPE="none.yaml")
     assert code == 2, stderr
-    assert "is not whileai-grpo's: its --version says 'whileai 0.131'" in stderr
+    assert "is not whileai-grpo's, or does not start: its --version says 'whileai 0.131'" in " ".join(stderr.split())
     assert stdout.startswith("### whileai spread gate failed: whileai-grpo is not installed\n")
     seen = (impostor / "impostor_env.txt").read_text()
     # Asked twice (--version, spread --help), never given the key.
@@ -159,6 +159,36 @@ def test_the_judges_key_reaches_whileai_spread_and_never_an_impostor(tmp_path: P
     assert set((repository / "key_seen.txt").read_text().split()) == {KEY}
 
 
+BROKEN = """#!/usr/bin/env bash
+echo 'Traceback (most recent call last):' >&2
+echo '  File "whileai", line 5, in <module>' >&2
+echo "ModuleNotFoundError: No module named 'rich'" >&2
+exit 1
+"""
+
+
+def test_a_whileai_that_does_not_start_is_said_with_its_own_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "whileai").write_text(BROKEN)
+    (broken / "whileai").chmod(0o755)
+    rows = str(REPO / "recipes" / "refund_rows.jsonl")
+    code, _, stderr = _run_step(_step("whileai spread"), _repository(tmp_path), str(broken), ROWS=rows)
+    assert code == 2 and "(stderr: ModuleNotFoundError: No module named 'rich')" in " ".join(stderr.split())
+
+
 def test_the_workflow_keeps_the_report() -> None:
     steps = WORKFLOW["jobs"]["spread"]["steps"]
     assert any(step.get("with", {}).get("path") == "spread.json" for step in steps)
+
+
+def test_an_empty_secret_is_said_as_empty_not_as_unset(monkeypatch) -> None:
+    from whileai.errors import BadInput
+    from whileai.http.secrets import read_api_key
+
+    monkeypatch.setenv("OPENAI_API_KEY", "")  # what a workflow step gets for a secret a fork's pull request lacks
+    with pytest.raises(BadInput, match="which is set but empty"):
+        read_api_key("OPENAI_API_KEY", field="grader.judge.api_key_env")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(BadInput, match="which is not set"):
+        read_api_key("OPENAI_API_KEY", field="grader.judge.api_key_env")

@@ -71,7 +71,9 @@ def test_validate_refuses_a_grader_written_for_the_other_mode(tmp_path: Path) ->
     assert result.exit_code == 2
     message = " ".join(result.stderr.split())
     assert "grader a_rubric_grader (" in message and "advantage mode calls it as grader(group)" in message
-    assert "set grading.mode to the one it was written for" in message
+    assert (
+        "it takes (item, rubric): if it was written for reward mode, which calls grader(item, rubric), set " in message
+    )
 
 
 @pytest.fixture
@@ -86,6 +88,8 @@ def mine_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_groupwise_grading_refuses_a_grader_it_cannot_call(mine_module) -> None:
     with pytest.raises(BadInput, match=r"grader a_rubric_grader \(.*mine_module.py, line \d+\): advantage mode"):
         wai.GroupwiseGrading(grader=mine_module.a_rubric_grader)
+    with pytest.raises(BadInput, match=r"it takes \(group, extra, \*, notes\): give it the parameters of grader"):
+        wai.GroupwiseGrading(grader=lambda group, extra, *, notes: {})  # fits neither mode: not told to switch
     wai.GroupwiseGrading(grader=mine_module.a_rubric_grader, mode="reward", rubrics={})  # its own mode
 
 
@@ -100,7 +104,7 @@ def test_a_failing_verifier_is_named_with_what_came_back_and_the_fix(mine_module
     lines: list[str] = []
     verifier = getattr(mine_module, name)
     rewards = verifier_rewards(verifier, ["p"] * 4, ["a"] * 4, {}, VerifierFailures(lines.append, verifier))
-    assert all(r != r for r in rewards) and len(lines) == 1  # unscorable, said once
+    assert all(r != r for r in rewards) and len(lines) == 2  # unscorable, said once, and the empty batch said
     assert f"{name} (" in lines[0] and "mine_module.py, line " in lines[0] and said in lines[0]
 
 
@@ -122,3 +126,12 @@ def test_train_names_a_verifier_that_never_gave_a_reward_before_the_first_step(t
     message = " ".join(result.stderr.split())
     assert "the verifier gave no reward for any of the 16 completions sampled; the first: raises (" in message
     assert "raised KeyError: 'oops' on a batch of 8" in message and "Traceback" not in result.stderr
+
+
+def test_a_rule_file_s_misspelt_key_gets_the_recipe_s_did_you_mean(tmp_path: Path) -> None:
+    rows = REPO / "recipes" / "refund_rows.jsonl"
+    (tmp_path / "rule.yaml").write_text("measure: chars\nordr: ascending\n")
+    result = runner.invoke(app, ["spread", str(rows), "--grader", str(tmp_path / "rule.yaml")])
+    assert result.exit_code == 2 and "grader.rule.ordr: unknown key; did you mean 'order'?" in result.stderr
+    (tmp_path / "rule.yaml").write_text("rule:\n  measure: chars\n")  # a recipe's grader.rule, copied with its key
+    assert runner.invoke(app, ["spread", str(rows), "--grader", str(tmp_path / "rule.yaml")]).exit_code == 0

@@ -173,7 +173,7 @@ def test_persistent_5xx_in_training_falls_back_and_in_preflight_stops(make_judge
     ("status", "concurrency", "advice", "not_said"),
     [
         (500, 1, "The server failed on its side: its log says why", "concurrency=1"),
-        (500, 4, "If it is overloaded: fewer calls at once (grader.judge.concurrency=1; now 4 call(s)", ""),
+        (500, 4, "If it is overloaded: fewer calls at once (grader.judge.concurrency=1; now 4)", "now 4 ("),
         (401, 1, "The server refused the key: check grader.judge.api_key_env", "concurrency"),
         (404, 1, "The endpoint refused the request: check grader.judge.model", "concurrency"),
     ],

@@ -279,17 +279,21 @@ def test_skip_spread_gate_trains_past_a_judge_that_answers_nothing(tmp_path: Pat
     run = json.loads((out / "whileai_run.json").read_text())
     assert run["skip_spread_gate"] is True and run["spread"]["verdict"] == "broken" and run["steps"] == 2
     assert run["trained_as"].startswith("mostly as plain GRPO") and "unreachable" in run["trained_as"]
+    report = runner.invoke(app, ["report", str(out)], env={"COLUMNS": "200"})
+    assert "spread gate broken, trained anyway (--skip-spread-gate)" in " ".join(report.stdout.split())
 
 
 SANDBOX_DOWN = """
 import sys
+from pathlib import Path
 
-calls = []
+calls = Path(__file__).with_name("calls")  # each call runs in a process of its own: counted on disk
 
 
 def sandbox_down(prompts, completions, **kwargs):
-    calls.append(len(completions))
-    if len(calls) == 4:  # the sandbox's client gives up on the process
+    with calls.open("a") as counted:
+        counted.write("x")
+    if len(calls.read_text()) == 4:  # the sandbox's client gives up on the process
         sys.exit(3)
     return [None] * len(completions)
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -70,15 +71,15 @@ def test_grader_must_be_callable() -> None:
         wai.GroupwiseGrading(grader="rank")
 
 
-def test_group_items_hold_the_page_fields() -> None:
-    seen = []
+def test_group_items_hold_the_page_fields(tmp_path) -> None:
+    seen = tmp_path / "seen.json"
 
-    def grader(group):
-        seen.extend(group)
+    def grader(group):  # it runs in a process of its own: what it saw comes back through a file
+        seen.write_text(json.dumps(group))
         return by_order(group)
 
     wai.GroupwiseGrading(grader=grader).shape([1, 0], ["p", "q"], ["a", "b"], group_size=2)
-    assert seen == [
+    assert json.loads(seen.read_text()) == [
         {"index": 0, "prompt": "p", "completion": "a", "reward": 1.0, "passed": True},
         {"index": 1, "prompt": "q", "completion": "b", "reward": 0.0, "passed": False},
     ]
@@ -328,6 +329,20 @@ def test_all_pass_groups_are_no_yes_in_advantage_mode_where_equation_3_moves_not
     assert report.verdict == "yes" and report.movable == 3
 
 
+def test_scores_that_vary_only_where_training_moves_nothing_are_no_spread() -> None:
+    # Nine all-pass groups ranked by length, one mixed group whose passes the grader ties: equation 3 moves nothing.
+    def ties_mixed_groups(group):
+        passes = [g for g in group if g["passed"]]
+        if len(passes) < len(group):
+            return {"ranking": [[g["index"] for g in passes]]}
+        return {"ranking": [g["index"] for g in sorted(passes, key=lambda g: len(g["completion"]))]}
+
+    rows = rows_for({f"s{i}": [(int(k < 3 or i > 0), "x" * (k + 1)) for k in range(4)] for i in range(10)})
+    report = wai.GroupwiseGrading(grader=ties_mixed_groups).check_spread(rows, strict=False)
+    assert report.std > 0.05 and report.movable == 1 and report.verdict == "no"
+    assert "but on the 1 that training moves (a failure beside two passes) their std is 0.000" in report.conclusion
+
+
 def _hack_ids(group):
     return [g["index"] for g in group if "ORD-9999" in g["completion"]]
 
@@ -384,16 +399,11 @@ def verifier(prompts, completions, **kwargs):
 
 
 def test_trl_reward_grades_only_mixed_groups_and_counts_all() -> None:
-    calls = []
-
-    def grader(group):
-        calls.append(len(group))
-        return by_order(group)
-
-    reward = wai.GroupwiseGrading(grader=grader).trl_reward(verifier, num_generations=2)
+    gar = wai.GroupwiseGrading(grader=by_order)
+    reward = gar.trl_reward(verifier, num_generations=2)
     out = reward(prompts=["p"] * 6, completions=["done", "done", "x", "y", "done", "z"])
     assert out == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]  # a single pass keeps factor 1: nothing moves
-    assert calls == [2]
+    assert gar.stats.grader_calls == 1 and gar.stats.groups == 3
     assert reward.__name__ == "groupwise_advantage"
 
 
@@ -411,11 +421,11 @@ def test_trl_reward_batch_not_a_multiple_is_a_clear_error() -> None:
         reward(prompts=["p"] * 6, completions=["done"] * 6)
 
 
-def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
-    seen = {}
+def test_trl_reward_passes_trl_keywords_and_logs_metrics(tmp_path) -> None:
+    seen_file = tmp_path / "seen.json"
 
     def keyword_verifier(prompts, completions, completion_ids, answer, trainer_state, **kwargs):
-        seen.update(answer=answer, state=trainer_state, ids=completion_ids)
+        seen_file.write_text(json.dumps({"answer": answer, "state": trainer_state, "ids": completion_ids}))
         return [1.0 if c == a else 0.0 for c, a in zip(completions, answer, strict=True)]
 
     metrics = {}
@@ -429,6 +439,7 @@ def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
         log_metric=lambda name, value: metrics.__setitem__(name, value),
         log_extra=lambda column, values: None,
     )
+    seen = json.loads(seen_file.read_text())  # the verifier ran in a process of its own
     assert seen == {"answer": ["4", "4", "4"], "state": "state", "ids": [[1], [1], [2]]}
     assert out == pytest.approx([a + 2 / 3 for a in redistribute([1, 1, 0], {0: 1.0, 1: 0.5})])
     assert 0.0 <= metrics.pop("groupwise/grader_seconds") < 60.0  # the batch's grading time, for the logger
@@ -446,11 +457,11 @@ def test_trl_reward_passes_trl_keywords_and_logs_metrics() -> None:
     }
 
 
-def test_trl_reward_reads_conversational_completions() -> None:
-    seen = []
+def test_trl_reward_reads_conversational_completions(tmp_path) -> None:
+    seen_file = tmp_path / "seen.json"
 
     def grader(group):
-        seen.extend(g["completion"] for g in group)
+        seen_file.write_text(json.dumps([g["completion"] for g in group]))
         return by_order(group)
 
     def chat_verifier(prompts, completions, **kwargs):
@@ -470,7 +481,7 @@ def test_trl_reward_reads_conversational_completions() -> None:
     reward = wai.GroupwiseGrading(grader=grader).trl_reward(chat_verifier, num_generations=3)
     reward(prompts=prompts, completions=completions)
     # the grader reads the tools' answers too, rendered as whileai simulate renders its rows
-    assert seen == [
+    assert json.loads(seen_file.read_text()) == [
         '<tool_call>lookup {"id": 1}</tool_call>\n<tool_result>ok</tool_result>\nagent: done',
         "agent: done",
         "agent: no",
@@ -729,7 +740,15 @@ def test_hacks_given_as_an_array_like_are_read_without_asking_their_truth() -> N
     )
 )
 def test_any_json_answer_is_used_or_falls_back(answer) -> None:
-    for mode, grader in (("advantage", lambda group: answer), ("reward", lambda item, rubric: answer)):
+    # In this process for the 300 examples: a worker hands back any JSON answer as it is (test_isolation.py).
+    def advantage(group):
+        return answer
+
+    def reward(item, rubric):
+        return answer
+
+    advantage.in_process = reward.in_process = True
+    for mode, grader in (("advantage", advantage), ("reward", reward)):
         out = wai.GroupwiseGrading(grader=grader, mode=mode).shape([1, 1, 0], ["p"] * 3, ["a"] * 3, group_size=3)
         assert len(out) == 3 and all(math.isfinite(v) for v in out)
 

@@ -151,7 +151,9 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
     from whileai.errors import BadInput
 
     text = " ".join(README.split())
-    assert "except `output_dir`, which is relative to the folder whileai runs in" in text
+    assert (
+        "except `output_dir` and a local `model.name_or_path`, which are relative to the folder whileai runs in" in text
+    )
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "rows.jsonl").write_text('{"prompt": "p"}\n')
     recipe = tmp_path / "recipes" / "r.yaml"
@@ -160,6 +162,13 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
     loaded = load_recipe(recipe)
     assert loaded.resolve(loaded.recipe.data.dataset) == tmp_path / "recipes" / "rows.jsonl"
     assert Path(loaded.recipe.output_dir).resolve() == tmp_path / "runs" / "r"
+    from whileai.training.plan import model_path
+
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json"):
+        (tmp_path / "models" / "m" / name).write_text("{}")
+    real = load_recipe(REPO / "recipes" / "real_cpu_word_problems_gar.yaml", ["model.name_or_path=models/m"])
+    assert model_path(real) == str(tmp_path / "models" / "m")  # from where whileai runs, not beside the recipe
     # data.eval_prompts needs trainer.eval_strategy, and the eval sentence says so
     assert "`data.eval_prompts`, which TRL also evaluates while training and so need `trainer.eval_strategy`" in text
     recipe.write_text((REPO / "recipes" / "tiny_cpu_gar.yaml").read_text() + "\n")
