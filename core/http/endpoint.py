@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from whileai.defaults import CHAT_CONCURRENCY, ENDPOINT_MAX_RETRIES, ENDPOINT_MAX_TOKENS, ENDPOINT_TIMEOUT_S
-from whileai.http.secrets import check_key_variable, hide_pasted_key, masked_url
+from whileai.http.secrets import MARK, check_key_variable, hide_pasted_key, masked_url
 from whileai.stats import quantile
 
 __all__ = [
@@ -84,6 +84,11 @@ def check_base_url(value: str) -> str:
     """
     if not value.startswith(("http://", "https://")):
         raise ValueError("base_url must start with http:// or https://")
+    if MARK in value:  # what a run's recipe.yaml keeps in place of a URL's password
+        raise ValueError(
+            f"base_url holds {MARK} where the run's recipe.yaml left out the URL's password: give the URL again "
+            "(grader.judge.base_url=URL on the command line)"
+        )
     control = next((i for i, c in enumerate(value) if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
     if control is not None:  # a CR or LF would be dropped from the request line, or put a header in it
         raise ValueError(f"base_url holds a space, line break or control character at position {control}: remove it")

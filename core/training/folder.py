@@ -12,10 +12,14 @@ Plain files only: no torch, no TRL.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,15 +78,16 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                holder = (out / HOLDER_FILE).read_text().strip() or "another process"
-            except OSError:
+                holder = _holder(out, os.O_RDONLY).read().strip() or "another process"
+            except (OSError, BadInput):
                 holder = "another process"
             raise BadInput(
                 f"{out} is in use: {holder}. One process writes into a run folder at a time: wait for it to end, "
                 "or train into another folder with output_dir=NEW"
             ) from None
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        (out / HOLDER_FILE).write_text(f"{command}, process {os.getpid()} on {socket.gethostname()}, since {since}\n")
+        with _holder(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as holder:
+            holder.write(f"{command}, process {os.getpid()} on {socket.gethostname()}, since {since}\n")
         try:
             yield
         finally:
@@ -91,8 +96,48 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
         os.close(handle)  # the lock goes with the descriptor
 
 
+def _holder(out: Path, flags: int) -> Any:
+    """The run folder's holder file, opened without following a link or waiting on a pipe, as a text file.
+
+    Raises:
+        BadInput: something other than a regular file is there (a link, a pipe, a folder), naming it.
+    """
+    path = out / HOLDER_FILE
+    try:
+        handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise BadInput(f"{path} is no regular file (a link, a folder or a pipe?): remove it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise BadInput(f"{path} is no regular file (a link, a folder or a pipe?): remove it")
+    return os.fdopen(handle, "r" if flags == os.O_RDONLY else "w")
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: written beside it, flushed to disk, then renamed over it, so a full
+    disk or a killed process leaves the file as it was, never empty or cut.
+
+    Raises:
+        OSError: the write failed (the file as it was; the partial one removed).
+    """
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "w") as written:
+            written.write(text)
+            written.flush()
+            os.fsync(written.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    """``data`` as JSON into ``path``, whole (:func:`write_whole`)."""
+    write_whole(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def training_output(out: Path) -> list[str]:
@@ -122,17 +167,24 @@ def last_checkpoint(out: Path) -> tuple[Path, int] | None:
 
 def finished_steps(out: Path, max_steps: int | None) -> tuple[int, int] | None:
     """``(steps trained, steps the run was to train)`` when the run in ``out`` finished and a resume would train
-    nothing new, else None. A run is finished when ``whileai_run.json`` says so and its newest checkpoint reached
-    ``max_steps`` (the recipe's, when it sets one above 0; else the total TRL recorded, from the epochs)."""
+    nothing new, else None. A run is finished when ``whileai_run.json`` says so (or, when that record does not read,
+    TRL's state saved beside ``final/`` at the run's end does) and it reached ``max_steps`` (the recipe's, when it
+    sets one above 0; else the total TRL recorded, from the epochs)."""
     checkpoint = last_checkpoint(out)
     try:
         summary = json.loads((out / "whileai_run.json").read_text())
     except (OSError, ValueError):
+        summary = None  # no record that reads (a full disk): TRL's own end of the run says it below
+    if checkpoint is None:
         return None
-    if checkpoint is None or not isinstance(summary, dict) or summary.get("status") != "finished":
+    if isinstance(summary, dict) and summary.get("status") != "finished":
+        return None
+    # The run's end: the state TRL saved beside final/ (written only once it trained all it was to), else the record.
+    ended = out / "trainer_state.json"
+    if summary is None and not ((out / "final").is_dir() and ended.is_file()):
         return None
     try:
-        state = json.loads((checkpoint[0] / "trainer_state.json").read_text())
+        state = json.loads((ended if summary is None else checkpoint[0] / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return None
     target = max_steps if max_steps is not None and max_steps > 0 else state.get("max_steps")
@@ -188,9 +240,7 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
     kept = [g for g in groups if (g.get("step") or 0) <= step]
     dropped = len(groups) - len(kept)
     if log.is_file():
-        partial = log.with_suffix(".jsonl.partial")
-        partial.write_text("".join(json.dumps(g) + "\n" for g in kept))
-        partial.replace(log)
+        write_whole(log, "".join(json.dumps(g) + "\n" for g in kept))
     for path in (out / "completions").glob("completions_*.parquet"):
         number = path.stem.rpartition("_")[2]
         if number.isdigit() and int(number) > step:
@@ -205,9 +255,7 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
                     kept_checks.append(line)
             except ValueError:
                 continue  # a last line cut short by a killed process
-        partial = watch.with_suffix(".jsonl.partial")
-        partial.write_text("".join(line + "\n" for line in kept_checks))
-        partial.replace(watch)
+        write_whole(watch, "".join(line + "\n" for line in kept_checks))
     if dropped:
         say(f"whileai: {dropped} graded group(s) after step {step} will be graded again")
     return kept
@@ -326,7 +374,9 @@ def grader_recipe_of(rows: Path | None) -> Path | None:
         return None
     for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
         candidate = folder / "recipe.yaml"
-        if candidate.is_file() and (folder / "completions").is_dir():
-            written = run_recipe(folder)
-            return candidate if written is not None and written.get("grader") else None
+        if candidate.exists() and (folder / "completions").is_dir():
+            written = read_yaml_file(candidate)  # one that does not read is named, never graded by another rule
+            if not isinstance(written, dict):
+                raise BadInput(f"{candidate}: the run's recipe is no mapping: give --recipe or --grader")
+            return candidate if written.get("grader") else None
     return None

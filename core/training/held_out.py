@@ -29,7 +29,7 @@ from typing import Any
 from whileai.errors import BadInput
 from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.stats import clustered_interval
-from whileai.training.folder import EVAL_FORMAT, eval_file, run_lock
+from whileai.training.folder import EVAL_FORMAT, eval_file, run_lock, write_whole
 
 __all__ = ["HeldOut", "evaluate_run"]
 
@@ -226,7 +226,7 @@ def _evaluate(
         }
     data["note"] = TINY_NOTE if getattr(loaded.recipe.model, "tiny", None) is not None else None
     path = eval_file(run, checkpoint)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_whole(path, json.dumps(data, indent=1) + "\n")
     return HeldOut(data, path)
 
 

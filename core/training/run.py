@@ -51,6 +51,7 @@ from whileai.training.folder import (
     run_lock,
     training_output,
     write_json,
+    write_whole,
 )
 from whileai.training.plan import model_path, quiet_libraries
 
@@ -397,7 +398,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         else:
             say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(loaded.dump())
+    write_whole(out / "recipe.yaml", loaded.dump())
     sampled = run.grading is not None and loaded.recipe.gate_source() == "sample"
     if gate is None and not sampled and int(os.environ.get("WORLD_SIZE") or 1) == 1:
         gate = _run_gate(loaded, run.grading, say)
