@@ -19,16 +19,44 @@ import yaml
 from whileai.defaults import YAML_EXPANDED_VALUES
 from whileai.errors import BadInput
 
-__all__ = ["read_yaml", "read_yaml_file"]
+__all__ = ["YamlBudget", "read_yaml", "read_yaml_file"]
 
 
-def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES) -> Any:
+class YamlBudget:
+    """The values several YAML documents may expand to together (a recipe, its includes and its overrides): each
+    document's expanded size is counted against it as it is read, and the one that crosses it is refused by name.
+
+    Example:
+        >>> budget = YamlBudget(10)
+        >>> read_yaml("[1, 2, 3, 4]", "recipe.yaml", budget=budget)
+        [1, 2, 3, 4]
+        >>> read_yaml("[1, 2, 3, 4, 5]", "override a", budget=budget)
+        Traceback (most recent call last):
+        ...
+        whileai.errors.BadInput: override a: with what was read before it (the recipe, its includes, the overrides before it), the YAML comes to more than 10 values; write fewer, or split the run
+    """  # noqa: E501
+
+    def __init__(self, limit: int = YAML_EXPANDED_VALUES) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    def spend(self, values: int, where: str) -> None:
+        self.spent += values
+        if self.spent > self.limit:
+            raise BadInput(
+                f"{where}: with what was read before it (the recipe, its includes, the overrides before it), the YAML "
+                f"comes to more than {self.limit} values; write fewer, or split the run"
+            )
+
+
+def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES, budget: YamlBudget | None = None) -> Any:
     """The data of one YAML document.
 
     Args:
         text: the document.
         where: what it is, for messages (a file's path, ``override trainer.seed``).
         limit: the most values (scalars, lists, mappings) the document may expand to, aliases followed.
+        budget: the values this document shares with others read with it (``YamlBudget``), its size counted there.
 
     Raises:
         BadInput: not YAML, more than one document, an alias that expands past ``limit`` or contains itself;
@@ -50,7 +78,9 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_expansion(node, where, limit)
+        size = _check_expansion(node, where, min(limit, budget.limit) if budget is not None else limit)
+        if budget is not None:
+            budget.spend(size, where)
         return loader.construct_document(node)
     except yaml.reader.ReaderError as err:
         raise BadInput(_unreadable(err, text, where)) from None
@@ -64,8 +94,9 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES) -> Any:
         loader.dispose()
 
 
-def read_yaml_file(path: Path, what: str = "") -> Any:
-    """:func:`read_yaml` of a file, its unreadable cases named too (``what``: what the file is for, in messages)."""
+def read_yaml_file(path: Path, what: str = "", budget: YamlBudget | None = None) -> Any:
+    """:func:`read_yaml` of a file, its unreadable cases named too (``what``: what the file is for, in messages;
+    ``budget``: the values it shares with the documents read with it)."""
     named = f"{what} {path}" if what else str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -75,7 +106,7 @@ def read_yaml_file(path: Path, what: str = "") -> Any:
         raise BadInput(f"{named}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:
         raise BadInput(f"{named}: cannot read it ({err.strerror})") from None
-    return read_yaml(text, named)
+    return read_yaml(text, named, budget=budget)
 
 
 def _unreadable(err: yaml.reader.ReaderError, text: str, where: str) -> str:
@@ -90,8 +121,8 @@ def _place(mark: Any) -> str:
     return f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 
-def _check_expansion(root: yaml.Node, where: str, limit: int) -> None:
-    """Refuse a node graph that expands, aliases followed, to more than ``limit`` values, or that contains itself.
+def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
+    """The values a node graph expands to, aliases followed; refused past ``limit``, or when it contains itself.
 
     Each node's expanded size is counted once (a depth-first walk of the composed graph, sizes kept by node), so the
     count costs time linear in the document however large the expansion it would make."""
@@ -122,6 +153,7 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> None:
                 raise BadInput(f"{where}{_place(child.start_mark)}: an alias that contains itself")
             if id(child) not in sizes:
                 stack.append((child, False))
+    return sizes[id(root)]
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

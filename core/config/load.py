@@ -25,7 +25,7 @@ from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.errors import BadInput
 from whileai.http.secrets import masked_override, masked_url
-from whileai.yamldata import read_yaml, read_yaml_file
+from whileai.yamldata import YamlBudget, read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
 
@@ -94,10 +94,10 @@ def config_dirs(base_dir: Path) -> list[Path]:
     return dirs
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path, budget: YamlBudget) -> dict[str, Any]:
     if not path.is_file() and not path.exists():
         raise BadInput(f"{path}: no such recipe file")
-    data = read_yaml_file(path)
+    data = read_yaml_file(path, budget=budget)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -125,18 +125,20 @@ def _find_include(name: str, base_dir: Path, source: Path) -> Path:
     raise BadInput(f"{source}: include {name!r} was not found (searched {searched})")
 
 
-def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=text"]`` -> ``{"a": {"b": 1}, "c": "text"}``, each value parsed as a YAML scalar."""
+def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) -> dict[str, Any]:
+    """``["a.b=1", "c=text"]`` -> ``{"a": {"b": 1}, "c": "text"}``, each value parsed as a YAML scalar, counted in
+    ``budget`` with the recipe it overrides."""
+    budget = budget if budget is not None else YamlBudget()
     result: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise BadInput(f"override {masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
-            value = read_yaml(raw, f"override {key.strip()}") if raw.strip() else None
+            value = read_yaml(raw, f"override {key.strip()}", budget=budget) if raw.strip() else None
         except BadInput as error:
-            if "alias" in str(error):
-                raise  # an alias bomb in one line is no text value either
+            if "alias" in str(error) or "values" in str(error):
+                raise  # an alias bomb in one line, or one too many values, is no text value either
             value = raw
         if isinstance(value, str) and _FLOAT.match(value):
             value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
@@ -312,16 +314,17 @@ def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe
     """
     file = Path(path)
     base_dir = file.resolve().parent
-    data = _read_yaml(file)
+    budget = YamlBudget()  # one for the recipe, its includes and its overrides together
+    data = _read_yaml(file, budget)
     merged: dict[str, Any] = {}
     includes = data.get("include") or []
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         raise BadInput(f"{file}: include: a list of file names from configs/, got {includes!r}")
     for name in includes:
         block = _find_include(name, base_dir, file)
-        merged = _merge(merged, _read_yaml(block))
+        merged = _merge(merged, _read_yaml(block, budget))
     merged = _merge(merged, {k: v for k, v in data.items() if k != "include"})
     overrides = list(overrides)
-    merged = _merge(merged, parse_overrides(overrides))
+    merged = _merge(merged, parse_overrides(overrides, budget))
     recipe = validate_recipe(merged, str(file), overrides)
     return LoadedRecipe(recipe, file, base_dir, merged)

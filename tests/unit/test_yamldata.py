@@ -83,3 +83,32 @@ def test_a_control_character_is_placed_by_line_and_column(tmp_path: Path) -> Non
     recipe.write_text('grader:\n  kind: scripted\nx: "\x01"\n')
     with pytest.raises(BadInput, match=rf"^{recipe} line 3, column 5: not valid YAML \(character '\\x01' is not"):
         load_recipe(recipe)
+
+
+def test_one_budget_holds_for_the_recipe_its_includes_and_its_overrides(tmp_path, monkeypatch) -> None:
+    import time
+
+    from typer.testing import CliRunner
+
+    from whileai.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    big = "[" + ", ".join(["1"] * 40_000) + "]"  # each part well within the limit on its own
+    (tmp_path / "configs" / "block.yaml").write_text(f"spread:\n  seed: 0\ncomparison_arm: x\nnotes_unused: {big}\n")
+    (tmp_path / "r.yaml").write_text("include: [block.yaml]\n")
+    from whileai.errors import BadInput
+    from whileai.yamldata import YamlBudget, read_yaml
+
+    budget = YamlBudget(100_000)
+    read_yaml(big, "override a", budget=budget)
+    read_yaml(big, "override b", budget=budget)
+    with pytest.raises(BadInput, match="override c: with what was read before it"):
+        read_yaml(big, "override c", budget=budget)
+    overrides = [f"spread.extra{i}={big}" for i in range(3)]
+    runner = CliRunner()
+    for command in (["validate"], ["train", "--dry-run"]):
+        started = time.monotonic()
+        result = runner.invoke(app, [*command, str(tmp_path / "r.yaml"), *overrides])
+        assert result.exit_code == 2 and "override spread.extra1: with what was read before it" in result.stderr
+        assert time.monotonic() - started < 30  # refused before anything is merged or dumped
