@@ -19,7 +19,11 @@ import yaml
 from whileai.defaults import YAML_EXPANDED_VALUES
 from whileai.errors import BadInput
 
-__all__ = ["YamlBudget", "read_yaml", "read_yaml_file"]
+__all__ = ["TooMuchYaml", "YamlBudget", "read_yaml", "read_yaml_file"]
+
+
+class TooMuchYaml(BadInput):
+    """YAML that expands to more values than it may: an alias bomb, or parts past their shared budget."""
 
 
 class YamlBudget:
@@ -33,7 +37,7 @@ class YamlBudget:
         >>> read_yaml("[1, 2, 3, 4, 5]", "override a", budget=budget)
         Traceback (most recent call last):
         ...
-        whileai.errors.BadInput: override a: with what was read before it (the recipe, its includes, the overrides before it), the YAML comes to more than 10 values; write fewer, or split the run
+        whileai.yamldata.TooMuchYaml: override a: with what was read before it (the recipe, its includes, the overrides before it), the YAML comes to more than 10 values; write fewer, or split the run
     """  # noqa: E501
 
     def __init__(self, limit: int = YAML_EXPANDED_VALUES) -> None:
@@ -43,7 +47,7 @@ class YamlBudget:
     def spend(self, values: int, where: str) -> None:
         self.spent += values
         if self.spent > self.limit:
-            raise BadInput(
+            raise TooMuchYaml(
                 f"{where}: with what was read before it (the recipe, its includes, the overrides before it), the YAML "
                 f"comes to more than {self.limit} values; write fewer, or split the run"
             )
@@ -68,7 +72,7 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES, budget: 
         >>> read_yaml("a: &a [1, 2]\\nb: [*a, *a, *a]", "bomb.yaml", limit=8)
         Traceback (most recent call last):
         ...
-        whileai.errors.BadInput: bomb.yaml line 2, column 4: its aliases expand to more than 8 values (a YAML alias bomb?); write the values out, or use fewer aliases
+        whileai.yamldata.TooMuchYaml: bomb.yaml line 2, column 4: its aliases expand to more than 8 values (a YAML alias bomb?); write the values out, or use fewer aliases
     """  # noqa: E501
     try:
         loader = yaml.SafeLoader(text)  # reads the first characters: a control character may be refused here
@@ -137,7 +141,7 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
             on_path.discard(key)
             sizes[key] = 1 + sum(sizes[id(child)] for child in children)
             if sizes[key] > limit:
-                raise BadInput(
+                raise TooMuchYaml(
                     f"{where}{_place(node.start_mark)}: its aliases expand to more than {limit} values (a YAML alias "
                     "bomb?); write the values out, or use fewer aliases"
                 )

@@ -25,7 +25,7 @@ from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.errors import BadInput
 from whileai.http.secrets import masked_override, masked_url
-from whileai.yamldata import YamlBudget, read_yaml, read_yaml_file
+from whileai.yamldata import TooMuchYaml, YamlBudget, read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
 
@@ -136,9 +136,9 @@ def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) 
             raise BadInput(f"override {masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
             value = read_yaml(raw, f"override {key.strip()}", budget=budget) if raw.strip() else None
-        except BadInput as error:
-            if "alias" in str(error) or "values" in str(error):
-                raise  # an alias bomb in one line, or one too many values, is no text value either
+        except TooMuchYaml:
+            raise  # an alias bomb in one line, or one too many values, is no text value either
+        except BadInput:
             value = raw
         if isinstance(value, str) and _FLOAT.match(value):
             value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string

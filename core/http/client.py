@@ -162,7 +162,8 @@ class EndpointClient:
                 )
             token = base64.b64encode(credentials.encode()).decode()
             self._authorization = f"Basic {token}"
-            secrets += [token, credentials, credentials.partition(":")[2]]
+            user, _, password = credentials.partition(":")
+            secrets += [token, credentials, password, *([user] if not password else [])]  # a token as the user
         else:
             self._authorization = f"Bearer {self._api_key}"
         # The proxy the environment gives this server (a SOCKS one is refused here, naming its variable); a server

@@ -45,9 +45,9 @@ PLACEHOLDER_KEY = "EMPTY"  # what vLLM's own examples send when the server has n
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NOT_A_VARIABLE_NAME = f"<not a variable name: {MARK}>"  # what a pasted key is replaced with before validation
 # The shortest run of a secret's characters that counts as a piece of it: long enough that text of its own rarely
-# holds one (a 58-character key has 51 such runs), short enough that a key cut in halves, quarters or 20-character
-# pieces is caught.
-PIECE = 8
+# holds one (a 58-character key has 53 such runs), short enough that a key echoed in pieces of 6 characters or more
+# (halves, quarters, a server's 7-character chunks) is caught.
+PIECE = 6
 # A secret shorter than this is no secret worth masking (it would mask ordinary words).
 SHORTEST = 4
 
@@ -136,18 +136,24 @@ def split_credentials(base_url: str) -> tuple[str, str | None]:
 
 
 def masked_url(base_url: str) -> str:
-    """``base_url`` with the password of a ``user:password@`` masked, for reprs, dumps and messages.
+    """``base_url`` with the password of a ``user:password@`` masked, for reprs, dumps and messages; a user name alone
+    (``TOKEN@host``: a token given as the user) is masked whole.
 
     Example:
-        >>> masked_url("https://me:s3cret@judge.example/v1")
-        'https://me:[secret hidden]@judge.example/v1'
+        >>> masked_url("https://me:s3cret@judge.example/v1"), masked_url("https://sk-token@judge.example/v1")
+        ('https://me:[secret hidden]@judge.example/v1', 'https://[secret hidden]@judge.example/v1')
     """
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.password is None and parts.username is None:
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        password, username = parts.password, parts.username
+    except ValueError:  # a netloc urllib cannot read (a bracket left open): whatever stands before an @ is masked
+        head, at, _ = base_url.partition("://")[2].rpartition("@")
+        return base_url.replace(head + at, f"{MARK}@", 1) if at else base_url
+    if password is None and username is None:
         return base_url
     host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MARK}@{host}"))
+    shown = f"{username}:{MARK}" if password is not None else MARK
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 
 def masked_override(item: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 from whileai.errors import BadInput, EndpointUnavailable
 from whileai.http.client import EndpointClient
 from whileai.http.endpoint import Call, CallError, EndpointSettings, EndpointStats, first_choice
-from whileai.http.secrets import read_api_key
+from whileai.http.secrets import masked_url, read_api_key
 
 __all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
 
@@ -115,7 +115,8 @@ class ChatClient:
         self._failure: str | None = None
 
     def __repr__(self) -> str:
-        return f"ChatClient(role={self.role!r}, base_url={self.config.base_url!r}, model={self.config.model!r})"
+        shown = masked_url(self.config.base_url)
+        return f"ChatClient(role={self.role!r}, base_url={shown!r}, model={self.config.model!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a ChatClient holds a connection pool and cannot be pickled; build one in each process")
@@ -161,7 +162,10 @@ class ChatClient:
         if outcome.error is None:
             return outcome.answer
         error = outcome.error
-        message = f"{self.role} at {self.config.base_url} (model {self.config.model}) gave no answer: {error}"
+        shown = self.endpoint.shown(str(error), 600)  # an error's text may quote what the URL carried
+        message = (
+            f"{self.role} at {masked_url(self.config.base_url)} (model {self.config.model}) gave no answer: {shown}"
+        )
         if isinstance(error, CallError) and error.kind == "http 400" and tools:
             message += (
                 "; if the server refuses tools, serve the model with tool calling on "

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from whileai.defaults import CUSTOMER_MAX_TOKENS, DEFAULT_CUSTOMER_TEMPERATURE
 from whileai.errors import BadInput
 from whileai.http.endpoint import EndpointStats
+from whileai.http.secrets import masked_url
 from whileai.simulations.agents import Event
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
 from whileai.simulations.scenarios import Scenario
@@ -73,7 +74,7 @@ class ModelCustomer:
 
     def __repr__(self) -> str:
         config = self.client.config
-        return f"customer_model(base_url={config.base_url!r}, model={config.model!r})"
+        return f"customer_model(base_url={masked_url(config.base_url)!r}, model={config.model!r})"
 
     @property
     def stats(self) -> EndpointStats:

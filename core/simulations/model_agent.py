@@ -41,6 +41,7 @@ from typing import Any, Literal
 from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
 from whileai.errors import BadInput
 from whileai.http.endpoint import EndpointStats
+from whileai.http.secrets import masked_url
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
 from whileai.simulations.json_calls import json_tool_calls
@@ -93,7 +94,7 @@ class ModelAgent:
 
     def __repr__(self) -> str:
         config = self.client.config
-        return f"model_agent(base_url={config.base_url!r}, model={config.model!r})"
+        return f"model_agent(base_url={masked_url(config.base_url)!r}, model={config.model!r})"
 
     @property
     def stats(self) -> EndpointStats:

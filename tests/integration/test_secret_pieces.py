@@ -3,7 +3,8 @@
 not JSON, in a stream's error event, split over stream events a few characters at a time, in an error body and its
 headers, written in JSON escapes, in an answer that is cached), and every output of ``whileai spread`` (``--json``,
 ``--verbose``, ``--debug``, a cached rerun), ``whileai train`` and ``whileai report``, every log record, the answer
-cache and every file of the run folder are searched for any 8 characters of it.
+cache and every file of the run folder are searched for any 6 characters of it; and a URL's password or token is
+never shown by the simulator's endpoints either.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from whileai.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "WHILEAI_PIECES_TEST_KEY"
-PIECE = 8  # the shortest run of the key that counts as a piece of it (whileai.http.secrets.PIECE)
+PIECE = 6  # the shortest run of the key that counts as a piece of it (whileai.http.secrets.PIECE)
 KEY = "sk-" + "".join(random.Random(58).choices(string.ascii_letters + string.digits, k=55))
 runner = CliRunner()
 
@@ -114,7 +115,8 @@ def test_the_filter_takes_out_every_piece_in_every_form() -> None:
 
     assert WHILEAI_PIECE == PIECE
     clean = SecretFilter([KEY]).clean
-    for text in (KEY, KEY[:29] + " " + KEY[29:], json.dumps({"k": KEY}), f"x{KEY[5:13]}y", KEY[::-1] + KEY):
+    sevens = " ".join(KEY[i : i + 7] for i in range(0, len(KEY), 7))  # a server's echo in 7-character chunks
+    for text in (KEY, KEY[:29] + " " + KEY[29:], json.dumps({"k": KEY}), f"x{KEY[5:13]}y", KEY[::-1] + KEY, sevens):
         assert not leaks([clean(text)], []), text
     assert clean("nothing of it: " + KEY[: PIECE - 1]) == "nothing of it: " + KEY[: PIECE - 1]
 
@@ -149,3 +151,23 @@ def test_no_piece_of_the_key_leaves_whatever_the_server_sends(fault_server, tmp_
     blobs = [p.read_bytes() for folder in (out, tmp_path / "cache") for p in folder.rglob("*") if p.is_file()]
     assert any(b"judge" in blob for blob in blobs) and (tmp_path / "cache" / "judge_cache.sqlite").is_file()
     assert leaks(texts, blobs) == []
+
+
+def test_the_simulator_s_endpoints_never_show_a_url_s_password_or_token(judge_tools, tmp_path) -> None:
+    from whileai.http.secrets import masked_url
+    from whileai.simulations.chat import ChatClient, endpoint_config
+
+    closed = judge_tools.closed_port_url()
+    for secret, url in (
+        ("PASSWORD-8x7", closed.replace("://", "://user:PASSWORD-8x7@")),
+        ("sk-token-as-user-1234", closed.replace("://", "://sk-token-as-user-1234@")),
+    ):
+        result = runner.invoke(app, ["simulate", "--agent", "model", "--base-url", url, "--model", "m",
+                                     "--max-retries", "0", "--num-scenarios", "1", "--n", "1",
+                                     "--out", str(tmp_path / "rows.jsonl")])  # fmt: skip
+        assert result.exit_code == 4 and secret not in result.stdout + result.stderr, result.stderr
+        client = ChatClient(endpoint_config(url, "m", what="model_agent"), role="agent")
+        try:
+            assert secret not in repr(client) and secret not in masked_url(url)
+        finally:
+            client.close()
