@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from whileai.errors import MissingExtra, WhileaiError
+from whileai.errors import BadInput, MissingExtra, WhileaiError
 from whileai.progress import STDERR, TextConsole
 
 __all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log", "stdout"]
@@ -151,9 +151,13 @@ def guarded(command: F) -> F:
         except (typer.Exit, typer.Abort):
             raise
         except Exception as error:
+            _traceback_when_debugging()
+            if isinstance(error, OSError) and error.filename is not None:
+                # A full or read-only disk, a folder not writable: the file and the cause.
+                err.print(f"whileai: error: {error.filename}: {error.strerror or error}", markup=False)
+                raise typer.Exit(BadInput.exit_code) from None
             # Anything else reached here through input whileai did not foresee: one line, exit 2 (bad input), and
             # never 1, which a CI job reads as "no spread".
-            _traceback_when_debugging()
             text = str(error).strip().splitlines()[0] if str(error).strip() else ""
             hint = "" if is_debug() else " (rerun with whileai --debug for the traceback)"
             err.print(f"whileai: error: {type(error).__name__}: {text}{hint}")

@@ -22,9 +22,10 @@ from rich.text import Text
 __all__ = ["STDERR", "CounterRateColumn", "RateColumn", "TextConsole", "phase", "phase_bar", "visible"]
 
 # Characters a terminal obeys instead of showing: C0 controls but the line break and the tab, DEL, C1 controls (ESC
-# starts the sequences that move the cursor, clear the screen or make a hyperlink), and the bidirectional overrides
-# and isolates that make a line read otherwise than it is written.
-_OBEYED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# starts the sequences that move the cursor, clear the screen or make a hyperlink), the bidirectional marks,
+# overrides and isolates that make a line read otherwise than it is written, and the zero-width characters that
+# hide text in plain sight (a URL, a name or a key that reads as another).
+_OBEYED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
 def visible(text: str) -> str:

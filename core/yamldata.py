@@ -94,6 +94,10 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES, budget: 
         raise BadInput(f"{where}{_place(mark)}: not valid YAML ({problem})") from None
     except RecursionError:  # a document nested deeper than Python's stack
         raise BadInput(f"{where}: nested too deeply to read as data") from None
+    except BadInput:
+        raise
+    except ValueError as err:  # a value Python will not hold: an integer of more than 4,300 digits
+        raise BadInput(f"{where}: a value too large to read ({err})") from None
     finally:
         loader.dispose()
 

@@ -133,7 +133,7 @@ def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) 
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"override {masked_override(item)!r} is not key=value (e.g. trainer.learning_rate=1e-5)")
+            raise BadInput(f"override {_quoted(item)} is not key=value (e.g. trainer.learning_rate=1e-5)")
         try:
             value = read_yaml(raw, f"override {key.strip()}", budget=budget) if raw.strip() else None
         except TooMuchYaml:
@@ -148,8 +148,7 @@ def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) 
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise BadInput(
-                    f"override {masked_override(item)!r} sets a key under {part!r}, which another override set to a "
-                    "value"
+                    f"override {_quoted(item)} sets a key under {part!r}, which another override set to a value"
                 )
             node = child
         node[parts[-1]] = value
@@ -247,7 +246,8 @@ def _format_error(error: Mapping[str, Any]) -> str:
     ):
         if isinstance(shown_input, str) and "://" in shown_input:  # a URL's password is never echoed
             shown_input = masked_url(shown_input)
-        return f"{path}: {message} (got {shown_input!r})"
+        got = repr(shown_input)
+        return f"{path}: {message} (got {got if len(got) <= 100 else got[:96] + '...' + got[-1]})"
     return f"{path}: {message}"
 
 
@@ -260,9 +260,15 @@ def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[st
         lines = []
         for error in err.errors():
             item = _override_behind(error, overrides)
-            lines.append((f"override {masked_override(item)!r}" if item is not None else source, _format_error(error)))
+            lines.append((f"override {_quoted(item)}" if item is not None else source, _format_error(error)))
         text = "; ".join(f"{where}: {line}" for where, line in lines)
         raise BadInput(text) from None
+
+
+def _quoted(item: str, limit: int = 100) -> str:
+    """An override as a message quotes it: a URL's password masked, a value past ``limit`` characters cut."""
+    shown = repr(masked_override(item))
+    return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[-1]}"
 
 
 def _override_behind(error: Mapping[str, Any], overrides: Iterable[str]) -> str | None:

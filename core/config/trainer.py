@@ -10,6 +10,7 @@ section into ``GRPOConfig`` arguments.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from typing import Any, Literal
 
@@ -49,10 +50,20 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
     if base == "float" and type(value) is int:  # logging_steps: 1 stays 1 (TRL takes a whole number or a ratio)
         return value
     try:
-        return TypeAdapter(_KINDS[base]).validate_python(value)
+        converted = TypeAdapter(_KINDS[base]).validate_python(value)
     except ValidationError:
         nullable = " or null" if kind.endswith("?") else ""
         raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
+    if isinstance(converted, float) and not math.isfinite(converted):  # TRL takes inf, and trains on NaN
+        raise ValueError(f"{name}: a finite number is needed, got {value!r}")
+    if name in _SEEDS and not 0 <= converted <= SEED_MAX:
+        raise ValueError(f"{name}: a seed from 0 to {SEED_MAX} is needed (numpy's range), got {value!r}")
+    return converted
+
+
+# Seeds reach numpy's seeding, which takes 0 to 2**32 - 1 and fails at the first step past it.
+SEED_MAX = 2**32 - 1
+_SEEDS = ("data_seed",)
 
 
 # Counts and sizes TRL takes without a word at 0 or below, each training something else than was meant (max_steps=-5
@@ -94,8 +105,8 @@ class TrainerSection(BaseModel):
         "a binary arm may use any.",
     )
     per_device_train_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
-    learning_rate: float = Field(1e-6, gt=0, description="Adam learning rate.")
-    seed: int = Field(42, description="Seed of the run.")
+    learning_rate: float = Field(1e-6, gt=0, allow_inf_nan=False, description="Adam learning rate.")
+    seed: int = Field(42, ge=0, le=SEED_MAX, description="Seed of the run (numpy's range: 0 to 2**32 - 1).")
 
     @field_validator("scale_rewards", mode="before")
     @classmethod

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -92,8 +93,19 @@ def check_base_url(value: str) -> str:
     control = next((i for i, c in enumerate(value) if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
     if control is not None:  # a CR or LF would be dropped from the request line, or put a header in it
         raise ValueError(f"base_url holds a space, line break or control character at position {control}: remove it")
-    parts = urllib.parse.urlsplit(value)
-    host = parts.hostname or ""
+    # A zero-width or bidi character (Unicode's format class) shows nothing, or turns the text around, where it is
+    # printed: the URL a user reads would not be the one called.
+    hidden = next((i for i, c in enumerate(value) if unicodedata.category(c) == "Cf"), None)
+    if hidden is not None:
+        raise ValueError(
+            f"base_url holds an invisible or bidi character (U+{ord(value[hidden]):04X}) at position {hidden}: "
+            "remove it"
+        )
+    try:
+        parts = urllib.parse.urlsplit(value)
+        host = parts.hostname or ""
+    except ValueError as err:  # an IPv6 address with a bracket left open, a port that is no number
+        raise ValueError(f"base_url cannot be read as a URL ({err})") from None
     if not host:
         raise ValueError("base_url names no host (http://HOST:PORT/v1)")
     try:
@@ -101,7 +113,7 @@ def check_base_url(value: str) -> str:
     except UnicodeError:
         raise ValueError(f"base_url's host {host!r} is not a host name") from None
     port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]  # after an IPv6 literal's brackets
-    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):  # not "٨٠", which isdigit
         raise ValueError(f"base_url's port {port} is not a port: a number from 1 to 65535")
     if parts.fragment or value.endswith("#"):
         raise ValueError("base_url holds a fragment (#...), which no request carries: remove it")

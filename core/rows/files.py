@@ -66,12 +66,16 @@ def fast_loads() -> Callable[[bytes], Any] | None:
 
 
 def parse_line(line: bytes) -> Any:
-    """One JSONL line parsed by the standard library, or the ``JSONDecodeError``/``UnicodeDecodeError`` it raised."""
+    """One JSONL line parsed by the standard library, or the error that stands for it: a ``JSONDecodeError`` or
+    ``UnicodeDecodeError``, a ``ValueError`` for a value Python will not hold (an integer of more than 4,300 digits),
+    and one for nesting deeper than Python's stack."""
     try:
         # Without its line break: a fault at the line's end is then at its last column, not at column 1 of a next line.
         return _decode(line.decode("utf-8").rstrip("\r\n"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         return err
+    except RecursionError:
+        return ValueError("nested too deeply to read")
 
 
 _LOG_STEP = re.compile(r"completions_(\d+)\.parquet")
@@ -177,6 +181,10 @@ def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
         raise BadInput(f"{path}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:
         raise BadInput(f"{path}: cannot read it ({err.strerror})") from None
+    except ValueError as err:  # an integer of more than 4,300 digits
+        raise BadInput(f"{path}: not JSON Python reads ({err})") from None
+    except RecursionError:
+        raise BadInput(f"{path}: nested too deeply to read") from None
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
         data = data["rows"]
     if not isinstance(data, list):

@@ -20,6 +20,7 @@ The result is written to ``eval.json`` in the run folder (``eval-checkpoint-N.js
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +158,11 @@ def evaluate_run(
         raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
     if initial and checkpoint is not None:
         raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
+    if checkpoint is not None and not re.fullmatch(r"checkpoint-\d+", checkpoint):  # a folder of this run, by name
+        kept = sorted(p.name for p in run.glob("checkpoint-*") if p.is_dir())
+        raise BadInput(
+            f"--checkpoint {checkpoint!r}: name one of the run's checkpoint-N folders ({', '.join(kept) or 'none'})"
+        )
     with run_lock(run, "whileai eval"):  # it writes into the run: not beside a training run, or another eval
         return _evaluate(run, checkpoint, prompts, seed, say, initial)
 

@@ -142,11 +142,13 @@ def write_run(
 
 
 def two_arms(root: Path, scale: str = "none") -> tuple[Path, Path]:
-    binary = write_run(root / "runs" / "tiny_cpu_binary", BINARY, BINARY_LENGTHS, summary={"scale_rewards": scale})
+    """The README's two runs, each with the gate's verdict its whileai_run.json keeps."""
+    skipped = {"verdict": "skipped", "skipped": "no grader: a binary arm"}
+    summary = {"scale_rewards": scale, "spread": skipped}
+    binary = write_run(root / "runs" / "tiny_cpu_binary", BINARY, BINARY_LENGTHS, summary=summary)
     grader = {"fallbacks": {}, "first_failures": {}}
-    gar = write_run(
-        root / "runs" / "tiny_cpu_gar", GAR, GAR_LENGTHS, GAR_FACTORS, {"scale_rewards": "none", "grader": grader}
-    )
+    summary = {"scale_rewards": "none", "grader": grader, "spread": {"verdict": "yes", "skipped": None}}
+    gar = write_run(root / "runs" / "tiny_cpu_gar", GAR, GAR_LENGTHS, GAR_FACTORS, summary)
     return binary, gar
 
 

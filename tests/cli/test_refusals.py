@@ -1,0 +1,84 @@
+"""Every refusal names its cause, before any work is done: numbers and nesting Python will not hold, URLs a request
+could not go to or a reader would misread, values TRL would take and fail on, a checkpoint outside the run, a disk
+that refuses a write; and zero-width characters are shown, not hidden."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from whileai.cli.main import app
+from whileai.progress import visible
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "recipes" / "tiny_cpu_gar.yaml"
+JUDGE = REPO / "recipes" / "refund_judge.yaml"
+runner = CliRunner()
+
+
+def refused(*args: object) -> str:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "--debug" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    return " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("trainer.seed=" + "9" * 5000, "trainer.seed:"),
+        ("trainer.learning_rate=.inf", "trainer.learning_rate: Input should be a finite number"),
+        ("trainer.seed=12345678901234567890123456", "trainer.seed: Input should be less than or equal to 4294967295"),
+        ("trainer.max_grad_norm=.nan", "max_grad_norm: a finite number is needed"),
+    ],
+)
+def test_values_trl_would_fail_on_are_refused_by_validate(override: str, said: str) -> None:
+    assert said in refused("validate", TINY, override)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://[::1/v1", "base_url cannot be read as a URL (Invalid IPv6 URL)"),
+        ("http://127.0.0.1:\u0668\u0660/v1", "is not a port: a number from 1 to 65535"),
+        ("http://127.0.0.1:8000/v1\u200b", "an invisible or bidi character (U+200B) at position 24"),
+        ("http://exa\u202emple.com/v1", "an invisible or bidi character (U+202E) at position 10"),
+    ],
+)
+def test_a_url_no_request_could_go_to_or_a_reader_would_misread_is_refused(url: str, said: str) -> None:
+    assert said in refused("validate", JUDGE, f"grader.judge.base_url={url}")
+
+
+def test_rows_python_will_not_hold_are_named_by_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHILEAI_JSON", "json")
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"scenario_id": "a", "reward": ' + "9" * 5000 + ', "final_text": "x"}\n')
+    assert f"{big} line 1: not valid JSON (Exceeds the limit (4300 digits)" in refused("spread", big)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"scenario_id": "a", "reward": 1, "final_text": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    assert f"{deep} line 1: not valid JSON (nested too deeply to read)" in refused("spread", deep)
+
+
+def test_a_checkpoint_outside_the_run_is_refused_before_any_evaluation(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "recipe.yaml").write_text(TINY.read_text())
+    said = refused("eval", run, "--checkpoint", "../other")
+    assert "--checkpoint '../other': name one of the run's checkpoint-N folders (checkpoint-2)" in said
+
+
+def test_a_disk_that_refuses_a_write_is_named_with_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    import whileai.config
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/whileai_run.json")
+
+    monkeypatch.setattr(whileai.config, "load_recipe", full)
+    assert "whileai: error: /runs/x/whileai_run.json: No space left on device" in refused("validate", TINY)
+
+
+def test_zero_width_characters_are_shown_escaped() -> None:
+    assert visible("ORD-\u200b42\ufeff") == "ORD-\\u200b42\\ufeff"
