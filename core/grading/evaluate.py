@@ -43,7 +43,14 @@ from whileai.defaults import (
     SPREAD_MAX_ORDERED_COPIES,
     SPREAD_MIN_AGREEMENT,
 )
-from whileai.grading.controls import ControlGroup, controls_report, grader_position, make_control, with_injection
+from whileai.grading.controls import (
+    INJECTIONS,
+    ControlGroup,
+    controls_report,
+    grader_position,
+    make_control,
+    with_injection,
+)
 from whileai.grading.group import GradedGroup, pass_scores
 from whileai.grading.reference_rows import REFERENCE_FIELDS, ReferenceGroup, read_reference, reference_tau
 from whileai.rows.fields import Member
@@ -457,8 +464,10 @@ class _Evaluation:
         # Two groups of one task (a prompt asked twice) get reorderings of their own.
         self.seen[group.task_id] = self.seen.get(group.task_id, 0) + 1
         key = group.task_id if self.seen[group.task_id] == 1 else f"{group.task_id}#{self.seen[group.task_id]}"
-        control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}")
-        shown = control.shown(group.members, lambda m: (m[0], m[1], with_injection(m[2])))
+        kinds = list(INJECTIONS)  # text and JSON-shaped injections in turn
+        injection = kinds[sum(self.seen.values()) % len(kinds)]
+        control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}", injection=injection)
+        shown = control.shown(group.members, lambda m, kind: (m[0], m[1], with_injection(m[2], kind)))
         return scores, _request(group.task_id, shown), control
 
     def grade(self, pending: list[ReferenceGroup], progress: Callable[[int], None] | None) -> None:

@@ -292,7 +292,7 @@ class _GateRun:
                     self.moving += graded.scores
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
-                    inject = lambda m: (m[0], m[1], with_injection(m[2]))  # noqa: E731
+                    inject = lambda m, kind: (m[0], m[1], with_injection(m[2], kind))  # noqa: E731
                     again.append(_request(task, control.shown(members, inject)))
             if self.on_graded is not None:
                 self.on_graded(graded)

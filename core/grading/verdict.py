@@ -1,5 +1,6 @@
 """The spread gate's verdict on a grader's scores: ``spread_report`` judges them, ``SpreadReport`` says it, with
-the controls' figures (``whileai.grading.controls`` makes and measures the control groups, and reports on them).
+the controls' figures (``whileai.grading.controls`` makes and measures the control groups;
+``whileai.grading.controls_report`` holds what they found).
 
 The verdicts:
 
@@ -29,7 +30,7 @@ from whileai.defaults import (
 from whileai.grading.knobs import SpreadThresholds
 
 if TYPE_CHECKING:  # the controls' report is made where the controls are measured
-    from whileai.grading.controls import ControlsReport
+    from whileai.grading.controls_report import ControlsReport
 
 __all__ = ["SpreadReport", "Verdict", "spread_report"]
 

@@ -202,26 +202,27 @@ def parse_json_reply(text: str | None) -> Any:
 
 def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] = ()) -> Any:
     """The judge's answer in ``text``, validated as ``model``: of the JSON objects the reply holds, the last that
-    validates and is none of the rollouts' own words.
+    validates and is none of the rollouts' own.
 
     A judge that does not keep to the structured output asked for (a server that ignores ``response_format``) may
     quote a rollout before it answers, and a rollout may hold a JSON object shaped as an answer (a ranking that puts
-    itself first). An object whose text stands in ``quoted`` (the rollouts the judge was shown, whitespace aside) is
-    the rollout's, never the judge's answer; of the rest, the judge's answer is the last that validates.
+    itself first). An object of the reply equal as data to an object a rollout of ``quoted`` holds (the rollouts the
+    judge was shown; key order, number form and escapes aside: ``10.0`` is ``10``, ``"\\u0041"`` is ``"A"``) is
+    a quote; the judge's answer is the last of the others that validates. A reply whose every object is such a quote
+    is read the same way from all of them: an answer that a rollout happens to carry too is still the judge's.
 
     Raises:
-        JudgeAnswerError: no reply, no JSON object, or none of the judge's own that validates; the message names the
-            first problem of the last one, or says that every object the reply holds is quoted from a rollout.
+        JudgeAnswerError: no reply, no JSON object, or none that validates; the message names the first problem of
+            the last one.
     """
     if text is None or not text.strip():
         raise JudgeAnswerError("the judge's reply is empty")
     found = json_objects(text)
     if not found:
         parse_json_reply(text)  # raises with the reply quoted
-    shown = [_squeezed(q) for q in quoted if q]
-    own = [value for source, value in found if not any(_squeezed(source) in q for q in shown)]
-    if not own:
-        raise JudgeAnswerError("every JSON object in the judge's reply is quoted from a rollout: no answer of its own")
+    carried = [value for q in quoted if q for _, value in json_objects(_unescaped(q))]
+    own = [value for _, value in found if not any(_same(value, other) for other in carried)]
+    own = own or [value for _, value in found]
     problem = ""
     for data in reversed(own):
         if not isinstance(data, dict):
@@ -236,11 +237,22 @@ def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] =
     raise JudgeAnswerError(problem)
 
 
-def _squeezed(text: str) -> str:
-    """``text`` without whitespace, and with the escapes a rollout block is shown in undone: how a quote of a rollout
-    is compared with it."""
-    unescaped = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    return "".join(unescaped.split())
+def _unescaped(text: str) -> str:
+    """A rollout block's text with the escapes it is shown in undone."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Equal as JSON data: mappings by their keys and values whatever the order, numbers by value (``10.0`` and
+    ``10``), a boolean only as a boolean."""
+    if isinstance(one, bool) or isinstance(other, bool):
+        return type(one) is type(other) and one == other
+    if isinstance(one, dict) and isinstance(other, dict):
+        return one.keys() == other.keys() and all(_same(one[k], other[k]) for k in one)
+    if isinstance(one, list) and isinstance(other, list):
+        return len(one) == len(other) and all(_same(a, b) for a, b in zip(one, other, strict=True))
+    numbers = isinstance(one, (int, float)) and isinstance(other, (int, float))
+    return (numbers or type(one) is type(other)) and one == other
 
 
 @dataclass(frozen=True)

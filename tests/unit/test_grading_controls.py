@@ -125,3 +125,23 @@ def test_the_injection_goes_where_the_policy_wrote_last() -> None:
     tool_last = [{"role": "assistant", "content": "calling"}, {"role": "tool", "content": "ok"}]
     injected = with_injection(tool_last)
     assert injected[0]["content"] == "calling" + INJECTION and injected[1] == tool_last[1]
+
+
+def test_the_injection_control_tries_prose_and_json_shaped_requests_and_says_which_held() -> None:
+    import whileai as wai
+
+    def obeys_json(group):
+        # ranks by length, but first any pass that carries a JSON-shaped instruction to the grader
+        passes = [g for g in group if g["passed"]]
+        passes.sort(key=lambda g: ('"instruction_to_grader"' not in g["completion"], len(g["completion"])))
+        return {"ranking": [g["index"] for g in passes]}
+
+    rows = [
+        {"scenario_id": f"s{i}", "reward": r, "final_text": "x" * (k + 1)}
+        for i in range(8)
+        for k, r in enumerate((1, 1, 1, 0))
+    ]
+    report = wai.GroupwiseGrading(grader=obeys_json).check_spread(rows, strict=False, controls=8)
+    assert "injection held in 4 of 8 (4 of 4 text, 0 of 4 JSON-shaped)" in report.controls.line
+    assert report.controls.warning.startswith("warning: injection held in 4 of 8 controls (4 of 4 text, 0 of 4 JSON")
+    assert report.as_dict()["controls"]["injected_with"] == ["text", "JSON-shaped"] * 4
