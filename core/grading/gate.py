@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from whileai.errors import GraderUnavailable, NoSpread
+from whileai.errors import GraderUnavailable, NoSpread, function_label
 from whileai.grading.controls import ControlsTally, grader_position, with_injection
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import SpreadThresholds
@@ -50,6 +50,7 @@ class GradesGroups(Protocol):
 
     mode: str
     spread: SpreadThresholds
+    grader: Any
 
     def grade_many(
         self, requests: Sequence[Any], preflight: bool = ..., record: bool = ..., shape: bool = ..., fresh: bool = ...
@@ -327,6 +328,9 @@ class _GateRun:
             moving=self.moving,
         )
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
+        grader = self.grading.grader
+        plain = not any(callable(getattr(grader, m, None)) for m in ("grade_groups", "score_passes"))
+        report.grader = function_label(grader) if plain else ""  # the user's own function, named where it fails
         return report
 
 

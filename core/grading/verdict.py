@@ -70,6 +70,7 @@ class SpreadReport:
         emptied: graded groups whose confirmed hacks left fewer than two passes (no score to tell apart).
         moving: the scores of the ``movable`` groups (None where not counted): scores that vary only where training
             moves nothing are no spread either.
+        grader: the grader as a message names it (a function of the user's by its name, file and line), or empty.
         first_error: the first exception behind a failure (for ``--debug``; not serialized).
     """
 
@@ -92,6 +93,7 @@ class SpreadReport:
     movable: int | None = None
     emptied: int = 0
     moving: list[float] | None = None
+    grader: str = ""
     first_error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -150,7 +152,8 @@ class SpreadReport:
             kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(self.failed.items()))
             first = next(iter(self.first_failures.values()), "")
             return (
-                f"spread: broken. The grader failed on {sum(self.failed.values())} of {self.attempted} group(s) "
+                f"spread: broken. The grader{f' {self.grader}' if self.grader else ''} failed on "
+                f"{sum(self.failed.values())} of {self.attempted} group(s) "
                 f"({kinds}; first: {first})"
             )
         if rule == "too few":

@@ -119,7 +119,8 @@ def test_a_broken_grader_is_exit_4_not_no_spread(graders, tmp_path, grader, kind
     rows = write_rows(tmp_path / "rows.jsonl", False)
     result = invoke("spread", rows, "--grader", f"{graders}:{grader}")
     assert result.exit_code == 4, result.stdout
-    assert "spread: broken. The grader failed on 10 of 10 group(s)" in result.stdout and kind in result.stdout
+    assert "spread: broken. The grader " in result.stdout and "failed on 10 of 10 group(s)" in result.stdout
+    assert f"The grader {grader} (" in result.stdout and kind in result.stdout  # the user's function, named
     data = json.loads(invoke("spread", rows, "--grader", f"{graders}:{grader}", "--json").stdout)
     assert data["verdict"] == "broken" and data["failed_groups"] == {kind: 10}
     assert first in data["first_failures"][kind]
