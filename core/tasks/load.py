@@ -172,7 +172,13 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
         if data.prompt_key != "prompt":
             row["prompt"] = row.pop(data.prompt_key)
     available = len(rows) - held_out
-    count = available if data.num_prompts is None else min(data.num_prompts, available)
+    if data.num_prompts is not None and data.num_prompts > available:  # never fewer than asked without a word
+        raise BadInput(
+            f"data.num_prompts {data.num_prompts} with data.eval_prompts {held_out} needs "
+            f"{data.num_prompts + held_out} rows, and data.dataset {data.dataset} has {len(rows)}: ask for at most "
+            f"{max(available, 0)} prompts, or hold out fewer"
+        )
+    count = available if data.num_prompts is None else data.num_prompts
     if count < 1:
         raise BadInput(
             f"data.dataset {data.dataset}: its {len(rows)} rows leave no training prompt beside data.eval_prompts "

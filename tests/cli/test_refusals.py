@@ -82,3 +82,21 @@ def test_a_disk_that_refuses_a_write_is_named_with_the_file(monkeypatch: pytest.
 
 def test_zero_width_characters_are_shown_escaped() -> None:
     assert visible("ORD-\u200b42\ufeff") == "ORD-\\u200b42\\ufeff"
+
+
+def test_fewer_rows_than_the_prompts_asked_for_is_said_not_cut_silently(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    import yaml
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")  # the recipe's grader and verifier
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(24)))
+    recipe = yaml.safe_load((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    recipe["data"] = {"dataset": "rows.jsonl", "num_prompts": 20, "eval_prompts": 10}
+    recipe["trainer"]["eval_strategy"] = "steps"
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    said = refused("validate", path)
+    assert "data.num_prompts 20 with data.eval_prompts 10 needs 30 rows, and data.dataset rows.jsonl has 24" in said
+    assert "ask for at most 14 prompts, or hold out fewer" in said
