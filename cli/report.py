@@ -398,8 +398,9 @@ def _step_cell(key: str, row: dict[str, Any]) -> str:
     value = row.get(key)
     if value is None:
         return ""
-    if key in _FACTORS and row.get("groupwise/grader_calls") == 0:
-        return "\u2013"  # nothing was ranked at this step: no factor mean of nothing
+    calls = row.get("groupwise/grader_calls")
+    if key in _FACTORS and (calls == 0 or (calls is not None and row.get("groupwise/fallbacks", 0) >= calls)):
+        return "\u2013"  # nothing was ranked at this step (no call, or every one fell back): no factor mean of nothing
     if key in _COUNTS and float(value).is_integer():
         return str(int(value))
     if key == "completions/mean_length":

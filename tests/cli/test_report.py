@@ -415,3 +415,13 @@ def test_clustered_interval_docstring_and_t_quantiles() -> None:
     }
     for (q, df), value in exact.items():
         assert t_quantile(q, df) == pytest.approx(value, abs=0.005), (q, df)
+
+
+def test_a_step_whose_every_grader_call_fell_back_shows_no_factor_mean() -> None:
+    from whileai.cli.report import _step_cell
+
+    row = {"groupwise/grader_calls": 4.0, "groupwise/fallbacks": 4.0, "groupwise/score_mean": 0.0}
+    assert _step_cell("groupwise/score_mean", row) == "\u2013"
+    assert (
+        _step_cell("groupwise/score_mean", {**row, "groupwise/fallbacks": 1.0, "groupwise/score_mean": 0.6}) == "0.600"
+    )
