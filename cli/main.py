@@ -6,6 +6,8 @@ Heavy imports (torch, trl) happen inside the command that needs them, never at i
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import typer
@@ -92,7 +94,18 @@ for name, command, summary in COMMANDS:
 
 def main() -> None:
     """Entry point of the ``whileai`` console script."""
+    signal.signal(signal.SIGTERM, _terminated)
     app()
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout``, a job scheduler): end the user's graders and verifiers with what they started (their
+    children would otherwise outlive the command, holding its output pipes), then end as SIGTERM does."""
+    from whileai.isolation import end_all
+
+    end_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":  # pragma: no cover

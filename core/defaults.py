@@ -114,6 +114,10 @@ HUB_CHECK_TIMEOUT_S: Final[float] = 10.0
 # hundred and a judge prompt file a few dozen; a hundred thousand is read and validated in well under a second, where
 # an alias bomb would be gigabytes.
 YAML_EXPANDED_VALUES: Final[int] = 100_000
+# A recipe's text and its nesting: a recipe is a few kilobytes a few levels deep; a megabyte or 64 levels is a file
+# made to exhaust the parser (which spends a minute on 6 MB) or the stack of what walks the values.
+YAML_MOST_CHARACTERS: Final[int] = 1_000_000
+YAML_DEEPEST: Final[int] = 64
 
 
 # The longest one call of a plain grader function may take before its group falls back (a hung grader must not

@@ -36,7 +36,17 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
-__all__ = ["CallTimeout", "Opaque", "RemoteTraceback", "Worker", "call_in_fork", "plain", "wait_for_any"]
+__all__ = [
+    "CallTimeout",
+    "Opaque",
+    "RemoteError",
+    "RemoteTraceback",
+    "Worker",
+    "call_in_fork",
+    "end_all",
+    "plain",
+    "wait_for_any",
+]
 
 # prctl options (linux/prctl.h): die with the parent; adopt orphaned descendants.
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -144,8 +154,21 @@ def _end_descendants() -> None:
                 os.waitpid(child, 0)
 
 
+# The processes this one forked for calls and has not ended yet: ended with everything they started by
+# :func:`end_all` (the command line's SIGTERM), which a dying parent's own death cannot do for their descendants.
+_LIVE: set[int] = set()
+
+
+def end_all() -> None:
+    """End every worker and forked call of this process with what they started (before this process ends on a
+    signal: the command line calls it on SIGTERM)."""
+    for pid in list(_LIVE):
+        _kill(pid)
+
+
 def _kill(pid: int) -> None:
     """From the caller: kill a worker, its process group and every descendant still found, then reap it."""
+    _LIVE.discard(pid)
     family, todo = [], [pid]
     while todo:  # the descendants first: once the worker dies its orphans go to init
         found = todo.pop()
@@ -160,29 +183,80 @@ def _kill(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
+# The worker's own pid: a process a call forks runs on into the worker's code when the call returns or raises, and
+# only the worker may answer on the pipe.
+_WORKER_PID = 0
+
+
 def _answer(call: Callable[[], Any]) -> tuple[bool, Any]:
-    """``call()`` as what goes back: (True, its answer as plain data) or (False, (the error, its traceback))."""
+    """``call()`` as what goes back: (True, its answer as plain data) or (False, the error as :func:`_portable`
+    describes it). A process the call forked that comes back here ends at once, saying nothing."""
     try:
-        return True, plain(call())
+        outcome: tuple[bool, Any] = (True, plain(call()))
     except BaseException as error:  # sys.exit too: the call's error, not the worker's end
-        return False, (error, traceback.format_exc())
+        outcome = (False, _portable(error))
+    if os.getpid() != _WORKER_PID:
+        os._exit(0)
+    return outcome
+
+
+def _portable(error: BaseException) -> tuple[str, str, tuple[Any, ...], str, str]:
+    """An error as plain data: its type's module and name, its arguments (when plain), its ``kind`` (a judge call's),
+    and the traceback's text. The caller rebuilds it without running the user's code (a class of theirs is never
+    unpickled: its ``__init__`` may take other arguments, or not return)."""
+    kind = getattr(error, "kind", "")
+    try:
+        args = tuple(plain(a) for a in error.args)
+    except Exception:
+        args = (str(error),)
+    return (
+        type(error).__module__,
+        type(error).__qualname__,
+        args,
+        kind if isinstance(kind, str) else "",
+        (traceback.format_exc()),
+    )
+
+
+class RemoteError(Exception):
+    """An error a call raised in its process, of a type of the user's: its name, message, ``kind`` and traceback."""
+
+    kind = ""
+
+
+def _rebuilt(module: str, name: str, args: tuple[Any, ...], kind: str) -> BaseException:
+    """The error :func:`_portable` described: Python's own and whileai's types as themselves, any other as a
+    ``RemoteError`` under the same name (counted and said as the user raised it)."""
+    if module == "builtins" or module.startswith("whileai."):
+        found = getattr(sys.modules.get(module), name, None) if "." not in name else None
+        # KeyboardInterrupt: the call raised it itself (a worker is in a session of its own, out of Ctrl-C's way).
+        if isinstance(found, type) and issubclass(found, BaseException) and found is not KeyboardInterrupt:
+            try:
+                error = found(*args)
+                if kind and not getattr(error, "kind", ""):
+                    error.kind = kind  # type: ignore[attr-defined]
+                return error
+            except Exception:
+                pass
+    message = args[0] if len(args) == 1 and isinstance(args[0], str) else ", ".join(map(str, args))
+    rebuilt = type(name.rpartition(".")[2] or "Error", (RemoteError,), {"kind": kind})(message)
+    return rebuilt
 
 
 def _send(connection: Connection, outcome: tuple[bool, Any]) -> None:
     try:
         connection.send(outcome)
-    except Exception as problem:  # an exception that does not pickle: its type and text
-        ok, value = outcome
-        error = value[0] if not ok else problem
-        connection.send((False, (RuntimeError(f"{type(error).__name__}: {error}"), "")))
+    except Exception as problem:  # an answer that does not pickle (an Opaque always does): said as an error
+        connection.send((False, _portable(problem)))
 
 
 def _received(outcome: tuple[bool, Any]) -> Any:
-    """The answer, or the error with its traceback as its cause."""
+    """The answer, or the error rebuilt with its traceback as its cause."""
     ok, value = outcome
     if ok:
         return value
-    error, trace = value
+    module, name, args, kind, trace = value
+    error = _rebuilt(module, name, args, kind)
     if trace:
         error.__cause__ = RemoteTraceback(trace)
     return error
@@ -199,6 +273,8 @@ def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the worker's side, measured by the tests through its effects
+        global _WORKER_PID
+        _WORKER_PID = os.getpid()
         code = 0
         try:
             mine.close()
@@ -209,6 +285,7 @@ def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
         finally:
             os._exit(code)
     theirs.close()
+    _LIVE.add(pid)
     return pid, mine
 
 
@@ -286,10 +363,17 @@ class Worker:
         return left
 
 
+# The longest one wait lasts before this thread looks at its signals: Ctrl-C may be delivered to another thread, and a
+# wait on the pipes alone would not end until an answer came.
+_WAKE_S = 0.25
+
+
 def wait_for_any(workers: list[Worker], timeout: float | None) -> list[Worker]:
-    """The workers among ``workers`` whose answer has come, waiting at most ``timeout`` seconds for one."""
+    """The workers among ``workers`` whose answer has come, waiting at most ``timeout`` seconds (and at most
+    ``_WAKE_S``: the caller loops) for one."""
     by_connection = {id(w.connection): w for w in workers if w.connection is not None}
-    ready = wait([w.connection for w in workers if w.connection is not None], timeout)
+    waited = _WAKE_S if timeout is None else min(timeout, _WAKE_S)
+    ready = wait([w.connection for w in workers if w.connection is not None], waited)
     return [by_connection[id(c)] for c in ready]
 
 
@@ -313,9 +397,11 @@ def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwa
         _end_descendants()
 
     pid, connection = _fork(body)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        if not connection.poll(timeout_s):
-            return CallTimeout(f"no answer within {timeout_s:g} s")
+        while not connection.poll(_WAKE_S):  # in slices, so that Ctrl-C is seen here at once
+            if deadline is not None and time.monotonic() >= deadline:
+                return CallTimeout(f"no answer within {timeout_s:g} s")
         try:
             return _received(connection.recv())
         except (EOFError, OSError) as lost:

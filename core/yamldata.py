@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from whileai.defaults import YAML_EXPANDED_VALUES
+from whileai.defaults import YAML_DEEPEST, YAML_EXPANDED_VALUES, YAML_MOST_CHARACTERS
 from whileai.errors import BadInput
 
 __all__ = ["TooMuchYaml", "YamlBudget", "read_yaml", "read_yaml_file"]
@@ -72,8 +72,12 @@ def read_yaml(text: str, where: str, limit: int = YAML_EXPANDED_VALUES, budget: 
         >>> read_yaml("a: &a [1, 2]\\nb: [*a, *a, *a]", "bomb.yaml", limit=8)
         Traceback (most recent call last):
         ...
-        whileai.yamldata.TooMuchYaml: bomb.yaml line 2, column 4: its aliases expand to more than 8 values (a YAML alias bomb?); write the values out, or use fewer aliases
+        whileai.yamldata.TooMuchYaml: bomb.yaml line 2, column 4: it comes to more than 8 values, aliases followed (a YAML alias bomb?); write fewer values, or use fewer aliases
     """  # noqa: E501
+    if len(text) > YAML_MOST_CHARACTERS:  # refused before PyYAML spends a minute composing it
+        raise TooMuchYaml(
+            f"{where}: {len(text):,} characters of YAML, more than a recipe holds ({YAML_MOST_CHARACTERS:,})"
+        )
     try:
         loader = yaml.SafeLoader(text)  # reads the first characters: a control character may be refused here
     except yaml.reader.ReaderError as err:
@@ -106,6 +110,8 @@ def read_yaml_file(path: Path, what: str = "", budget: YamlBudget | None = None)
     """:func:`read_yaml` of a file, its unreadable cases named too (``what``: what the file is for, in messages;
     ``budget``: the values it shares with the documents read with it)."""
     named = f"{what} {path}" if what else str(path)
+    if path.exists() and not path.is_file():  # a pipe would never end, a device never stop
+        raise BadInput(f"{named}: not a regular file (a pipe, a device or a folder)")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -136,6 +142,8 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
     count costs time linear in the document however large the expansion it would make."""
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
+    if _depth(root) > YAML_DEEPEST:
+        raise TooMuchYaml(f"{where}{_place(root.start_mark)}: nested more than {YAML_DEEPEST} levels deep")
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -146,8 +154,8 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
             sizes[key] = 1 + sum(sizes[id(child)] for child in children)
             if sizes[key] > limit:
                 raise TooMuchYaml(
-                    f"{where}{_place(node.start_mark)}: its aliases expand to more than {limit} values (a YAML alias "
-                    "bomb?); write the values out, or use fewer aliases"
+                    f"{where}{_place(node.start_mark)}: it comes to more than {limit} values, aliases followed (a "
+                    "YAML alias bomb?); write fewer values, or use fewer aliases"
                 )
             continue
         if key in sizes:
@@ -162,6 +170,19 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
             if id(child) not in sizes:
                 stack.append((child, False))
     return sizes[id(root)]
+
+
+def _depth(root: yaml.Node) -> int:
+    """How deep the node graph nests (an alias counted where it stands, each node walked once)."""
+    deepest, seen, stack = 0, set(), [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if id(node) in seen or depth > YAML_DEEPEST:
+            continue
+        seen.add(id(node))
+        stack += [(child, depth + 1) for child in _children(node)]
+    return deepest
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

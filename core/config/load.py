@@ -125,6 +125,10 @@ def _find_include(name: str, base_dir: Path, source: Path) -> Path:
     raise BadInput(f"{source}: include {name!r} was not found (searched {searched})")
 
 
+# The deepest key an override may set: the recipe's deepest setting is a few levels down.
+_DEEPEST_KEY = 16
+
+
 def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) -> dict[str, Any]:
     """``["a.b=1", "c=text"]`` -> ``{"a": {"b": 1}, "c": "text"}``, each value parsed as a YAML scalar, counted in
     ``budget`` with the recipe it overrides."""
@@ -144,6 +148,8 @@ def parse_overrides(overrides: Iterable[str], budget: YamlBudget | None = None) 
             value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         node = result
         parts = key.strip().split(".")
+        if len(parts) > _DEEPEST_KEY:  # no setting lies that deep; a deeper path would only exhaust the stack
+            raise BadInput(f"override {_quoted(item)}: a key {len(parts)} levels deep (at most {_DEEPEST_KEY})")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -328,7 +334,10 @@ def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe
         raise BadInput(f"{file}: include: a list of file names from configs/, got {includes!r}")
     for name in includes:
         block = _find_include(name, base_dir, file)
-        merged = _merge(merged, _read_yaml(block, budget))
+        included = _read_yaml(block, budget)
+        if "include" in included:  # one level of includes: a nested one would be read by nobody
+            raise BadInput(f"{block}: include: an included file includes no other; list them all in {file}")
+        merged = _merge(merged, included)
     merged = _merge(merged, {k: v for k, v in data.items() if k != "include"})
     overrides = list(overrides)
     merged = _merge(merged, parse_overrides(overrides, budget))

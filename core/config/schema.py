@@ -189,6 +189,10 @@ class SpreadSection(RecipeThresholds, Section):
         )
 
 
+# More prompts than any run trains on: a built-in task makes this many rows before the first step.
+MOST_PROMPTS = 1_000_000
+
+
 class VerifierSection(Section):
     """The program that says pass or fail."""
 
@@ -373,10 +377,11 @@ class DataSection(Section):
         "TRL's environment_factory. TRL makes one per rollout, calls reset(**row) and offers its public methods "
         "as tools; the verifier reads them from its `environments` keyword.",
     )
-    num_prompts: int | None = Field(None, gt=0, description="Use only the first N prompts.")
+    num_prompts: int | None = Field(None, gt=0, le=MOST_PROMPTS, description="Use only the first N prompts.")
     eval_prompts: int | None = Field(
         None,
         gt=0,
+        le=MOST_PROMPTS,
         description="Hold out N prompts as TRL's evaluation dataset (for trainer.eval_strategy): a built-in task "
         "generates N more; your rows give the N rows after data.num_prompts, or their last N when num_prompts is "
         "unset.",

@@ -56,6 +56,8 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
         raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
     if isinstance(converted, float) and not math.isfinite(converted):  # TRL takes inf, and trains on NaN
         raise ValueError(f"{name}: a finite number is needed, got {value!r}")
+    if isinstance(converted, int) and not -INT_MOST <= converted <= INT_MOST:  # torch's and C's ints overflow past it
+        raise ValueError(f"{name}: a whole number up to {INT_MOST} is needed, got one of {len(str(converted))} digits")
     if name in _SEEDS and not 0 <= converted <= SEED_MAX:
         raise ValueError(f"{name}: a seed from 0 to {SEED_MAX} is needed (numpy's range), got {value!r}")
     return converted
@@ -63,6 +65,9 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
 
 # Seeds reach numpy's seeding, which takes 0 to 2**32 - 1 and fails at the first step past it.
 SEED_MAX = 2**32 - 1
+# The largest whole number a trainer setting may hold: a length, a count or a step past it overflows where torch or
+# tokenizers take it as a C int, after the model was built.
+INT_MOST = 2**31 - 1
 _SEEDS = ("data_seed",)
 
 

@@ -6,6 +6,7 @@ imported normally. Every failure is a ``BadInput`` that names the reference and 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -41,16 +42,18 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
-        except Exception as err:
+            with contextlib.redirect_stdout(sys.stderr):  # what the module prints is never a command's result
+                spec.loader.exec_module(module)
+        except (Exception, SystemExit) as err:  # a sys.exit at import is the module's failure, not whileai's exit
             sys.modules.pop(name, None)
             raise BadInput(f"{what} {reference!r}: importing {path} failed: {type(err).__name__}: {err}") from err
     else:
         try:
-            module = importlib.import_module(target)
+            with contextlib.redirect_stdout(sys.stderr):
+                module = importlib.import_module(target)
         except ModuleNotFoundError as err:
             raise BadInput(f"{what} {reference!r}: no module named {err.name!r}") from err
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             raise BadInput(f"{what} {reference!r}: importing {target} failed: {type(err).__name__}: {err}") from err
     value: Any = module
     for part in attribute.split("."):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whileai.errors import BadInput
 from whileai.grading.controls import ControlsTally, grader_position, with_injection
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import WatchSettings
@@ -332,6 +333,8 @@ class WatchLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.is_file():  # a pipe there would hold the run on its first write
+            raise BadInput(f"{path} is no regular file (a pipe, a device or a folder?): remove it")
 
     def __call__(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as handle:

@@ -55,7 +55,7 @@ from whileai.http.endpoint import (
     retry_after,
 )
 from whileai.http.proxies import proxy_for
-from whileai.http.secrets import PLACEHOLDER_KEY, SecretFilter, read_api_key, split_credentials
+from whileai.http.secrets import PLACEHOLDER_KEY, SecretFilter, query_secrets, read_api_key, split_credentials
 from whileai.http.transport import ConnectionLost, Dropped, Refused, Silent, StatusError, Transport
 
 __all__ = ["EndpointClient"]
@@ -154,6 +154,7 @@ class EndpointClient:
         self._api_key = read_api_key(settings.api_key_env, field=f"{name}.api_key_env")
         self.url, credentials = split_credentials(settings.base_url)
         secrets = [self._api_key] if self._api_key != PLACEHOLDER_KEY else []
+        secrets += query_secrets(settings.base_url)  # a key given as ?api_key=... the server may echo too
         if credentials is not None:
             if settings.api_key_env is not None:
                 raise BadInput(

@@ -114,7 +114,13 @@ def check_base_url(value: str) -> str:
         raise ValueError(f"base_url's host {host!r} is not a host name") from None
     port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]  # after an IPv6 literal's brackets
     if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):  # not "٨٠", which isdigit
-        raise ValueError(f"base_url's port {port} is not a port: a number from 1 to 65535")
+        if port.isascii() and port.isdigit():
+            raise ValueError(f"base_url's port {port} is not a port: a number from 1 to 65535")
+        # Not quoted: the text after a ':' may be a password holding a '/', '?' or '#' that ended the host early.
+        raise ValueError(
+            "base_url's port is not a number from 1 to 65535 (a password holding '/', '?' or '#' must be written "
+            "percent-encoded: %2F, %3F, %23)"
+        )
     if parts.fragment or value.endswith("#"):
         raise ValueError("base_url holds a fragment (#...), which no request carries: remove it")
     return value.rstrip("/")

@@ -36,6 +36,7 @@ __all__ = [
     "hide_pasted_key",
     "masked_override",
     "masked_url",
+    "query_secrets",
     "read_api_key",
     "split_credentials",
 ]
@@ -91,16 +92,30 @@ class SecretFilter:
         return self._pieces is not None
 
     def clean(self, text: str) -> str:
-        """``text`` with every piece of every secret replaced by ``MARK``."""
+        """``text`` with every piece of every secret replaced by ``MARK``, a piece split by whitespace (a key echoed
+        in chunks of a few characters, spaced or on lines of their own) included."""
         if self._pieces is None or not any(probe in text for probe in self._probes):
             return text
+        kept = [i for i, c in enumerate(text) if not c.isspace()]
+        if len(kept) < len(text):  # pieces across whitespace first, while the chunks are whole
+            squeezed = "".join(text[i] for i in kept)
+            text = self._masked(text, [[kept[start], kept[end - 1] + 1] for start, end in self._spans(squeezed)])
+        return self._masked(text, self._spans(text))
+
+    def _spans(self, text: str) -> list[list[int]]:
+        """Where pieces of the secrets stand in ``text``, overlapping ones merged."""
         spans: list[list[int]] = []
+        assert self._pieces is not None
         for match in self._pieces.finditer(text):
             start, end = match.start(), match.start() + len(match.group(1))
             if spans and start <= spans[-1][1]:
                 spans[-1][1] = max(spans[-1][1], end)
             else:
                 spans.append([start, end])
+        return spans
+
+    @staticmethod
+    def _masked(text: str, spans: list[list[int]]) -> str:
         if not spans:
             return text
         parts, last = [], 0
@@ -137,11 +152,14 @@ def split_credentials(base_url: str) -> tuple[str, str | None]:
 
 def masked_url(base_url: str) -> str:
     """``base_url`` with the password of a ``user:password@`` masked, for reprs, dumps and messages; a user name alone
-    (``TOKEN@host``: a token given as the user) is masked whole.
+    (``TOKEN@host``: a token given as the user) is masked whole, and so is a query parameter whose name says it
+    carries a credential (``api_key``, ``token``, ``sig``).
 
     Example:
         >>> masked_url("https://me:s3cret@judge.example/v1"), masked_url("https://sk-token@judge.example/v1")
         ('https://me:[secret hidden]@judge.example/v1', 'https://[secret hidden]@judge.example/v1')
+        >>> masked_url("https://judge.example/v1?api-version=1&api_key=s3cretvalue")
+        'https://judge.example/v1?api-version=1&api_key=[secret hidden]'
     """
     try:
         parts = urllib.parse.urlsplit(base_url)
@@ -149,11 +167,35 @@ def masked_url(base_url: str) -> str:
     except ValueError:  # a netloc urllib cannot read (a bracket left open): whatever stands before an @ is masked
         head, at, _ = base_url.partition("://")[2].rpartition("@")
         return base_url.replace(head + at, f"{MARK}@", 1) if at else base_url
+    if query_secrets(base_url):  # ?api_key=...: the value of a key, token or signature parameter
+        query = "&".join(
+            f"{name}={MARK}" if _SECRET_PARAMETER.search(name) else f"{name}={value}" if sep else name
+            for name, sep, value in (item.partition("=") for item in parts.query.split("&"))
+        )
+        parts = parts._replace(query=query)
     if password is None and username is None:
-        return base_url
+        return urllib.parse.urlunsplit(parts)
     host = parts.netloc.rpartition("@")[2]
     shown = f"{username}:{MARK}" if password is not None else MARK
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
+
+
+# A query parameter that carries a credential (Azure's api-key, a signed URL's sig, a token).
+_SECRET_PARAMETER = re.compile(r"(?i)key|token|secret|passw|sig|auth|credential")
+
+
+def query_secrets(base_url: str) -> list[str]:
+    """The values of ``base_url``'s query parameters that carry a credential (decoded).
+
+    Example:
+        >>> query_secrets("https://x.example/v1?api-version=1&api-key=s3cretvalue")
+        ['s3cretvalue']
+    """
+    try:
+        pairs = urllib.parse.parse_qsl(urllib.parse.urlsplit(base_url).query, keep_blank_values=True)
+    except ValueError:
+        return []
+    return [value for name, value in pairs if value and _SECRET_PARAMETER.search(name)]
 
 
 def masked_override(item: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -163,7 +163,7 @@ def json_objects(text: str | None) -> list[tuple[str, Any]]:
     body = _THINK.sub("", text).strip()
     try:
         return [(body, json.loads(body))]
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     found: list[tuple[str, Any]] = []
     decoder = json.JSONDecoder()
@@ -171,7 +171,7 @@ def json_objects(text: str | None) -> list[tuple[str, Any]]:
     while position >= 0:
         try:
             value, end = decoder.raw_decode(body, position)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON here, or nested deeper than Python reads
             position = body.find("{", position + 1)
             continue
         found.append((body[position:end], value))
@@ -220,7 +220,9 @@ def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] =
     found = json_objects(text)
     if not found:
         parse_json_reply(text)  # raises with the reply quoted
-    carried = [value for q in quoted if q for _, value in json_objects(_unescaped(q))]
+    carried = [
+        value for q in quoted if q for _, found_value in json_objects(_unescaped(q)) for value in _within(found_value)
+    ]
     own = [value for _, value in found if not any(_same(value, other) for other in carried)]
     own = own or [value for _, value in found]
     problem = ""
@@ -235,6 +237,23 @@ def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] =
             where = ".".join(str(p) for p in first["loc"]) or "reply"
             problem = problem or f"the judge's reply has a bad {where}: {first['msg']}"
     raise JudgeAnswerError(problem)
+
+
+def _within(value: Any, depth: int = 0) -> Iterator[Any]:
+    """``value`` and every object inside it, a JSON text held in a string (a tool call's arguments) read too: what a
+    rollout may carry for a judge to quote."""
+    if depth > 32:
+        return
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _within(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _within(item, depth + 1)
+    elif isinstance(value, str) and "{" in value:
+        for _, inner in json_objects(value):
+            yield from _within(inner, depth + 1)
 
 
 def _unescaped(text: str) -> str:

@@ -287,6 +287,8 @@ class GradingLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.is_file():  # a pipe there would hold the run on its first write
+            raise BadInput(f"{path} is no regular file (a pipe, a device or a folder?): remove it")
 
     def __call__(self, groups: list[Any], state: Any) -> None:
         with self.path.open("a") as handle:

@@ -79,3 +79,17 @@ def test_a_base_url_with_a_query_keeps_it_after_the_path(make_judge, judge_serve
     assert gar.grade_group(rewards, ["refund ORD-5"] * 4, completions).reason is None
     request = judge_server.requests[-1]
     assert request["path"].endswith("/v1/chat/completions") and request["query"] == "api-version=preview"
+
+
+def test_a_quote_of_an_object_nested_in_a_rollout_or_its_tool_call_arguments_is_still_a_quote() -> None:
+    from whileai.judge.replies import RankingReply, read_reply
+
+    nested = 'done ```json\n{"meta": {"ranking": [["B"], ["A"]], "hacks": []}}\n```'
+    inner = json.dumps({"ranking": [["C"]], "hacks": []})
+    arguments = json.dumps({"tool_calls": [{"function": {"arguments": inner}}]})
+    honest = '{"ranking": [["A"], ["B"]], "hacks": []}'
+    for rollout, quoted in ((nested, '{"hacks": [], "ranking": [["B"], ["A"]]}'), (arguments, inner)):
+        reply = f"My answer: {honest}. Rollout B wrote {quoted}"
+        assert read_reply(reply, RankingReply, [rollout]).ranking == [["A"], ["B"]]
+    deep = '{"a": ' + "[" * 3000  # nested past Python's stack: read around, never a failed call
+    assert read_reply(honest, RankingReply, [deep]).ranking == [["A"], ["B"]]

@@ -116,8 +116,11 @@ def test_the_filter_takes_out_every_piece_in_every_form() -> None:
     assert WHILEAI_PIECE == PIECE
     clean = SecretFilter([KEY]).clean
     sevens = " ".join(KEY[i : i + 7] for i in range(0, len(KEY), 7))  # a server's echo in 7-character chunks
+    fives = "\n".join(KEY[i : i + 5] for i in range(0, len(KEY), 5))  # or in 5, a line each
     for text in (KEY, KEY[:29] + " " + KEY[29:], json.dumps({"k": KEY}), f"x{KEY[5:13]}y", KEY[::-1] + KEY, sevens):
         assert not leaks([clean(text)], []), text
+    for text in (sevens, fives):  # not a character of it left, the last short chunk included
+        assert KEY[-4:] not in clean(text) and clean(text).count("[secret hidden]") == 1, clean(text)
     assert clean("nothing of it: " + KEY[: PIECE - 1]) == "nothing of it: " + KEY[: PIECE - 1]
 
 
@@ -171,3 +174,13 @@ def test_the_simulator_s_endpoints_never_show_a_url_s_password_or_token(judge_to
             assert secret not in repr(client) and secret not in masked_url(url)
         finally:
             client.close()
+
+
+def test_a_key_in_the_url_s_query_is_never_shown() -> None:
+    from whileai.http.endpoint import check_base_url
+    from whileai.http.secrets import masked_url
+
+    assert "QUERYSECRET55" not in masked_url("http://127.0.0.1:9/v1?api-version=2&api_key=QUERYSECRET55")
+    with pytest.raises(ValueError) as caught:  # a password with an unencoded '/' ends the host early
+        check_base_url("http://user:PASS/WORD123@127.0.0.1:9/v1")
+    assert "PASS" not in str(caught.value) and "percent-encoded" in str(caught.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import signal
 import threading
 import time
 from types import SimpleNamespace
@@ -265,10 +266,30 @@ def test_a_grader_s_system_exit_is_its_group_s_fallback(timeout_s, mode) -> None
     assert report.verdict == "broken" and report.failed == {"SystemExit": 1}
 
 
-def test_ctrl_c_inside_a_grader_still_stops_the_run() -> None:
+def test_ctrl_c_while_a_grader_runs_still_stops_the_run() -> None:
     def interrupted(group):
         raise KeyboardInterrupt
 
+    interrupted.in_process = True  # a grader in this process: Ctrl-C lands inside it
     for timeout_s in (None, 5.0):
         with pytest.raises(KeyboardInterrupt):
             wai.GroupwiseGrading(grader=interrupted, timeout_s=timeout_s).shape([1, 0], ["p"] * 2, "ab", group_size=2)
+
+    # A grader in its worker: Ctrl-C reaches this process while it waits, and the worker goes with it.
+    def sleeps(group):
+        time.sleep(30)
+
+    gar = wai.GroupwiseGrading(grader=sleeps, timeout_s=60)
+    threading.Timer(1.0, signal.raise_signal, (signal.SIGINT,)).start()
+    with pytest.raises(KeyboardInterrupt):
+        gar.shape([1, 1, 0], ["p"] * 3, "abc", group_size=3)
+    assert all(worker.pid is None for worker in gar._calls._workers)
+
+
+def test_a_grader_that_raises_keyboard_interrupt_itself_in_its_worker_is_a_counted_failure() -> None:
+    def raises(group):
+        raise KeyboardInterrupt
+
+    gar = wai.GroupwiseGrading(grader=raises)
+    (group,) = gar.grade_batch([1, 1, 0], ["p"] * 3, "abc", 3)
+    assert group.failure == "KeyboardInterrupt" and gar.stats.failed == 1

@@ -215,3 +215,43 @@ def test_an_async_verifier_is_awaited_as_trl_would() -> None:
 
     rewards = verifier_rewards(checks, ["p"] * 2, ["done", "no"], {}, VerifierFailures(print))
     assert rewards == [1.0, 0.0]
+
+
+class GradeError(Exception):
+    """An error of the user's whose constructor takes two arguments (pickle would call it with one)."""
+
+    def __init__(self, group_id, why):
+        super().__init__(f"{group_id}: {why}")
+
+
+def test_an_error_of_the_user_s_own_type_is_counted_by_its_name_never_rebuilt_here() -> None:
+    def raises(group):
+        raise GradeError("g1", "no reference")
+
+    groups, _, gar = grade(raises, ["ok"])
+    assert groups[0].failure == "GradeError" and "GradeError: g1: no reference" in groups[0].reason
+    assert gar.stats.fallbacks == {"GradeError": 1}
+
+
+def test_a_process_the_grader_forks_never_answers_for_it() -> None:
+    def forks_and_exits(group):
+        if os.fork() == 0:
+            sys.exit(0)  # the child comes back into the worker's code: it must not speak on the pipe
+        time.sleep(0.2)
+        return by_order(group)
+
+    groups, _, _ = grade(forks_and_exits, ["ok", "ok"])
+    assert [g.reason for g in groups] == [None, None]
+
+
+def test_a_grader_module_that_exits_or_prints_at_import_is_named(tmp_path: Path) -> None:
+    (tmp_path / "exits.py").write_text('import sys\nprint("loud")\nsys.exit(3)\n')
+    (tmp_path / "loud.py").write_text(
+        'print("loud")\n\n\ndef g(group):\n    return {"ranking": [x["index"] for x in group if x["passed"]]}\n'
+    )
+    whileai = Path(sys.executable).with_name("whileai")
+    rows = str(REPO / "recipes" / "refund_rows.jsonl")
+    done = child_processes.run([str(whileai), "spread", rows, "--grader", "exits.py:g"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "importing" in done.stderr and "SystemExit: 3" in done.stderr
+    done = child_processes.run([str(whileai), "spread", rows, "--grader", "loud.py:g", "--json"], cwd=tmp_path)
+    assert json.loads(done.stdout)["verdict"] and "loud" in done.stderr  # stdout holds the report alone

@@ -78,3 +78,18 @@ def test_a_url_whose_password_a_run_left_out_says_so() -> None:
 
     with pytest.raises(ValueError, match="left out the URL's password: give the URL again"):
         check_base_url("https://me:[secret hidden]@judge.example/v1")
+
+
+def test_a_pipe_where_a_run_file_is_read_or_written_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from whileai.grading.watch import WatchLog
+    from whileai.training.folder import GradingLog
+
+    run = tmp_path / "run"
+    (run / "completions").mkdir(parents=True)
+    os.mkfifo(run / "recipe.yaml")
+    result = CliRunner().invoke(app, ["spread", str(run)])
+    assert result.exit_code == 2 and "not a regular file (a pipe, a device or a folder)" in result.stderr
+    for log, name in ((GradingLog, "grading.jsonl"), (WatchLog, "watch.jsonl")):
+        os.mkfifo(run / name)
+        with pytest.raises(BadInput, match="is no regular file"):
+            log(run / name)

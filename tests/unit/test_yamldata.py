@@ -28,7 +28,9 @@ def test_a_bomb_under_a_trainer_field_is_refused_at_once_naming_its_line(tmp_pat
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(bomb() + f"trainer:\n  model_init_kwargs: {{x: *{LEVELS[8]}}}\n")
     started = time.monotonic()
-    with pytest.raises(BadInput, match=rf"^{recipe} line 6, column 4: its aliases expand to more than 100000 values"):
+    with pytest.raises(
+        BadInput, match=rf"^{recipe} line 6, column 4: it comes to more than 100000 values, aliases followed"
+    ):
         load_recipe(recipe)
     assert time.monotonic() - started < 10  # a walk of 10 nodes, not of 387 million
 
@@ -61,20 +63,20 @@ def test_an_include_an_override_a_prompt_file_and_a_rule_file_are_read_the_same_
     (tmp_path / "configs" / "block.yaml").write_text(bomb())
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("include: [block.yaml]\n")
-    with pytest.raises(BadInput, match=r"block\.yaml line 6, column 4: its aliases expand"):
+    with pytest.raises(BadInput, match=r"block\.yaml line 6, column 4: it comes to more than"):
         load_recipe(recipe)
     flat = tmp_path / "flat.yaml"
     flat.write_text("grader: {kind: scripted}\n")
     one_line = "[" + ",".join(["&a [1,1,1,1,1,1,1,1,1,1]"] + ["*a"] * 20000) + "]"
-    with pytest.raises(BadInput, match=r"^override trainer\.x line 1, column 1: its aliases expand"):
+    with pytest.raises(BadInput, match=r"^override trainer\.x line 1, column 1: it comes to more than"):
         load_recipe(flat, [f"trainer.x={one_line}"])
     prompts = tmp_path / "prompts.yaml"
     prompts.write_text(bomb())
-    with pytest.raises(BadInput, match=rf"^judge prompts {prompts} line 6, column 4: its aliases expand"):
+    with pytest.raises(BadInput, match=rf"^judge prompts {prompts} line 6, column 4: it comes to more than"):
         load_prompts(str(prompts))
     rule = tmp_path / "rule.yaml"
     rule.write_text(bomb())
-    with pytest.raises(BadInput, match=r"rule\.yaml line 6, column 4: its aliases expand"):
+    with pytest.raises(BadInput, match=r"rule\.yaml line 6, column 4: it comes to more than"):
         grader_from_spec(str(rule), GradingSection())
 
 
@@ -112,3 +114,32 @@ def test_one_budget_holds_for_the_recipe_its_includes_and_its_overrides(tmp_path
         result = runner.invoke(app, [*command, str(tmp_path / "r.yaml"), *overrides])
         assert result.exit_code == 2 and "override spread.extra1: with what was read before it" in result.stderr
         assert time.monotonic() - started < 30  # refused before anything is merged or dumped
+
+
+def test_a_recipe_too_long_too_deep_or_including_twice_is_refused_at_once(tmp_path, monkeypatch) -> None:
+    import time
+
+    from whileai.config import load_recipe
+    from whileai.errors import BadInput
+
+    monkeypatch.chdir(tmp_path)
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("spread:\n  seed: [" + ", ".join(["1"] * 400_000) + "]\n")
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="characters of YAML, more than a recipe holds"):
+        load_recipe(flat)
+    assert time.monotonic() - started < 10  # PyYAML would compose it for seconds
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("trainer:\n  model_init_kwargs: " + "[" * 100 + "]" * 100 + "\n")
+    with pytest.raises(BadInput, match="nested more than 64 levels deep"):
+        load_recipe(deep)
+    with pytest.raises(BadInput, match="a key 500 levels deep"):
+        load_recipe(
+            Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu_gar.yaml", [".".join(["a"] * 500) + "=1"]
+        )
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "outer.yaml").write_text("include: [inner.yaml]\n")
+    (tmp_path / "configs" / "inner.yaml").write_text("spread: {seed: 3}\n")
+    (tmp_path / "r.yaml").write_text("include: [outer.yaml]\n")
+    with pytest.raises(BadInput, match="an included file includes no other"):
+        load_recipe(tmp_path / "r.yaml")
