@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 BAD = [
     ("http://127.0.0.1:99999/v1", "base_url's port 99999 is not a port: a number from 1 to 65535"),
     ("http://127.0.0.1:0/v1", "base_url's port 0 is not a port"),
-    ("http://127.0.0.1:80x/v1", "base_url's port 80x is not a port"),
+    ("http://127.0.0.1:80x/v1", "base_url's port is not a number from 1 to 65535"),
     ("http://:8000/v1", "base_url names no host"),
     ("ftp://127.0.0.1:8000/v1", "base_url must start with http:// or https://"),
     ("http://127.0.0.1:8000/v1#x", "base_url holds a fragment"),

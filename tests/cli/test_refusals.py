@@ -43,7 +43,7 @@ def test_values_trl_would_fail_on_are_refused_by_validate(override: str, said: s
     ("url", "said"),
     [
         ("http://[::1/v1", "base_url cannot be read as a URL (Invalid IPv6 URL)"),
-        ("http://127.0.0.1:\u0668\u0660/v1", "is not a port: a number from 1 to 65535"),
+        ("http://127.0.0.1:\u0668\u0660/v1", "base_url's port is not a number from 1 to 65535"),
         ("http://127.0.0.1:8000/v1\u200b", "an invisible or bidi character (U+200B) at position 24"),
         ("http://exa\u202emple.com/v1", "an invisible or bidi character (U+202E) at position 10"),
     ],
