@@ -265,6 +265,13 @@ class Transport:
                     location = response.headers.get("Location")
                     if 300 <= response.status < 400 and location:
                         target = url.join(self.yarl.URL(location))
+                        if target.user is not None or target.password is not None:
+                            raise Refused(  # never followed: it would send, or show, what the Location carries
+                                f"HTTP {response.status}: the server redirects to a URL that carries a user name or "
+                                f"password ({self.clean(str(target.with_user(None)))}); not followed: set base_url "
+                                "to the address the server means, its credentials in api_key_env",
+                                f"http {response.status}",
+                            )
                         if _origin(target) != _origin(url):
                             raise Refused(
                                 self.clean(

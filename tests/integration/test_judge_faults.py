@@ -156,6 +156,18 @@ def test_a_redirect_to_another_origin_is_an_error_that_names_it(fault_server, ta
     assert client.stats.calls == 1  # not retried: no retry changes where the server points
 
 
+def test_a_same_origin_redirect_carrying_credentials_is_refused_without_showing_them(fault_server) -> None:
+    def route(number: int) -> bytes:
+        target = f"http://user:SECRETKEY123@127.0.0.1:{server.port}/v2/chat/completions"
+        return reply(b"", f"Location: {target}", status="307 Temporary Redirect")
+
+    server = fault_server(serving(route))
+    answers, client = ask(server.url(), max_retries=3)
+    said = str(answers[0])
+    assert kinds(answers) == ["http 307"] and "carries a user name or password" in said and "SECRETKEY123" not in said
+    assert len(server.requests) == 1 and client.stats.calls == 1  # not followed, not retried
+
+
 def test_proxies_are_read_as_httpx_reads_them(fault_server, monkeypatch) -> None:
     proxy = fault_server(serving(reply()))
     monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{proxy.port}")
