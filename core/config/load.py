@@ -282,10 +282,12 @@ def _override_behind(error: Mapping[str, Any], overrides: Iterable[str]) -> str 
     tags = ("scripted", "python", "judge")
     loc = [str(p) for i, p in enumerate(error.get("loc", ())) if not (i == 1 and p in tags)]
     where = ".".join(loc)
-    message = str(error.get("msg", ""))
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
     for item in overrides:
         key = item.partition("=")[0].strip()
-        if where and (key == where or (key.startswith(where + ".") and repr(key.rpartition(".")[2]) in message)):
+        last = key.rpartition(".")[2]
+        named = repr(last) in message or message.startswith(f"{last}:")  # a section's check names its field so
+        if where and (key == where or (key.startswith(where + ".") and named)):
             return item
         if where and where.startswith(key + "."):
             return item

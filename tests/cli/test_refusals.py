@@ -32,7 +32,10 @@ def refused(*args: object) -> str:
         ("trainer.seed=" + "9" * 5000, "trainer.seed:"),
         ("trainer.learning_rate=.inf", "trainer.learning_rate: Input should be a finite number"),
         ("trainer.seed=12345678901234567890123456", "trainer.seed: Input should be less than or equal to 4294967295"),
-        ("trainer.max_grad_norm=.nan", "max_grad_norm: a finite number is needed"),
+        (
+            "trainer.max_grad_norm=.nan",
+            "override 'trainer.max_grad_norm=.nan': trainer: max_grad_norm: a finite number",
+        ),
     ],
 )
 def test_values_trl_would_fail_on_are_refused_by_validate(override: str, said: str) -> None:
