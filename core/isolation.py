@@ -13,7 +13,7 @@ slow) has no limit at all. Here a call runs in a forked process and:
 - ``sys.exit`` and any exception come back as the call's error, with the traceback's text as its cause.
 
 Two forms: :class:`Worker`, one long-lived process serving many calls of one function (a grader, called once a
-group: a fork costs 20-90 ms in a training process, a call through a worker about a millisecond), and
+group: a fork costs 20-90 ms in a training process, a call through a worker a fraction of a millisecond), and
 :func:`call_in_fork`, one process for one call that sees the caller's state as it is now (a verifier, called once a
 batch with TRL's keywords: environments and trainer state go in without pickling). What a function changes in its
 own process is not seen by the caller: it returns what it means to be kept. Linux and macOS (``fork``).
@@ -346,7 +346,7 @@ class Worker:
         try:
             answer = _received(self.connection.recv())
             self.started_call = time.monotonic() if self.pending else None
-        except (EOFError, OSError) as lost:
+        except Exception as lost:  # the worker ended, or its pipe carried what no worker wrote
             answer = RuntimeError(f"the grader's process ended during the call ({type(lost).__name__})")
             self.pending = self.kill()  # the rest stay, for the caller to send again
         return number, answer
@@ -404,7 +404,7 @@ def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwa
                 return CallTimeout(f"no answer within {timeout_s:g} s")
         try:
             return _received(connection.recv())
-        except (EOFError, OSError) as lost:
+        except Exception as lost:  # the process ended without an answer, or its pipe carried garbage
             return RuntimeError(f"the process of the call ended without an answer ({type(lost).__name__})")
     finally:
         connection.close()

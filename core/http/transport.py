@@ -264,23 +264,7 @@ class Transport:
                 ) as response:
                     location = response.headers.get("Location")
                     if 300 <= response.status < 400 and location:
-                        target = url.join(self.yarl.URL(location))
-                        if target.user is not None or target.password is not None:
-                            raise Refused(  # never followed: it would send, or show, what the Location carries
-                                f"HTTP {response.status}: the server redirects to a URL that carries a user name or "
-                                f"password ({self.clean(str(target.with_user(None)))}); not followed: set base_url "
-                                "to the address the server means, its credentials in api_key_env",
-                                f"http {response.status}",
-                            )
-                        if _origin(target) != _origin(url):
-                            raise Refused(
-                                self.clean(
-                                    f"HTTP {response.status}: the server redirects to {target}, another origin; set "
-                                    "base_url to the server's own address"
-                                ),
-                                f"http {response.status}",
-                            )
-                        url = target
+                        url = self._redirected(url, location, response.status)
                         continue
                     return await self._reply(response, on_piece)
             except aiohttp.ConnectionTimeoutError:
@@ -307,6 +291,31 @@ class Transport:
             except aiohttp.ClientError as exc:  # a reply cut short, and the rest of aiohttp's
                 raise ConnectionLost(self.clean(f"{type(exc).__name__}: {exc}".rstrip(": "))) from None
         raise Refused(f"more than {_MAX_REDIRECTS} redirects from {self.base_url}", "redirects")
+
+    def _redirected(self, url: Any, location: str, status: int) -> Any:
+        """Where a redirect leads, when it is one to follow: the same origin, and no credentials in it.
+
+        Raises:
+            Refused: a redirect to another origin, or to a URL that carries a user name or password (never followed:
+                it would send, or show, what the ``Location`` carries).
+        """
+        target = url.join(self.yarl.URL(location))
+        if target.user is not None or target.password is not None:
+            raise Refused(
+                f"HTTP {status}: the server redirects to a URL that carries a user name or password "
+                f"({self.clean(str(target.with_user(None)))}); not followed: set base_url to the address the server "
+                "means, its credentials in api_key_env",
+                f"http {status}",
+            )
+        if _origin(target) != _origin(url):
+            raise Refused(
+                self.clean(
+                    f"HTTP {status}: the server redirects to {target}, another origin; set base_url to the server's "
+                    "own address"
+                ),
+                f"http {status}",
+            )
+        return target
 
     async def _reply(self, response: Any, on_piece: Callable[[], None] | None) -> dict[str, Any]:
         """A response read whole, every text of it cleaned: the chat completion, or the error status."""
