@@ -22,7 +22,6 @@ own process is not seen by the caller: it returns what it means to be kept. Linu
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import numbers
 import os
@@ -33,8 +32,10 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from multiprocessing.connection import Connection, Pipe, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the pipes and ctypes load when a worker starts, not with the grading object
+    from multiprocessing.connection import Connection
 
 __all__ = [
     "CallTimeout",
@@ -112,6 +113,8 @@ def plain(value: Any, depth: int = 0) -> Any:
 
 def _prctl(option: int, value: int) -> None:
     if sys.platform.startswith("linux"):
+        import ctypes
+
         with contextlib.suppress(Exception):
             ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
@@ -264,6 +267,8 @@ def _received(outcome: tuple[bool, Any]) -> Any:
 
 def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
     """A worker process running ``body`` on its end of a pipe; its pid and the caller's end."""
+    from multiprocessing.connection import Pipe
+
     mine, theirs = Pipe()
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
         with contextlib.suppress(Exception):
@@ -371,6 +376,8 @@ _WAKE_S = 0.25
 def wait_for_any(workers: list[Worker], timeout: float | None) -> list[Worker]:
     """The workers among ``workers`` whose answer has come, waiting at most ``timeout`` seconds (and at most
     ``_WAKE_S``: the caller loops) for one."""
+    from multiprocessing.connection import wait
+
     by_connection = {id(w.connection): w for w in workers if w.connection is not None}
     waited = _WAKE_S if timeout is None else min(timeout, _WAKE_S)
     ready = wait([w.connection for w in workers if w.connection is not None], waited)
