@@ -255,3 +255,35 @@ def test_a_grader_module_that_exits_or_prints_at_import_is_named(tmp_path: Path)
     assert done.returncode == 2 and "importing" in done.stderr and "SystemExit: 3" in done.stderr
     done = child_processes.run([str(whileai), "spread", rows, "--grader", "loud.py:g", "--json"], cwd=tmp_path)
     assert json.loads(done.stdout)["verdict"] and "loud" in done.stderr  # stdout holds the report alone
+
+
+SPAWNS = """
+import subprocess
+import time
+from pathlib import Path
+
+
+def g(group):
+    child = subprocess.Popen(["sleep", "60"])
+    Path("child.pid").write_text(str(child.pid))
+    time.sleep(60)
+"""
+
+
+def test_sigterm_ends_the_command_s_graders_with_what_they_started(tmp_path: Path) -> None:
+    import signal
+
+    (tmp_path / "spawns.py").write_text(SPAWNS)
+    whileai = Path(sys.executable).with_name("whileai")
+    rows = str(REPO / "recipes" / "refund_rows.jsonl")
+    with child_processes.spawn([str(whileai), "spread", rows, "--grader", "spawns.py:g"], cwd=tmp_path) as command:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        command.send_signal(signal.SIGTERM)
+        assert command.wait(timeout=60) == -signal.SIGTERM
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)  # it would hold the caller's pipes past the command's end
