@@ -40,9 +40,11 @@ def eval_run(
     Exit codes: 0 evaluated; 2 bad input (no run, no saved model, no held-out prompt left); 3 torch/trl missing
     (pip install 'whileai-grpo[train]'); 130 interrupted (Ctrl-C).
     """
+    from whileai.config.build import run_setup
     from whileai.training.held_out import evaluate_run
 
-    result = evaluate_run(run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say, initial=initial)
+    setup = run_setup(run)
+    result = evaluate_run(setup, run, checkpoint=checkpoint, prompts=prompts, seed=seed, say=say, initial=initial)
     if as_json:
         print_json(result.data)
         return

@@ -51,15 +51,14 @@ def judge_eval(
     Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
     unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).
     """
-    from whileai.config.build import recipe_grading, rows_to_grade
+    from whileai.config.build import gate_setup
     from whileai.grading.evaluate import evaluate_grader, read_reference
     from whileai.progress import phase_bar
     from whileai.rows import RowStats
 
     given, overrides = rows_and_overrides(arguments)
-    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
-    settings = loaded.recipe.spread
-    rows, read = rows_to_grade(loaded, given), RowStats()
+    setup = gate_setup(recipe, grader, given, overrides, no_cache, say)
+    grading, settings, rows, read = setup.grading, setup.spread, setup.rows, RowStats()
     groups = read_reference(rows, settings.row_fields(group_key, reward_key, text_key), stats=read)
     say_rows(read, rows)
     with phase_bar("grading", "groups", err) as bar:

@@ -13,7 +13,7 @@ from whileai.errors import BadInput, GraderUnavailable
 if TYPE_CHECKING:
     from rich.table import Table
 
-# The options spread and judge-eval share (one recipe-and-grader setup: whileai.config.build.recipe_grading).
+# The options spread and judge-eval share (one recipe-and-grader setup: whileai.config.build.gate_setup).
 RecipeOption = Annotated[Path | None, typer.Option("--recipe", "-r", help="A recipe with a grader section.")]
 GraderOption = Annotated[
     str | None,
@@ -85,19 +85,12 @@ def spread(
     On a terminal a bar on stderr counts the groups judged of those sent (controls included), with a judge's
     completion tokens per second.
     """
-    from whileai.config.build import recipe_grading, rows_to_grade
+    from whileai.config.build import gate_setup
     from whileai.grading.gate import unavailable_report
-    from whileai.training.folder import grader_recipe_of
 
     given, overrides = rows_and_overrides(arguments)
-    run_recipe = grader_recipe_of(given) if recipe is None and grader is None else None
-    if run_recipe is not None:
-        say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
-            "chooses another)")  # fmt: skip
-        recipe = run_recipe
-    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
-    settings = loaded.recipe.spread
-    rows = rows_to_grade(loaded, given)
+    setup = gate_setup(recipe, grader, given, overrides, no_cache, say)
+    grading, settings, rows = setup.grading, setup.spread, setup.rows
     steps = _steps(window)
     tables: list[Table] = []
     fields, skip_bad = settings.row_fields(group_key, reward_key, text_key), skip_bad_rows or settings.skip_bad_rows

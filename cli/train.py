@@ -38,18 +38,14 @@ def train(
     the message says how to resume).
     """
     from whileai.config import load_recipe
-    from whileai.config.build import check_references
-    from whileai.training.plan import training_plan
+    from whileai.config.build import train_setup
 
-    loaded = load_recipe(recipe, overrides or [])
-    loaded.recipe.require("model", "data", "verifier", command="train")
-    check_references(loaded)
-    plan = training_plan(loaded)
+    setup = train_setup(load_recipe(recipe, overrides or []))
     if dry_run:
-        from whileai.tasks.load import check_verifier
+        from whileai.training.run import dry_run as planned
 
-        check_verifier(loaded)  # as validate does (a run checks it in run_training)
-        out.print(loaded.dump(), markup=False, end="")
+        plan = planned(setup)
+        out.print(plan.shown, markup=False, end="")
         table = Table(title="plan", title_justify="left", show_edge=False, show_header=False)
         table.add_column("step")
         table.add_column("what")
@@ -57,20 +53,18 @@ def train(
             table.add_row(step, what)
         out.print(table)
         return
-    from whileai.training.folder import last_checkpoint
-    from whileai.training.run import first_process, run_training
+    from whileai.training.run import RunInterrupted, first_process, run_training
 
     try:
-        result = run_training(loaded, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
-    except KeyboardInterrupt:
-        checkpoint = last_checkpoint(Path(loaded.recipe.output_dir))
+        result = run_training(setup, skip_spread_gate=skip_spread_gate, resume=resume, say=say)
+    except RunInterrupted as interrupted:
         # The command as it was given, every flag and override kept, plus --resume.
         again = ["whileai", *(["--debug"] if is_debug() else []), "train", str(recipe), *(overrides or [])]
         again += [*(["--skip-spread-gate"] if skip_spread_gate else []), "--resume"]
-        if checkpoint is None:
+        if interrupted.checkpoint is None:
             where = " before the first checkpoint (a resume starts the run over)"
         else:
-            where = f"; {checkpoint[0]} is the newest checkpoint"
+            where = f"; {interrupted.checkpoint[0]} is the newest checkpoint"
         say(f"whileai: interrupted{where}. Continue with: {shlex.join(again)}")
         raise typer.Exit(130) from None
     # Under accelerate or torchrun every process gets here; only the first one says how the run ended, on stdout

@@ -4,6 +4,11 @@ A binary test reward makes every passing rollout equal. whileai gives the traine
 apart (MiMo-V2.6, section 4.3), a spread gate that refuses a grader whose scores do not vary, a reward function for
 TRL's ``GRPOTrainer`` and the advantage estimators of token batches with tool spans.
 
+``import whileai`` offers the library: ``GroupwiseGrading`` (the grading object, its spread report and TRL reward
+function), ``redistribute`` and ``synthesize_reward`` (equations 3 and 2), ``GroupwiseGRPOTrainer`` and the judge
+(``JudgeConfig``, ``build_judge``). The offline support-desk simulator lives in ``whileai.simulations``; recipes, runs
+and the command line are the application built on top (``whileai.config``, ``whileai.training``, ``whileai.cli``).
+
 ``import whileai`` stays light: it imports neither torch nor trl, transformers, vllm or datasets. The estimators in
 ``whileai.advantages`` import torch when that module is imported.
 """
@@ -23,56 +28,58 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Public names, resolved on first use so that `import whileai` costs nothing it does not need.
+# The library's face, resolved on first use so that `import whileai` costs nothing it does not need: the grading object
+# and what it answers, equations 2 and 3, the trainer class, the judge, the intervals the reports use.
 _LAZY = {
     "GroupwiseGrading": "whileai.grading.groupwise",
+    "GradedGroup": "whileai.grading.group",
     "GradingStats": "whileai.grading.tally",
     "SpreadReport": "whileai.grading.verdict",
     "redistribute": "whileai.methods",
     "rank_factors": "whileai.methods",
     "synthesize_reward": "whileai.methods",
+    "GroupwiseGRPOTrainer": "whileai.integrations.trl_trainer",  # imports trl: the train extra
+    "JudgeConfig": "whileai.judge.settings",
+    "build_judge": "whileai.judge.grader",
+    "pass_at_k": "whileai.stats",
+    "wilson_interval": "whileai.stats",
+}
+# The support-desk simulator's names, at home in ``whileai.simulations``; still answered here, for the reference
+# page's ``wai.seeded_agent`` and code written against it, but not offered (``__all__``, ``dir``).
+_SIMULATOR = {
     "seeded_agent": "whileai.simulations.agents",
     "simulate": "whileai.simulations.rollouts",
     "score": "whileai.simulations.passrate",
     "load_scenarios": "whileai.simulations.scenarios",
-    "pass_at_k": "whileai.stats",
-    "wilson_interval": "whileai.stats",
     "model_agent": "whileai.simulations.model_agent",
     "customer_model": "whileai.simulations.customer",
-    "GroupwiseGRPOTrainer": "whileai.integrations.trl_trainer",  # imports trl: the train extra
 }
 
 __all__ = [  # noqa: RUF022 - the version first, then the lazy names in _LAZY's order
     "__version__",
     "GroupwiseGrading",
+    "GradedGroup",
     "GradingStats",
     "SpreadReport",
     "redistribute",
     "rank_factors",
     "synthesize_reward",
-    "seeded_agent",
-    "simulate",
-    "score",
-    "load_scenarios",
+    "GroupwiseGRPOTrainer",
+    "JudgeConfig",
+    "build_judge",
     "pass_at_k",
     "wilson_interval",
-    "model_agent",
-    "customer_model",
-    "GroupwiseGRPOTrainer",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from whileai.grading.group import GradedGroup
     from whileai.grading.groupwise import GroupwiseGrading
     from whileai.grading.tally import GradingStats
     from whileai.grading.verdict import SpreadReport
     from whileai.integrations.trl_trainer import GroupwiseGRPOTrainer
+    from whileai.judge.grader import build_judge
+    from whileai.judge.settings import JudgeConfig
     from whileai.methods import rank_factors, redistribute, synthesize_reward
-    from whileai.simulations.agents import seeded_agent
-    from whileai.simulations.customer import customer_model
-    from whileai.simulations.model_agent import model_agent
-    from whileai.simulations.passrate import score
-    from whileai.simulations.rollouts import simulate
-    from whileai.simulations.scenarios import load_scenarios
     from whileai.stats import pass_at_k, wilson_interval
 
 
@@ -85,7 +92,7 @@ _SUBMODULES = frozenset(
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return import_module(f"whileai.{name}")  # imported on first use: whileai.advantages brings torch
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _SIMULATOR.get(name)
     if module is None:
         raise AttributeError(f"module 'whileai' has no attribute {name!r}")
     try:

@@ -166,12 +166,13 @@ def build_agent_model(folder: Path, shape: dict[str, Any], device: str, warm: di
     from trl.chat_template_utils import qwen2_5_chat_template
 
     from whileai.config import load_recipe
-    from whileai.simulations.environment import environment_tools
+    from whileai.config.build import train_setup
+    from whileai.integrations.tool_calls import environment_tools
     from whileai.tasks.load import load_task
     from whileai.training.tiny import train_chat_tokenizer, trl_rollout_ids, warm_batch
 
     started = time.monotonic()
-    task = load_task(load_recipe(AGENT_RECIPE))
+    task = load_task(train_setup(load_recipe(AGENT_RECIPE)))
     conversations = task.demonstrations(warm["rollouts"], seed)
     tools = environment_tools(task.environment_factory())
     tokenizer = train_chat_tokenizer(conversations, tools)

@@ -1,8 +1,13 @@
-"""From a recipe to the objects that run it: the grader, the ``GroupwiseGrading`` around it, the judge's client.
+"""From a recipe to the objects that run it: the one place where a recipe is read for what it builds.
 
-The one place where a recipe's ``grader``, ``grading`` and ``spread`` sections become a ``GroupwiseGrading``, for
-every caller: ``whileai spread``, ``whileai judge-eval``, ``whileai train`` (its gate and its reward function share
-one) and verl's reward manager.
+Commands load a recipe (``whileai.config.load``) and hand it here; what they pass on to the application is built
+here and holds no recipe:
+
+- ``GateSetup``: what ``whileai spread`` and ``whileai judge-eval`` grade with and read (``gate_setup``);
+- ``TrainSetup``: a training run, frozen (``train_setup``; ``run_setup`` reads a run folder's own recipe for ``whileai
+  eval``), what ``whileai.training`` and ``whileai.tasks`` take; its ``grading`` builds the run's ``GroupwiseGrading``.
+
+The pieces:
 
 - ``build_grading``: the recipe's grader (or one given), with the recipe's knobs and thresholds; a judge says its
   plan (where it is, how many calls at once) through ``say``.
@@ -10,6 +15,7 @@ one) and verl's reward manager.
   rule, each choice said.
 - ``grader_from_spec``: ``--grader SPEC`` (a function or a rule file) as a grader callable.
 - ``rows_to_grade``: the rows the command line was given, else the recipe's ``spread.rows``.
+- ``grader_recipe_of``: the recipe a run folder keeps, for ``whileai spread RUN``.
 - ``check_references``: the files and functions a recipe names exist, before anything runs.
 
 Nothing here calls a grader. This module sits above ``whileai.config``, ``whileai.grading`` and ``whileai.judge``,
@@ -18,9 +24,11 @@ which import none of it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,12 +38,18 @@ from pydantic import TypeAdapter, ValidationError
 from whileai.config.load import LoadedRecipe, default_recipe, load_recipe, validate_recipe
 from whileai.config.machine import check_machine
 from whileai.config.schema import (
+    DataSection,
     GraderSection,
     GradingSection,
     JudgeGraderSection,
+    ModelSection,
     PythonGraderSection,
     ScriptedGraderSection,
+    SimulateSection,
+    SpreadSection,
+    VerifierSection,
 )
+from whileai.config.trainer import TrainerSection
 from whileai.defaults import DEFAULT_GRADER_RULE
 from whileai.errors import BadInput
 from whileai.grading.calls import check_grader_call
@@ -45,13 +59,19 @@ from whileai.grading.scripted import ScriptedGrader
 from whileai.yamldata import read_yaml_file
 
 __all__ = [
+    "GateSetup",
+    "TrainSetup",
     "build_grader",
     "build_grading",
     "check_references",
+    "gate_setup",
     "grader_from_spec",
+    "grader_recipe_of",
     "judge_plan",
     "recipe_grading",
     "rows_to_grade",
+    "run_setup",
+    "train_setup",
 ]
 
 Say = Callable[[str], None]
@@ -126,16 +146,28 @@ def build_grading(
         BadInput: no grader section and none given, or a grader section that cannot be built.
     """
     recipe = loaded.recipe
+    return _grading(
+        recipe.grader, recipe.grading, recipe.spread, loaded.base_dir, str(loaded.path or "the recipe"), grader,
+        rubrics_path, say,
+    )  # fmt: skip
+
+
+def _grading(
+    section: GraderSection | None,
+    knobs: GradingSection,
+    spread: SpreadSection,
+    base_dir: Path,
+    where: str,
+    grader: Any | None = None,
+    rubrics_path: Path | None = None,
+    say: Say | None = None,
+) -> GroupwiseGrading:
     if grader is None:
-        if recipe.grader is None:
-            raise BadInput(f"{loaded.path or 'the recipe'}: no grader section (and no --grader given)")
-        grader = build_grader(recipe.grader, recipe.grading, loaded.base_dir, rubrics_path)
-    knobs = recipe.grading
+        if section is None:
+            raise BadInput(f"{where}: no grader section (and no --grader given)")
+        grader = build_grader(section, knobs, base_dir, rubrics_path)
     grading = GroupwiseGrading(
-        grader=grader,
-        **knobs.values(),
-        rubrics=_rubrics(knobs, loaded.base_dir),
-        spread=recipe.spread.thresholds(),
+        grader=grader, **knobs.values(), rubrics=_rubrics(knobs, base_dir), spread=spread.thresholds()
     )
     if say is not None and (plan := judge_plan(grading)) is not None:
         say(f"whileai: {plan}")
@@ -146,11 +178,8 @@ def judge_plan(grading: GroupwiseGrading) -> str | None:
     """The plan line of a judge grader (where it is, how many calls at once and why, the timeouts, the answer form);
     None for any other grader, and nothing of the judge is imported for one."""
     client = getattr(grading.grader, "client", None)
-    if client is None:
-        return None
-    from whileai.judge.client import JudgeClient
-
-    return client.plan() if isinstance(client, JudgeClient) else None
+    # whileai's own judge client, known without importing the judge's modules for another grader
+    return client.plan() if type(client).__module__ == "whileai.judge.client" else None
 
 
 def recipe_grading(
@@ -266,3 +295,137 @@ def check_references(loaded: LoadedRecipe) -> None:
                 check_grader_call(function, loaded.recipe.grading.mode)
         except BadInput as error:
             raise BadInput(f"{loaded.path}: {error}") from None
+
+
+@dataclass(frozen=True)
+class GateSetup:
+    """What ``whileai spread`` and ``whileai judge-eval`` grade with and read, from the recipe and the command line.
+
+    Attributes:
+        grading: the ``GroupwiseGrading`` (``recipe_grading``'s choice of grader).
+        rows: the rows to grade (the command line's, else the recipe's ``spread.rows``).
+        spread: the recipe's spread section (row fields, controls, seed, ``skip_bad_rows``).
+    """
+
+    grading: GroupwiseGrading
+    rows: Path
+    spread: SpreadSection
+
+
+def gate_setup(
+    recipe: Path | None, grader: str | None, rows: Path | None, overrides: list[str], no_cache: bool, say: Say
+) -> GateSetup:
+    """The gate's setup for the command line: ``rows`` and ``recipe`` as given; with neither a recipe nor ``--grader``
+    and ``rows`` a run folder trained with a grader, that run's own recipe (said). See ``recipe_grading``."""
+    run_recipe = grader_recipe_of(rows) if recipe is None and grader is None else None
+    if run_recipe is not None:
+        say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
+            "chooses another)")  # fmt: skip
+        recipe = run_recipe
+    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
+    return GateSetup(grading, rows_to_grade(loaded, rows), loaded.recipe.spread)
+
+
+def grader_recipe_of(rows: Path | None) -> Path | None:
+    """The ``recipe.yaml`` of the training run whose folder (or its ``completions/``) ``rows`` names, when that run
+    trained with a grader (a binary arm has none to grade with), else None: ``whileai spread RUN`` grades a run's
+    completions with the grader and spread settings the run had."""
+    if rows is None:
+        return None
+    for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
+        candidate = folder / "recipe.yaml"
+        if candidate.exists() and (folder / "completions").is_dir():
+            written = read_yaml_file(candidate)  # one that does not read is named, never graded by another rule
+            if not isinstance(written, dict):
+                raise BadInput(f"{candidate}: the run's recipe is no mapping: give --recipe or --grader")
+            return candidate if written.get("grader") else None
+    return None
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """A training run as its recipe sets it up: what ``whileai.training`` and ``whileai.tasks`` take, frozen.
+
+    Attributes:
+        where: the recipe file, as messages name it.
+        base_dir: the folder the recipe's relative paths are read from.
+        output_dir: the run folder.
+        written: the resolved recipe as the run folder keeps it (``recipe.yaml``); a resume compares it.
+        shown: ``written`` as YAML, what the run folder and ``--dry-run`` show.
+        model, data, verifier, trainer, spread, simulate: the recipe's sections.
+        grader: the grader section, None for a binary arm (no grading).
+        knobs: the grading section.
+        gate_source: where the spread gate reads its rows (``Recipe.gate_source``).
+    """
+
+    where: str
+    base_dir: Path
+    output_dir: Path
+    written: dict[str, Any]
+    shown: str
+    model: ModelSection
+    data: DataSection
+    verifier: VerifierSection
+    trainer: TrainerSection
+    spread: SpreadSection
+    simulate: SimulateSection | None
+    grader: GraderSection | None
+    knobs: GradingSection
+    gate_source: str | None
+
+    def resolve(self, relative: str) -> Path:
+        """A path of the recipe's, made absolute against the recipe's folder (absolute paths stay)."""
+        candidate = Path(relative).expanduser()
+        return candidate if candidate.is_absolute() else (self.base_dir / candidate)
+
+    def grading(self, say: Say | None = None) -> GroupwiseGrading | None:
+        """The run's ``GroupwiseGrading`` (None for a binary arm), its judge's plan said through ``say``."""
+        if self.grader is None:
+            return None
+        return _grading(self.grader, self.knobs, self.spread, self.base_dir, self.where, say=say)
+
+    def with_prompts(self, prompts: int) -> TrainSetup:
+        """This run with ``data.num_prompts`` set to ``prompts`` (``whileai eval`` draws the prompts past the
+        trained ones from the wider task)."""
+        return dataclasses.replace(self, data=self.data.model_copy(update={"num_prompts": prompts}))
+
+
+def train_setup(loaded: LoadedRecipe) -> TrainSetup:
+    """The run a recipe asks for, checked as far as it can be without a model or the dataset: the sections training
+    needs, what a run cannot do, the files and functions it names.
+
+    Raises:
+        BadInput: naming the recipe, the field and the fix.
+    """
+    recipe = loaded.recipe
+    recipe.require("model", "data", "verifier", command="train")
+    check_references(loaded)
+    assert recipe.model is not None and recipe.data is not None and recipe.verifier is not None
+    return TrainSetup(
+        where=str(loaded.path),
+        base_dir=loaded.base_dir,
+        output_dir=Path(recipe.output_dir),
+        written=loaded.written(),
+        shown=loaded.dump(),
+        model=recipe.model,
+        data=recipe.data,
+        verifier=recipe.verifier,
+        trainer=recipe.trainer,
+        spread=recipe.spread,
+        simulate=recipe.simulate,
+        grader=recipe.grader,
+        knobs=recipe.grading,
+        gate_source=recipe.gate_source(),
+    )
+
+
+def run_setup(run: Path) -> TrainSetup:
+    """The setup a run folder trained with, from the recipe it keeps (``recipe.yaml``), for ``whileai eval``.
+
+    Raises:
+        BadInput: no such run folder, or its recipe no longer loads.
+    """
+    path = run / "recipe.yaml"
+    if not path.is_file():
+        raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
+    return train_setup(load_recipe(path))

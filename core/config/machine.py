@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from whileai.config.schema import Recipe
+from whileai.config.schema import ModelSection, Recipe
 from whileai.defaults import GGUF_MODELS, HUB_CHECK_TIMEOUT_S
 from whileai.errors import BadInput, MissingExtra
 
@@ -151,14 +151,14 @@ def _cached(name: str) -> bool:
         return False
 
 
-def check_hub(recipe: Recipe, where: str) -> None:
+def check_hub(model: ModelSection | None, where: str) -> None:
     """A model id that is no folder here and not in the hub's cache can be fetched: the hub answers about it within
     ``HUB_CHECK_TIMEOUT_S``. Without this, transformers retries for most of a minute after the spread gate ran.
 
     Raises:
         BadInput: naming ``where``, the field and what the hub said (offline mode, no answer, no such model).
     """
-    name = recipe.model.name_or_path if recipe.model is not None else None
+    name = model.name_or_path if model is not None else None
     if name is None or Path(name).expanduser().is_dir() or _cached(name):
         return
     try:

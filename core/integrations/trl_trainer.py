@@ -76,7 +76,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             ``reward_weights``, ``normalize_then_sum``, a second reward function: an environment class that defines
             ``get_reward`` is one), or ``grading`` without ``verifier`` or beside ``reward_funcs``.
 
-    Usage (the README's "Your own trainer" runs one)::
+    Usage (docs/python.md's "Your own trainer" runs one)::
 
         trainer = GroupwiseGRPOTrainer(
             model="Qwen/Qwen2.5-0.5B-Instruct", grading=whileai.GroupwiseGrading(grader=rank_group),
@@ -244,8 +244,7 @@ def grpo_trainer(
         recipe=where,
     )
     if tool_calls == "json" and environment_factory is not None:
-        from whileai.integrations.tool_calls import accept_json_tool_calls
-        from whileai.simulations.environment import environment_tools
+        from whileai.integrations.tool_calls import accept_json_tool_calls, environment_tools
 
         names = [tool.__name__ for tool in environment_tools(environment_factory())]
         accept_json_tool_calls(trainer._tokenizer, names)  # the tokenizer TRL's parse_response is given

@@ -4,18 +4,16 @@ verl 0.9 (``verl/experimental/reward_loop``) scores each response when its rollo
 actor, one of ``reward.num_workers``, picked at random), by ``await manager.run_single(data)`` with ``data`` one
 session's rows; the score lands on the response's last token (``rm_scores``), and ``compute_grpo_outcome_advantage``
 sums each response's token rewards and subtracts its ``uid`` group's mean (``norm_adv_by_std_in_grpo=False``).
-:class:`WhileaiRewardManager` decodes the response and scores it with the verifier (verl's ``compute_score(data_source,
-solution_str, ground_truth, extra_info)``) where it is, then sends it to the run's :class:`Groups`, which holds it
-until its group is whole and graded and answers ``A'_i + mean(R)``, so verl's mean subtraction yields equation 3.
-Under Ray, ``Groups`` is one named actor that every reward worker sends to (the responses of a group meet there
-whichever worker verl picked); outside Ray (a test, a notebook) it lives in the manager.
+:class:`GroupwiseRewardManager` decodes the response and scores it with the verifier (verl's
+``compute_score(data_source, solution_str, ground_truth, extra_info)``) where it is, then sends it to the run's
+:class:`Groups`, which holds it until its group is whole and graded and answers ``A'_i + mean(R)``, so verl's mean
+subtraction yields equation 3. Under Ray, ``Groups`` is one named actor that every reward worker sends to (the responses
+of a group meet there whichever worker verl picked); outside Ray (a test, a notebook) it lives in the manager.
 
-Importing this module registers the manager under ``whileai`` in verl's registry. whileai declares it as a
-``verl.plugins`` entry point, so ``import verl`` does that in every process of a run, unless
-``VERL_USE_EXTERNAL_PLUGINS`` is ``none`` or leaves ``whileai`` out (verl logs a plugin that fails to load at DEBUG
-only; the symptom is verl's "Unknown reward manager: whileai"). Without the entry point, select it by path:
-``reward.reward_manager.source=importlib reward.reward_manager.module.path=pkg://whileai.integrations.verl
-reward.reward_manager.name=WhileaiRewardManager``.
+This module is the library's half: :class:`GroupwiseRewardManager` grades with a ``GroupwiseGrading`` given from
+Python and reads no recipe. The recipe's half, the manager verl's registry knows as ``whileai`` (it builds the
+grading from ``recipe``) and the :class:`Preflight` callback, is ``whileai.config.verl``, the ``verl.plugins`` entry
+point.
 
 Options (``+reward.reward_kwargs.NAME=VALUE`` on verl's own config; without the ``+`` on
 ``configs/verl/whileai_grpo.yaml``, which declares them):
@@ -31,8 +29,8 @@ Options (``+reward.reward_kwargs.NAME=VALUE`` on verl's own config; without the 
   ``score``, ``acc``, these (None where an answer lacks one) and whileai's own; a key not declared is left out,
   said once.
 
-The shipped config (``configs/verl/whileai_grpo.yaml``) runs :class:`Preflight` as a Hydra callback: a refused
-setting, a bad option or a recipe that does not load stops ``main_ppo`` before Ray starts. verl 0.9.1 offers no
+The shipped config (``configs/verl/whileai_grpo.yaml``) runs ``whileai.config.verl.Preflight`` as a Hydra callback: a
+refused setting, a bad option or a recipe that does not load stops ``main_ppo`` before Ray starts. verl 0.9.1 offers no
 earlier hook than the reward worker's start for a run on its own config: there the manager refuses on the first
 reward call, after the model has loaded.
 """
@@ -43,7 +41,6 @@ import asyncio
 import inspect
 import json
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -52,10 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra.experimental.callback import Callback
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from verl import DataProto
-from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from whileai.defaults import GROUP_WAIT_S
@@ -68,7 +63,7 @@ from whileai.grading.watch import SpreadWatch, WatchLog, WatchSettings
 from whileai.integrations.collector import GroupCollector, Response, Shaped
 from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
 
-__all__ = ["GROUPS_ACTOR", "Groups", "Preflight", "WhileaiRewardManager"]
+__all__ = ["GROUPS_ACTOR", "Groups", "GroupwiseRewardManager", "check_config"]
 
 # The named Ray actor the reward workers of a run share (named actors are per Ray namespace: one per job).
 GROUPS_ACTOR = "whileai_groups"
@@ -181,15 +176,12 @@ def _check_recipe(recipe: str | None) -> None:
             f"reward.reward_kwargs.recipe={recipe}: no such file here (working folder {Path.cwd()}; Hydra's and a "
             "reward worker's need not be yours: give an absolute path)"
         )
-    from whileai.config import load_recipe
-
-    load_recipe(Path(recipe), [])  # a bad recipe is said here, at the command line or the reward worker's start
 
 
 def check_config(config: Any, *, recipe: bool = True) -> VerlSettings:
-    """Everything whileai can check of verl's config before anything starts, one place for the manager and
-    :class:`Preflight`: the settings that keep verl on equation 3 (``verl_signal_problems``), whileai's options
-    and (``recipe``) the recipe. Returns the options read.
+    """Everything whileai can check of verl's config before anything starts, one place for the managers and
+    ``Preflight``: the settings that keep verl on equation 3 (``verl_signal_problems``), whileai's options and
+    (``recipe``) that the recipe is named and there (``whileai.config.verl`` loads it). Returns the options read.
 
     Raises:
         BadInput: the first thing found, named with its override.
@@ -203,50 +195,21 @@ def check_config(config: Any, *, recipe: bool = True) -> VerlSettings:
     return settings
 
 
-class Preflight(Callback):
-    """A Hydra callback that runs :func:`check_config` on verl's composed config before ``main_ppo`` starts Ray,
-    loads a model or builds a worker: what the manager would refuse on a reward worker is refused at the command
-    line. The shipped config names it (``hydra.callbacks.whileai``); on verl's own config, add
-    ``+hydra.callbacks.whileai._target_=whileai.integrations.verl.Preflight``."""
-
-    def on_job_start(self, config: Any, **kwargs: Any) -> None:
-        # Hydra turns a callback's exception into a warning and runs the job anyway: every error stops it here.
-        try:
-            settings = check_config(config)
-        except BadInput as error:
-            print(f"whileai: {error}", file=sys.stderr)
-            raise SystemExit(error.exit_code) from None
-        except Exception as error:  # a config OmegaConf cannot read (an interpolation, a bad value)
-            print(f"whileai: verl's config could not be checked: {describe(error)}", file=sys.stderr)
-            raise SystemExit(BadInput.exit_code) from None
-        print(f"whileai: verl's config keeps equation 3; recipe {settings.recipe}")
-
-
 class Groups:
-    """Where a run's responses wait for their groups: the recipe's ``GroupwiseGrading`` and a ``GroupCollector``,
-    with ``grading.jsonl``. Under Ray one named actor of this class serves every reward worker of the run.
+    """Where a run's responses wait for their groups: a ``GroupwiseGrading`` and a ``GroupCollector``, with
+    ``grading.jsonl``. Under Ray one named actor of this class serves every reward worker of the run.
 
     Args:
         settings: what the manager read from verl's config.
-        grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python).
+        grading: the run's ``GroupwiseGrading``.
+        watch: the spread watch's settings (None: no watch).
+        seed: the controls' shuffles, as a recipe's ``spread.seed`` sets them in TRL's runs.
     """
 
     def __init__(
-        self,
-        settings: VerlSettings,
-        grading: GroupwiseGrading | None = None,
-        watch: WatchSettings | None = None,
+        self, settings: VerlSettings, grading: GroupwiseGrading, watch: WatchSettings | None = None, seed: int = 0
     ) -> None:
         out = Path(settings.out)
-        seed = 0  # the controls' shuffles, as the recipe's spread.seed sets them in TRL's runs
-        if grading is None:
-            from whileai.config import load_recipe
-            from whileai.config.build import build_grading
-
-            # A judge in reward mode keeps the rubrics it writes beside the run's grading log; its plan is said.
-            loaded = load_recipe(Path(settings.recipe), [])
-            grading = build_grading(loaded, rubrics_path=out / "rubrics.json", say=print)
-            watch, seed = loaded.recipe.spread.watch, loaded.recipe.spread.seed
         self.grading = grading
         self.log = _GradingLog(out, self.figures)
         self.watch = _VerlWatch(grading, watch, settings, out, seed) if watch is not None and watch.enabled else None
@@ -347,11 +310,12 @@ def _inside_ray() -> bool:
     return bool(ray.is_initialized())
 
 
-def _groups_actor(settings: VerlSettings) -> Any:
-    """The run's ``Groups`` actor, created by the first reward worker that asks and found by the others."""
+def _groups_actor(settings: VerlSettings, groups: type) -> Any:
+    """The run's ``groups`` actor (a ``Groups`` that builds its own grading from ``settings``), created by the first
+    reward worker that asks and found by the others."""
     import ray
 
-    remote = ray.remote(Groups).options(
+    remote = ray.remote(groups).options(
         name=GROUPS_ACTOR,
         get_if_exists=True,
         max_concurrency=GROUPS_ACTOR_CONCURRENCY,
@@ -365,9 +329,12 @@ def _groups_actor(settings: VerlSettings) -> Any:
     return handle
 
 
-@register("whileai")
-class WhileaiRewardManager(RewardManagerBase):
-    """verl's reward manager ``whileai``: the verifier's reward, reshaped by the recipe's groupwise grader.
+class GroupwiseRewardManager(RewardManagerBase):
+    """A verl reward manager: the verifier's reward, reshaped by a groupwise grader.
+
+    Given ``grading`` it grades with it, in this process. verl's registered manager ``whileai``
+    (``whileai.config.verl``) names instead a ``Groups`` class that builds its grading from the run's recipe
+    (``recipe_groups``); under Ray one named actor of that class serves every reward worker.
 
     verl builds it on each reward worker as ``cls(config, tokenizer, compute_score, reward_router_address=...,
     reward_model_tokenizer=...)``. It refuses a config that would move the advantages off equation 3 or keep
@@ -378,11 +345,13 @@ class WhileaiRewardManager(RewardManagerBase):
         config: verl's whole config (``reward.reward_kwargs`` holds whileai's options).
         tokenizer: the policy's tokenizer, which decodes prompts and responses.
         compute_score: the verifier (``reward.custom_reward_function``); None takes verl's default scorer.
-        grading: a ``GroupwiseGrading`` to use instead of the recipe's (from Python; outside Ray).
+        grading: the ``GroupwiseGrading`` to grade with (from Python; outside Ray), else the recipe's.
 
     Raises:
         BadInput: a config ``verl_signal_problems`` refuses, a bad option, or a missing or bad recipe.
     """
+
+    recipe_groups: type | None = None  # a Groups class built from the settings alone: the recipe's grading
 
     def __init__(
         self,
@@ -407,12 +376,18 @@ class WhileaiRewardManager(RewardManagerBase):
         self.groups_errors = Recurring()
         self._left_out: set[str] = set()
         self._reconnect = asyncio.Lock()
-        if grading is None and _inside_ray():
-            self.groups: Any = _groups_actor(self.settings)
-            self._remote = True
+        self._remote = grading is None and _inside_ray()
+        if grading is not None:
+            self.groups: Any = Groups(self.settings, grading)
+        elif self.recipe_groups is None:
+            raise BadInput(
+                "GroupwiseRewardManager grades with the grading it is given; verl's manager 'whileai' "
+                "(whileai.config.verl) grades with a recipe's"
+            )
+        elif self._remote:
+            self.groups = _groups_actor(self.settings, self.recipe_groups)
         else:
-            self.groups = Groups(self.settings, grading)
-            self._remote = False
+            self.groups = self.recipe_groups(self.settings)
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """One session's reward: ``{"reward_score": A'_i + mean(R), "reward_extra_info": {...}}``, once its group is
@@ -482,7 +457,9 @@ class WhileaiRewardManager(RewardManagerBase):
             if self.groups is not lost:  # another call of this worker has replaced it already
                 return
             try:
-                self.groups = await asyncio.get_running_loop().run_in_executor(None, _groups_actor, self.settings)
+                self.groups = await asyncio.get_running_loop().run_in_executor(
+                    None, _groups_actor, self.settings, self.recipe_groups
+                )
                 print("whileai: the groups actor was lost; a new one grades the groups from here on")
             except Exception as error:
                 print(f"whileai: no new groups actor ({describe(error)}); the next response tries again")

@@ -35,11 +35,11 @@ What this module does not do: import trl, datasets or torch (it needs none of th
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from whileai.integrations.tool_calls import environment_tools
 from whileai.rows.text import dump_json
 from whileai.simulations.agents import Agent, Event, Reply, ToolCall
 from whileai.simulations.scenarios import SUPPORT_SYSTEM_PROMPT, Scenario, Verdict, load_scenarios
@@ -229,22 +229,6 @@ class RewardedSupportEnvironment(SupportEnvironment):
     def get_reward(self) -> float:
         """1.0 when the scenario's verifier passes the end state, else 0.0."""
         return 1.0 if self.verdict.passed else 0.0
-
-
-def environment_tools(environment: Any) -> list[Any]:
-    """The tools TRL 1.16 offers the model for an environment instance, in TRL's order: the class's public functions
-    other than ``reset`` and ``get_reward``, by name (``inspect.getmembers`` on the class), bound to the instance.
-
-    Example:
-        >>> [tool.__name__ for tool in environment_tools(SupportEnvironment())]
-        ['cancel_order', 'change_address', 'list_orders', 'lookup_order', 'refund_order']
-    """
-    members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
-    return [
-        getattr(environment, name)
-        for name, _ in members
-        if name not in ("reset", "get_reward") and not name.startswith("_")
-    ]
 
 
 def environment_conversation(

@@ -11,11 +11,11 @@ rollouts from it. Each step sends the conversation so far with the scenario's to
 The model's answer becomes one action. A tool call becomes a :class:`~whileai.simulations.agents.ToolCall` (several
 tool calls in one answer are played one per step, in order, before the model is asked again). With
 ``tool_calls="json"``, an answer the server gave no structured tool call is also read for calls written as bare JSON
-in its text (``whileai.simulations.json_calls``, as training's ``model.tool_calls: json``): a small instruct model
-served by llama.cpp, whose server parses no tool calls, writes them so. The model's own text then stays its message
-in the history, each tool's result following it. Text without a tool
-call becomes a :class:`~whileai.simulations.agents.Reply`: one that ends in a question mark waits for the customer's
-answer (at most ``max_questions`` times per rollout), any other ends the conversation.
+in its text (``whileai.integrations.tool_calls.json_tool_calls``, as training's ``model.tool_calls: json``): a small
+instruct model served by llama.cpp, whose server parses no tool calls, writes them so. The model's own text then
+stays its message in the history, each tool's result following it. Text without a tool call becomes a
+:class:`~whileai.simulations.agents.Reply`: one that ends in a question mark waits for the customer's answer (at
+most ``max_questions`` times per rollout), any other ends the conversation.
 
 A wrong call is the model's mistake, not an exception: an unknown tool or bad arguments reach the order desk, which
 answers ``{"error": ...}`` into the transcript and back to the model. Arguments that are not a JSON object are passed
@@ -42,9 +42,9 @@ from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
 from whileai.errors import BadInput
 from whileai.http.endpoint import EndpointStats
 from whileai.http.secrets import masked_url
+from whileai.integrations.tool_calls import json_tool_calls
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
 from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
-from whileai.simulations.json_calls import json_tool_calls
 
 __all__ = ["DEFAULT_AGENT_PROMPT", "ModelAgent", "ModelEpisode", "model_agent"]
 

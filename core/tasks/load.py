@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.config.load import LoadedRecipe
+from whileai.config.build import TrainSetup
 from whileai.errors import BadInput, describe, function_label, needs_extra
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
 from whileai.tasks.word_problems import final_answer, word_problem_rows
 
-__all__ = ["TrainingTask", "check_verifier", "echoes_digits", "load_task", "load_verifier"]
+__all__ = ["TrainingTask", "check_verifier", "echoes_digits", "load_task", "load_verifier", "task_and_verifier"]
 
 # The words of builtin:echo_digits. Completions are drawn from the same vocabulary (the tokenizer is trained on it).
 ECHO_WORDS = (
@@ -145,12 +145,10 @@ def _support_demonstrations(scenarios: Sequence[Any], rollouts: int, seed: int) 
     ]
 
 
-def load_task(loaded: LoadedRecipe) -> TrainingTask:
-    """The training rows of the recipe's ``data`` section (a built-in task or a rows file), with the prompts
+def load_task(setup: TrainSetup) -> TrainingTask:
+    """The training rows of the run's ``data`` section (a built-in task or a rows file), with the prompts
     ``data.eval_prompts`` holds out for evaluation."""
-    data = loaded.recipe.data
-    if data is None:
-        raise BadInput("the recipe has no data section")
+    data = setup.data
     held_out = data.eval_prompts or 0
     if data.dataset.startswith("builtin:"):
         if data.dataset == "builtin:echo_digits":
@@ -165,7 +163,7 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
                 raise BadInput(f"data.eval_prompts {held_out} leaves no training prompt of {len(task.rows)}")
             task.rows, task.eval_rows = task.rows[:-held_out], task.rows[-held_out:]
         return task
-    rows = _own_rows(loaded)
+    rows = _own_rows(setup)
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict) or data.prompt_key not in row:
             raise BadInput(f"data.dataset {data.dataset} row {number}: missing field {data.prompt_key!r}")
@@ -188,20 +186,19 @@ def load_task(loaded: LoadedRecipe) -> TrainingTask:
     corpus = [prompt_words(r["prompt"]) for r in rows + eval_rows]
     if data.environment is None:
         return TrainingTask(rows, corpus=corpus, eval_rows=eval_rows)
-    factory = load_callable(data.environment, loaded.base_dir, what="data.environment")
+    factory = load_callable(data.environment, setup.base_dir, what="data.environment")
     first = functools.partial(_first_turns, rows + eval_rows)
     return TrainingTask(rows, corpus, eval_rows, environment_factory=factory, demonstrations=first)
 
 
-def _own_rows(loaded: LoadedRecipe) -> list[dict[str, Any]]:
+def _own_rows(setup: TrainSetup) -> list[dict[str, Any]]:
     """The rows of a recipe's own ``data.dataset``: a rows file or folder beside the recipe, else a ``datasets`` name
     (``datasets.load_dataset(name, data.subset, split=data.split)``, from a model hub)."""
     from whileai.config.schema import is_rows_path
     from whileai.rows.groups import read_rows
 
-    data = loaded.recipe.data
-    assert data is not None
-    path = loaded.resolve(data.dataset)
+    data = setup.data
+    path = setup.resolve(data.dataset)
     if path.exists():
         return read_rows(path)
     if is_rows_path(data.dataset):
@@ -280,35 +277,49 @@ def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask | 
         ) from None
 
 
-def check_verifier(loaded: LoadedRecipe) -> None:
-    """The recipe's verifier against what TRL passes it, before any model is built (``whileai validate`` and
+def check_verifier(setup: TrainSetup) -> None:
+    """The run's verifier against what TRL passes it, before any model is built (``whileai validate`` and
     ``whileai train``): the dataset's columns where they can be read here (a built-in task, a rows file or folder);
     a dataset named on the hub is not fetched for it.
 
     Raises:
         BadInput: see :func:`check_verifier_signature`.
     """
-    data, section = loaded.recipe.data, loaded.recipe.verifier
-    if data is None or section is None or section.function is None:
+    data = setup.data
+    if setup.verifier.function is None:
         return
-    local = data.dataset.startswith("builtin:") or loaded.resolve(data.dataset).exists()
-    task = load_task(loaded) if local else None
-    check_verifier_signature(load_verifier(loaded), task, f"{loaded.path}: verifier.function")
+    local = data.dataset.startswith("builtin:") or setup.resolve(data.dataset).exists()
+    task = load_task(setup) if local else None
+    check_verifier_signature(load_verifier(setup), task, f"{setup.where}: verifier.function")
 
 
-def load_verifier(loaded: LoadedRecipe) -> Callable[..., list[float]]:
-    """The recipe's verifier: a built-in by name or a TRL-style reward function by reference."""
-    section = loaded.recipe.verifier
-    if section is None:
-        raise BadInput("the recipe has no verifier section")
+def task_and_verifier(setup: TrainSetup, *, fetch: bool = True) -> tuple[TrainingTask | None, Callable[..., Any]]:
+    """The run's task and verifier, the verifier checked against what TRL passes it with the task's columns.
+
+    ``fetch`` False leaves a dataset named on the hub unfetched (the task None): only what TRL passes every reward
+    function is checked then.
+
+    Raises:
+        BadInput: see :func:`check_verifier_signature`.
+    """
+    local = setup.data.dataset.startswith("builtin:") or setup.resolve(setup.data.dataset).exists()
+    task = load_task(setup) if local or fetch else None
+    verifier = load_verifier(setup)
+    check_verifier_signature(verifier, task, f"{setup.where}: verifier.function")
+    return task, verifier
+
+
+def load_verifier(setup: TrainSetup) -> Callable[..., list[float]]:
+    """The run's verifier: a built-in by name or a TRL-style reward function by reference."""
+    section = setup.verifier
     if section.builtin is not None:
         verifier = BUILTIN_VERIFIERS[section.builtin]  # the schema allows only these names
         if verifier in (echoes_digits, final_answer):  # a completion cut off at the limit did not finish
-            limit = loaded.recipe.trainer.model_dump().get("max_completion_length")
+            limit = setup.trainer.model_dump().get("max_completion_length")
             return functools.partial(verifier, max_length=limit)
         return verifier
     assert section.function is not None
-    function = load_callable(section.function, loaded.base_dir, what="verifier")
+    function = load_callable(section.function, setup.base_dir, what="verifier")
     if not section.in_process:
         return function
     marked = functools.partial(function)  # the user's function untouched

@@ -328,7 +328,7 @@ def recorded_gate(out: Path, recipe: dict[str, Any]) -> tuple[dict[str, Any] | N
 
 
 def run_recipe(out: Path) -> dict[str, Any] | None:
-    """The recipe a run folder keeps (``recipe.yaml``, as ``LoadedRecipe.written()`` made it), or None where it keeps
+    """The recipe a run folder keeps (``recipe.yaml``, as ``TrainSetup.written`` holds it), or None where it keeps
     none that reads as one."""
     try:
         recipe = read_yaml_file(out / "recipe.yaml")
@@ -349,7 +349,7 @@ def arm_of(recipe: dict[str, Any]) -> dict[str, Any]:
 
 
 def arm_changes(out: Path, recipe: dict[str, Any]) -> list[str]:
-    """What ``recipe`` (``LoadedRecipe.written()``) changes of the arm the run in ``out`` was trained as, each as
+    """What ``recipe`` (``TrainSetup.written``) changes of the arm the run in ``out`` was trained as, each as
     ``field: before -> now`` (a binary arm has no grader: ``none``); empty when it changes none, or the folder keeps
     no recipe."""
     before = run_recipe(out)
@@ -366,19 +366,3 @@ def _gate_part(section: str, recipe: dict[str, Any]) -> Any:
     if section == "spread" and isinstance(value, dict):
         return {key: item for key, item in value.items() if key != "watch"}
     return value
-
-
-def grader_recipe_of(rows: Path | None) -> Path | None:
-    """The ``recipe.yaml`` of the training run whose folder (or its ``completions/``) ``rows`` names, when that run
-    trained with a grader (a binary arm has none to grade with), else None: ``whileai spread RUN`` grades a run's
-    completions with the grader and spread settings the run had."""
-    if rows is None:
-        return None
-    for folder in (rows, rows.parent) if rows.name == "completions" else (rows,):
-        candidate = folder / "recipe.yaml"
-        if candidate.exists() and (folder / "completions").is_dir():
-            written = read_yaml_file(candidate)  # one that does not read is named, never graded by another rule
-            if not isinstance(written, dict):
-                raise BadInput(f"{candidate}: the run's recipe is no mapping: give --recipe or --grader")
-            return candidate if written.get("grader") else None
-    return None

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whileai.config.build import TrainSetup
 from whileai.errors import BadInput
-from whileai.integrations.tool_calls import recipe_tool_calls
 from whileai.stats import clustered_interval
 from whileai.training.folder import EVAL_FORMAT, eval_file, run_lock, write_whole
 
@@ -64,23 +64,21 @@ class HeldOut:
         return lines
 
 
-def _held_out_rows(recipe_path: Path, prompts: int) -> tuple[list[dict[str, Any]], str, Any, Any]:
-    """The held-out rows, where they come from, the loaded recipe and the task that holds them."""
-    from whileai.config import load_recipe
+def _held_out_rows(setup: TrainSetup, prompts: int) -> tuple[list[dict[str, Any]], str, Any]:
+    """The held-out rows, where they come from, and the task that holds them."""
     from whileai.tasks.load import load_task
 
-    loaded = load_recipe(recipe_path)
-    task = load_task(loaded)
+    task = load_task(setup)
     if task.eval_rows:
-        return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", loaded, task
+        return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", task
     trained = len(task.rows)
-    wider_task = load_task(load_recipe(recipe_path, [f"data.num_prompts={trained + prompts}"]))
+    wider_task = load_task(setup.with_prompts(trained + prompts))
     rows = wider_task.rows[trained : trained + prompts]
     if not rows:
         raise BadInput(
-            f"{recipe_path}: no prompt past the {trained} the run trained on: hold some out with data.eval_prompts"
+            f"{setup.where}: no prompt past the {trained} the run trained on: hold some out with data.eval_prompts"
         )
-    return rows, f"the {len(rows)} prompt(s) after the {trained} it trained on", loaded, wider_task
+    return rows, f"the {len(rows)} prompt(s) after the {trained} it trained on", wider_task
 
 
 def _tool_loop_groups(
@@ -127,12 +125,12 @@ def _tool_loop_groups(
     return groups, metrics.get("eval_completions/mean_length")
 
 
-def _model(run: Path, loaded: Any, checkpoint: str | None, initial: bool) -> Path:
+def _model(run: Path, setup: TrainSetup, checkpoint: str | None, initial: bool) -> Path:
     """The model to evaluate: the run's final one, a checkpoint of it, or the one it started from."""
     if initial:
         from whileai.training.plan import model_path
 
-        model = Path(model_path(loaded))
+        model = Path(model_path(setup))
     else:
         model = run / (checkpoint or "final")
     local = model.is_dir() or not initial  # the initial model may be a hub id
@@ -142,10 +140,11 @@ def _model(run: Path, loaded: Any, checkpoint: str | None, initial: bool) -> Pat
 
 
 def evaluate_run(
-    run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0, say: Callable[[str], None] = print,
-    initial: bool = False,
+    setup: TrainSetup, run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0,
+    say: Callable[[str], None] = print, initial: bool = False,
 ) -> HeldOut:  # fmt: skip
-    """Sample, verify and grade the run's model on held-out prompts (the module docstring says which and how), and
+    """Sample, verify and grade the model of the run in ``run`` (its setup: ``whileai.config.build.run_setup``) on
+    held-out prompts (the module docstring says which and how), and
     write the figures to ``eval_file(run, checkpoint)``. ``initial``: the model the run started from instead (the
     recipe's model, what training's first step sampled), on the same prompts, to ``eval-initial.json``.
 
@@ -153,9 +152,6 @@ def evaluate_run(
         BadInput: no run folder, no saved model, no held-out prompt, or another process writing into the run.
         MissingExtra: torch, transformers or trl not installed.
     """
-    recipe_path = run / "recipe.yaml"
-    if not recipe_path.is_file():
-        raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
     if initial and checkpoint is not None:
         raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
     if checkpoint is not None and not re.fullmatch(r"checkpoint-\d+", checkpoint):  # a folder of this run, by name
@@ -164,34 +160,34 @@ def evaluate_run(
             f"--checkpoint {checkpoint!r}: name one of the run's checkpoint-N folders ({', '.join(kept) or 'none'})"
         )
     with run_lock(run, "whileai eval"):  # it writes into the run: not beside a training run, or another eval
-        return _evaluate(run, checkpoint, prompts, seed, say, initial)
+        return _evaluate(setup, run, checkpoint, prompts, seed, say, initial)
 
 
 def _evaluate(
-    run: Path, checkpoint: str | None, prompts: int, seed: int, say: Callable[[str], None], initial: bool
-) -> HeldOut:
+    setup: TrainSetup, run: Path, checkpoint: str | None, prompts: int, seed: int, say: Callable[[str], None],
+    initial: bool,
+) -> HeldOut:  # fmt: skip
     """``evaluate_run`` once the run folder is this process's."""
-    from whileai.config.build import build_grading
     from whileai.grading.gate import check_spread_groups
     from whileai.tasks.load import load_verifier
     from whileai.training.plan import Machine, grpo_kwargs, quiet_libraries
     from whileai.training.sample import group_passes, sample_groups
 
-    rows, source, loaded, task = _held_out_rows(run / "recipe.yaml", prompts)
-    model = _model(run, loaded, checkpoint, initial)
+    rows, source, task = _held_out_rows(setup, prompts)
+    model = _model(run, setup, checkpoint, initial)
     checkpoint = "initial" if initial else checkpoint
     quiet_libraries("whileai eval")
     from trl import GRPOConfig
 
-    verifier = load_verifier(loaded)
+    verifier = load_verifier(setup)
     with tempfile.TemporaryDirectory(prefix="whileai-eval-") as scratch:  # TRL's output_dir; the run's stays as it is
-        kwargs = grpo_kwargs(loaded, Machine.detect())
+        kwargs = grpo_kwargs(setup, Machine.detect())
         kwargs.update(output_dir=scratch, seed=seed, log_completions=False)
         args = GRPOConfig(**kwargs)
         length = None
-        limit = loaded.recipe.verifier.timeout_s if loaded.recipe.verifier is not None else None
+        limit = setup.verifier.timeout_s
         if task.environment_factory is not None:
-            calls = recipe_tool_calls(loaded.recipe)
+            calls = setup.model.tool_calls
             groups, length = _tool_loop_groups(model, rows, task, verifier, args, calls, limit)
         else:
             groups = sample_groups(str(model), rows, verifier, args, seed=seed, verifier_timeout_s=limit)
@@ -218,8 +214,8 @@ def _evaluate(
         "mean_length_tokens": float(length),
         "grader": None,
     }
-    if loaded.recipe.grader is not None:
-        grading = build_grading(loaded, say=say)
+    grading = setup.grading(say)
+    if grading is not None:
         report = check_spread_groups(grading, groups, strict=False)
         data["grader"] = {
             "verdict": report.verdict,
@@ -230,7 +226,7 @@ def _evaluate(
             "hacks": sum(len(v) for v in report.hacks.values()),
             "fallbacks": sum(report.failed.values()),
         }
-    data["note"] = TINY_NOTE if getattr(loaded.recipe.model, "tiny", None) is not None else None
+    data["note"] = TINY_NOTE if setup.model.tiny is not None else None
     path = eval_file(run, checkpoint)
     write_whole(path, json.dumps(data, indent=1) + "\n")
     return HeldOut(data, path)

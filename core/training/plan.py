@@ -1,7 +1,7 @@
-"""What ``whileai train`` will do with a recipe, said before anything heavy is imported (``--dry-run``), and the
+"""What ``whileai train`` will do with a run's setup, said before anything heavy is imported (``--dry-run``), and the
 ``GRPOConfig`` arguments the run passes.
 
-``grpo_kwargs(loaded, machine)`` is the one place where a recipe and the machine become TRL's ``GRPOConfig``
+``grpo_kwargs(setup, machine)`` is the one place where a run's setup and the machine become TRL's ``GRPOConfig``
 keyword arguments, including the settings whileai sets itself (``log_completions``, the generation backend, the
 CPU, the dtype): the dry run prints them and the run passes them. The plan names the spread gate's rows, the grader,
 the verifier, the model and data besides. Nothing here imports TRL or calls a grader, and only ``Machine.detect``
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whileai.config.load import LoadedRecipe
+from whileai.config.build import TrainSetup
 from whileai.config.machine import model_source
 from whileai.errors import needs_extra
 
@@ -55,8 +55,8 @@ class Machine:
         return f"transformers ({'no vllm installed' if self.cuda else 'no CUDA'})"
 
 
-def grpo_kwargs(loaded: LoadedRecipe, machine: Machine) -> dict[str, Any]:
-    """The ``GRPOConfig`` keyword arguments of a recipe on ``machine``.
+def grpo_kwargs(setup: TrainSetup, machine: Machine) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments of a run on ``machine``.
 
     - the trainer section, with the run directory (one run folder: the schema refuses ``trainer.output_dir``);
     - completion logs on, so that one run's rollouts (``completions/*.parquet``) feed the next ``whileai spread``;
@@ -66,9 +66,8 @@ def grpo_kwargs(loaded: LoadedRecipe, machine: Machine) -> dict[str, Any]:
       ``use_cpu`` without CUDA;
     - the model's ``dtype``, when the recipe sets one.
     """
-    recipe = loaded.recipe
-    kwargs = recipe.trainer.grpo_kwargs()
-    kwargs["output_dir"] = recipe.output_dir
+    kwargs = setup.trainer.grpo_kwargs()
+    kwargs["output_dir"] = str(setup.output_dir)
     kwargs.setdefault("log_completions", True)
     kwargs.setdefault("report_to", "none")
     kwargs.setdefault("num_completions_to_print", 0)
@@ -80,8 +79,8 @@ def grpo_kwargs(loaded: LoadedRecipe, machine: Machine) -> dict[str, Any]:
         kwargs["use_vllm"] = False
     if not machine.cuda:
         kwargs["use_cpu"] = True
-    model = recipe.model
-    if model is not None and model.dtype != "auto":
+    model = setup.model
+    if model.dtype != "auto":
         kwargs["model_init_kwargs"] = {**(kwargs.get("model_init_kwargs") or {}), "dtype": model.dtype}
     return kwargs
 
@@ -94,121 +93,119 @@ def cpu_threads(model: Any) -> int | None:
     return 1 if model.tiny is not None else None
 
 
-def _advantage_rule(loaded: LoadedRecipe) -> str:
+def _advantage_rule(setup: TrainSetup) -> str:
     """What TRL will train on, in one line."""
-    recipe = loaded.recipe
-    if recipe.grader is not None:
+    if setup.grader is not None:
         return (
             "equation 3: TRL subtracts each group's mean from the groupwise reward (scale_rewards none, one reward "
             "function of weight 1; checked on the built trainer before the first step)"
         )
-    extra = recipe.trainer.model_extra or {}
+    extra = setup.trainer.model_extra or {}
     if extra.get("multi_objective_aggregation") == "normalize_then_sum":
         return "binary arm: the verifier's reward normalized per group, then by the batch's std (normalize_then_sum)"
     scaling = {
         "none": "r - mean(group), no std division (Dr. GRPO)",
         "group": "(r - mean(group)) / (std(group) + 1e-4) (GRPO)",
         "batch": "(r - mean(group)) / (std(batch) + 1e-4)",
-    }[recipe.trainer.scale_rewards]
+    }[setup.trainer.scale_rewards]
     return f"binary arm: the verifier's reward, {scaling}"
 
 
 @dataclass
 class TrainingPlan:
-    """The steps of a run, as (step, what) pairs."""
+    """The run a setup would train, as ``whileai train --dry-run`` prints it: the resolved recipe, then the steps as
+    (step, what) pairs."""
 
+    shown: str
     steps: list[tuple[str, str]] = field(default_factory=list)
 
     def lines(self) -> list[tuple[str, str]]:
         return list(self.steps)
 
 
-def training_plan(loaded: LoadedRecipe) -> TrainingPlan:
-    """Describe the run a recipe asks for on this machine (read without torch: ``Machine.without_torch``)."""
-    recipe = loaded.recipe
-    plan = TrainingPlan()
-    if recipe.grader is None:
+def training_plan(setup: TrainSetup) -> TrainingPlan:
+    """The run ``setup`` would train on this machine (read without torch: ``Machine.without_torch``)."""
+    plan = TrainingPlan(setup.shown)
+    if setup.grader is None:
         plan.steps.append(("grader", "none: the verifier's binary reward (a comparison arm without grading)"))
         plan.steps.append(("spread gate", "skipped: no grader to check"))
     else:
-        grader = recipe.grader.kind
-        detail = getattr(recipe.grader, "function", None) or (
-            recipe.grader.judge.model if recipe.grader.kind == "judge" else "rule"
-        )
-        plan.steps.append(("grader", f"{grader} ({detail}), mode {recipe.grading.mode}, cap {recipe.grading.cap}"))
-        if recipe.spread.rows:
-            rows = f"rows {loaded.resolve(recipe.spread.rows)}"
-        elif recipe.spread.sample is not None:
-            rows = (
-                f"the initial model's completions: {recipe.trainer.num_generations} for each of "
-                f"{recipe.spread.sample.prompts} training prompts, verified, graded before the first step"
-            )
-        elif recipe.simulate is not None:
-            sim = recipe.simulate
-            rows = f"simulated: {sim.scenarios} x {sim.n} with the seeded agent (seed {sim.seed})"
-        else:
-            rows = "none given: the gate is skipped and the run records it as skipped"
-        if recipe.spread.controls and (recipe.spread.rows or recipe.spread.sample or recipe.simulate):
-            rows += f"; controls on {recipe.spread.controls} groups (reordered, one pass copied)"
-        plan.steps.append(("spread gate", rows))
-        watch = recipe.spread.watch
-        if watch.enabled:
-            steps = (recipe.trainer.model_extra or {}).get("max_steps")
-            never = isinstance(steps, int) and 0 < steps < watch.every_steps
-            plan.steps.append(
-                (
-                    "spread watch",
-                    f"every {watch.every_steps} steps on the last {watch.window} steps' groups, up to "
-                    f"{watch.controls} controls a check while their calls stay within {watch.max_extra_calls:.0%} of "
-                    f"the grader's; on_fail {watch.on_fail}"
-                    + (f" after {watch.patience} in a row" if watch.on_fail == "stop" else "")
-                    + (f"; no check will run: max_steps {steps} < every_steps" if never else ""),
-                )
-            )
-        else:
-            plan.steps.append(("spread watch", "off (spread.watch.enabled: false)"))
-    verifier = recipe.verifier
-    if verifier is not None:
-        plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
-    if recipe.model is not None:
-        tiny = recipe.model.tiny
-        name = recipe.model.name_or_path
-        model = (
-            f"{name}, from {model_source(name)}"
-            if name
-            else f"tiny random-weight model {tiny.config() if tiny else {}}"
-        )
-        if recipe.model.warm_start is not None:
-            warm = recipe.model.warm_start
-            model += (
-                f", warm-started: {warm.steps} supervised steps on {warm.rollouts} seeded-agent conversations per "
-                "scenario"
-            )
-        if recipe.model.tool_calls == "json":
-            model += "; tool calls in the chat template's form or as bare JSON"
-        lora = recipe.model.lora
-        if lora is not None:
-            model += f"; LoRA adapters (rank {lora.r}, alpha {lora.alpha:g}, on {lora.target_modules}), the rest frozen"
-        plan.steps.append(("model", model))
-        threads = cpu_threads(recipe.model)
-        plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))
-    if recipe.data is not None:
-        plan.steps.append(("data", recipe.data.dataset))
+        grader = setup.grader
+        detail = getattr(grader, "function", None) or (grader.judge.model if grader.kind == "judge" else "rule")
+        plan.steps.append(("grader", f"{grader.kind} ({detail}), mode {setup.knobs.mode}, cap {setup.knobs.cap}"))
+        plan.steps.append(("spread gate", _gate_rows(setup)))
+        plan.steps.append(("spread watch", _watch_line(setup)))
+    verifier = setup.verifier
+    plan.steps.append(("verifier", verifier.function or f"builtin:{verifier.builtin}"))
+    plan.steps.append(("model", _model_line(setup.model)))
+    threads = cpu_threads(setup.model)
+    plan.steps.append(("CPU threads", "torch's default" if threads is None else str(threads)))
+    plan.steps.append(("data", setup.data.dataset))
     machine = Machine.without_torch()
-    args = grpo_kwargs(loaded, machine)
-    plan.steps.append(("advantages", _advantage_rule(loaded)))
+    args = grpo_kwargs(setup, machine)
+    plan.steps.append(("advantages", _advantage_rule(setup)))
     plan.steps.append(("GRPOConfig", ", ".join(f"{k}={v!r}" for k, v in args.items())))
     plan.steps.append(("generation", f"{machine.generation(args)} on this machine (whileai train asks torch again)"))
-    plan.steps.append(("run directory", str(recipe.output_dir)))
+    plan.steps.append(("run directory", str(setup.output_dir)))
     return plan
 
 
-def model_path(loaded: LoadedRecipe) -> str:
+def _gate_rows(setup: TrainSetup) -> str:
+    """What the spread gate reads, in one line."""
+    spread, sim = setup.spread, setup.simulate
+    if spread.rows:
+        rows = f"rows {setup.resolve(spread.rows)}"
+    elif spread.sample is not None:
+        rows = (
+            f"the initial model's completions: {setup.trainer.num_generations} for each of "
+            f"{spread.sample.prompts} training prompts, verified, graded before the first step"
+        )
+    elif sim is not None:
+        rows = f"simulated: {sim.scenarios} x {sim.n} with the seeded agent (seed {sim.seed})"
+    else:
+        rows = "none given: the gate is skipped and the run records it as skipped"
+    if spread.controls and (spread.rows or spread.sample or sim):
+        rows += f"; controls on {spread.controls} groups (reordered, one pass copied)"
+    return rows
+
+
+def _watch_line(setup: TrainSetup) -> str:
+    """The spread watch's checks, in one line."""
+    watch = setup.spread.watch
+    if not watch.enabled:
+        return "off (spread.watch.enabled: false)"
+    steps = (setup.trainer.model_extra or {}).get("max_steps")
+    never = isinstance(steps, int) and 0 < steps < watch.every_steps
+    return (
+        f"every {watch.every_steps} steps on the last {watch.window} steps' groups, up to {watch.controls} controls "
+        f"a check while their calls stay within {watch.max_extra_calls:.0%} of the grader's; on_fail {watch.on_fail}"
+        + (f" after {watch.patience} in a row" if watch.on_fail == "stop" else "")
+        + (f"; no check will run: max_steps {steps} < every_steps" if never else "")
+    )
+
+
+def _model_line(model: Any) -> str:
+    """The policy, in one line: where it comes from, its warm start, tool-call form and adapters."""
+    name = model.name_or_path
+    line = f"{name}, from {model_source(name)}" if name else f"tiny random-weight model {model.tiny.config()}"
+    if model.warm_start is not None:
+        warm = model.warm_start
+        line += (
+            f", warm-started: {warm.steps} supervised steps on {warm.rollouts} seeded-agent conversations per scenario"
+        )
+    if model.tool_calls == "json":
+        line += "; tool calls in the chat template's form or as bare JSON"
+    if model.lora is not None:
+        lora = model.lora
+        line += f"; LoRA adapters (rank {lora.r}, alpha {lora.alpha:g}, on {lora.target_modules}), the rest frozen"
+    return line
+
+
+def model_path(setup: TrainSetup) -> str:
     """Where the policy loads from: the tiny model's folder in the run, or the recipe's model. A local folder is
     made absolute: LoRA adapters record the path of the model they sit on, and are loaded from other folders."""
-    model = loaded.recipe.model
-    assert model is not None
-    path = str(Path(loaded.recipe.output_dir) / "base_model") if model.tiny is not None else model.name_or_path
+    model = setup.model
+    path = str(setup.output_dir / "base_model") if model.tiny is not None else model.name_or_path
     assert path is not None
     return str(Path(path).resolve()) if model.tiny is not None or Path(path).is_dir() else path
 

@@ -1,7 +1,7 @@
 """``whileai train``: the spread gate, then TRL's ``GRPOTrainer`` with the groupwise grader, writing a run you can read.
 
 ``run_training`` refuses a folder that holds a run unless told to resume, and marks how a run that stops ended.
-``_train`` reads top to bottom:
+A run takes its setup (``whileai.config.build.TrainSetup``), never the recipe. ``_train`` reads top to bottom:
 
 1. the run folder: a resume drops what the steps it replays logged; the resolved recipe is written; the run's one
    ``GroupwiseGrading`` is built (the gate checks the grader that trains: one judge client, one plan line);
@@ -31,15 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whileai.config.load import LoadedRecipe
+from whileai.config.build import TrainSetup
 from whileai.config.machine import check_hub
 from whileai.errors import BadInput, GraderUnavailable
 from whileai.grading.gate import unavailable_report
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.tally import mostly_fell_back
 from whileai.grading.trl import binary_reward, generations_per_step
-from whileai.integrations.tool_calls import recipe_tool_calls
-from whileai.tasks.load import check_verifier
+from whileai.tasks.load import check_verifier, task_and_verifier
 from whileai.training.folder import (
     GradingLog,
     arm_changes,
@@ -53,9 +52,9 @@ from whileai.training.folder import (
     write_json,
     write_whole,
 )
-from whileai.training.plan import model_path, quiet_libraries
+from whileai.training.plan import TrainingPlan, model_path, quiet_libraries, training_plan
 
-__all__ = ["Gate", "TrainingResult", "binary_reward", "run_training"]
+__all__ = ["Gate", "RunInterrupted", "TrainingResult", "binary_reward", "dry_run", "run_training"]
 
 
 @dataclass
@@ -71,6 +70,15 @@ class TrainingResult:
     finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
     watch_stopped: dict[str, Any] | None = None  # the spread watch ended training: its step and why
     plain: str = ""  # how the run trained when most of its graded groups fell back (mostly_fell_back), else empty
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, raised once the run folder says so: ``checkpoint`` is the newest one, (folder, step), or
+    None before the first."""
+
+    def __init__(self, checkpoint: tuple[Path, int] | None) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
 
 
 @dataclass
@@ -105,7 +113,7 @@ class Gate:
 
 
 def _run_gate(
-    loaded: LoadedRecipe,
+    setup: TrainSetup,
     grading: GroupwiseGrading | None,
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None = None,
@@ -115,31 +123,30 @@ def _run_gate(
     groups and calls are not the run's: ``grading``'s counters, and its judge's, are as they were before it."""
     before = grading.counters() if grading is not None else None
     try:
-        gate = _spread_gate(loaded, grading, say, sampled).as_dict()
+        gate = _spread_gate(setup, grading, say, sampled).as_dict()
     finally:
         if grading is not None and before is not None:
             grading.restore_counters(before)
-    write_json(Path(loaded.recipe.output_dir) / "spread_gate.json", gate)
+    write_json(setup.output_dir / "spread_gate.json", gate)
     return gate
 
 
 def _spread_gate(
-    loaded: LoadedRecipe,
+    setup: TrainSetup,
     grading: GroupwiseGrading | None,
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None,
 ) -> Gate:
-    recipe = loaded.recipe
-    source = loaded.recipe.gate_source()
+    source = setup.gate_source
     if grading is None or source is None:
         reason = "no grader: a binary arm" if grading is None else "no spread.rows, spread.sample or simulate section"
         say(f"whileai: spread gate skipped: {reason}")
         return Gate(None, "skipped", reason=reason)
-    settings = recipe.spread
+    settings = setup.spread
     checks = {"controls": settings.controls, "seed": settings.seed}
     heading = f"whileai: spread gate on {_SOURCES[source]}:"
     try:
-        report, sampled_rate = _gate_report(loaded, grading, say, sampled, source, checks)
+        report, sampled_rate = _gate_report(setup, grading, say, sampled, source, checks)
     except GraderUnavailable as error:  # a verdict like any other: --skip-spread-gate trains past it too
         unavailable = unavailable_report(error)
         say(heading)
@@ -151,7 +158,7 @@ def _spread_gate(
 
 
 def _gate_report(
-    loaded: LoadedRecipe,
+    setup: TrainSetup,
     grading: GroupwiseGrading,
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None,
@@ -160,12 +167,12 @@ def _gate_report(
 ) -> tuple[Any, dict[str, Any] | None]:
     """The gate's report on the recipe's rows, the initial model's sampled groups or the seeded agent's rollouts, and
     the sampled pass rate (with ``spread.sample``)."""
-    from whileai.config.build import rows_to_grade
     from whileai.grading.gate import check_spread_file, check_spread_groups
 
-    recipe, settings, sampled_rate = loaded.recipe, loaded.recipe.spread, None
+    settings, sampled_rate = setup.spread, None
     if source == "rows":
-        path = rows_to_grade(loaded, None)
+        assert settings.rows is not None
+        path = setup.resolve(settings.rows)
         report = check_spread_file(path, grading, settings.row_fields(), skip_bad=settings.skip_bad_rows, **checks)
         report = report.report
     elif source == "sample":
@@ -180,7 +187,7 @@ def _gate_report(
         from whileai.simulations.rollouts import simulate
         from whileai.simulations.scenarios import load_scenarios
 
-        sim = recipe.simulate
+        sim = setup.simulate
         assert sim is not None  # and sim.agent is "seeded": the schema refuses a model agent for a training gate
         scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
         rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
@@ -223,8 +230,19 @@ def _end_process_group() -> None:
     dist.destroy_process_group()
 
 
+def dry_run(setup: TrainSetup) -> TrainingPlan:
+    """What ``run_training(setup)`` would do (``whileai train --dry-run``), checked as the run checks before any model
+    is built: the verifier against the dataset's columns. Imports no torch.
+
+    Raises:
+        BadInput: a verifier TRL could not call (``whileai.tasks.load.check_verifier``).
+    """
+    check_verifier(setup)
+    return training_plan(setup)
+
+
 def run_training(
-    loaded: LoadedRecipe,
+    setup: TrainSetup,
     *,
     skip_spread_gate: bool = False,
     resume: bool = False,
@@ -239,7 +257,7 @@ def run_training(
     destroyed on every process: it is the process's last distributed work.
 
     Args:
-        loaded: a validated recipe with model, data and verifier sections.
+        setup: the run, as ``whileai.config.build.train_setup`` built it from a recipe.
         skip_spread_gate: train even when the gate finds no spread (recorded in ``whileai_run.json``).
         resume: continue from the newest checkpoint in the run directory.
         say: where progress lines go.
@@ -248,28 +266,32 @@ def run_training(
     Raises:
         BadInput: a recipe that cannot run (missing sections, unknown built-ins, missing files).
         MissingExtra: torch, transformers, trl or datasets not installed.
-        KeyboardInterrupt: Ctrl-C, after the run folder was marked.
+        RunInterrupted: Ctrl-C (a ``KeyboardInterrupt``), after the run folder was marked.
     """
-    out = Path(loaded.recipe.output_dir)
+    out = setup.output_dir
     if resume and not out.is_dir():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
-    check_hub(loaded.recipe, str(loaded.path))  # a model id the hub cannot give fails now, not after the gate
-    check_verifier(loaded)  # and a verifier TRL cannot call with the dataset's columns
+    check_hub(setup.model, setup.where)  # a model id the hub cannot give fails now, not after the gate
+    # The task and a verifier TRL can call with its columns, before the folder is touched (a dataset on the hub is
+    # fetched later, once the gate has passed).
+    task, verifier = task_and_verifier(setup, fetch=False)
     # One process writes into a run folder (the first of a launch holds it for all); the checks below run under the
     # lock, so that two runs started together cannot both find the folder free.
     with run_lock(out, "whileai train") if first_process() else contextlib.nullcontext():
-        return _run_in_folder(loaded, out, skip_spread_gate, resume, say, callbacks)
+        return _run_in_folder(setup, (task, verifier), skip_spread_gate, resume, say, callbacks)
 
 
 def _run_in_folder(
-    loaded: LoadedRecipe,
-    out: Path,
+    setup: TrainSetup,
+    work: tuple[Any, Any],
     skip_spread_gate: bool,
     resume: bool,
     say: Callable[[str], None],
     callbacks: Sequence[Any],
 ) -> TrainingResult:
-    """``run_training`` once the folder is this process's."""
+    """``run_training`` once the folder is this process's (``work``: the task, None for a hub dataset, and the
+    verifier)."""
+    out = setup.output_dir
     # Refused before anything is written, so the folder's own record stays as it was.
     used = training_output(out)
     if used and not resume:
@@ -279,22 +301,22 @@ def _run_in_folder(
         )
     if resume and not used and not (out / "recipe.yaml").is_file():
         raise BadInput(f"--resume: {out} has no checkpoint-* folder and no run to start over; train without --resume")
-    if resume and (changes := arm_changes(out, loaded.written())):
+    if resume and (changes := arm_changes(out, setup.written)):
         raise BadInput(
-            f"--resume: {loaded.path} would go on training the run in {out} as another arm ({'; '.join(changes)}): "
+            f"--resume: {setup.where} would go on training the run in {out} as another arm ({'; '.join(changes)}): "
             "its steps so far were trained as the first, and its figures would mix the two; train this recipe into "
             "a new folder with output_dir=NEW (a resume may change the grader's own settings, not its kind)"
         )
-    if resume and (finished := finished_steps(out, loaded.recipe.trainer.model_dump().get("max_steps"))) is not None:
+    if resume and (finished := finished_steps(out, setup.trainer.model_dump().get("max_steps"))) is not None:
         # Nothing to continue: TRL would train one step past the end and rewrite final/.
         return TrainingResult(out, None, steps=finished[0], finished=finished)
     try:
-        result = _train(loaded, skip_spread_gate, resume, say, callbacks)
+        result = _train(setup, work, skip_spread_gate, resume, say, callbacks)
     except KeyboardInterrupt:
+        checkpoint = last_checkpoint(out)
         if first_process():
-            checkpoint = last_checkpoint(out)
             mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
-        raise
+        raise RunInterrupted(checkpoint) from None
     except Exception as error:
         if first_process():
             mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
@@ -308,7 +330,7 @@ def _run_in_folder(
 class _Run:
     """What the steps of ``_train`` hand each other."""
 
-    loaded: LoadedRecipe
+    setup: TrainSetup
     main: bool  # the first process of a launch: it gates and writes the run folder
     say: Callable[[str], None]
     checkpoint: tuple[Path, int] | None = None
@@ -320,19 +342,19 @@ class _Run:
 
     @property
     def out(self) -> Path:
-        return Path(self.loaded.recipe.output_dir)
+        return self.setup.output_dir
 
 
 def _train(
-    loaded: LoadedRecipe,
+    setup: TrainSetup,
+    work: tuple[Any, Any],
     skip_spread_gate: bool,
     resume: bool,
     say: Callable[[str], None],
     callbacks: Sequence[Any],
 ) -> TrainingResult:
-    loaded.recipe.require("model", "data", "verifier", command="train")
     # Under accelerate/torchrun every process runs this function; the first one gates and writes the run folder.
-    run = _Run(loaded, first_process(), say)
+    run = _Run(setup, first_process(), say)
 
     # 1. The folder, and the run's one grading object (the gate checks the grader that trains).
     gate = _open_folder(run, resume, skip_spread_gate)
@@ -341,13 +363,11 @@ def _train(
     quiet_libraries()
     from accelerate import PartialState
 
-    from whileai.tasks.load import check_verifier_signature, load_task, load_verifier
     from whileai.training.distributed import on_first_process
 
     args = _grpo_config(run)
     processes = PartialState().num_processes
-    task, verifier = load_task(loaded), load_verifier(loaded)
-    check_verifier_signature(verifier, task, f"{loaded.path}: verifier.function")
+    task, verifier = work if work[0] is not None else task_and_verifier(setup)  # a dataset on the hub, fetched now
 
     # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
     gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)
@@ -370,7 +390,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
     what came before for the figures), the run's grading, and the gate where it can run before anything heavy is
     imported (a refusal costs nothing). Returns the gate's record, or None when it runs later (spread.sample, or
     several processes: the first runs it once they are joined)."""
-    loaded, out, say = run.loaded, run.out, run.say
+    setup, out, say = run.setup, run.out, run.say
     run.checkpoint = last_checkpoint(out) if resume else None
     if resume and run.main:
         if run.checkpoint is None:
@@ -379,29 +399,26 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
             say(f"whileai: resuming from {run.checkpoint[0].name}")
         run.graded_before = forget_after(out, 0 if run.checkpoint is None else run.checkpoint[1], say)
     run.summary = {
-        "recipe": str(loaded.path),
+        "recipe": setup.where,
         "skip_spread_gate": skip_spread_gate,
         "resumed": resume,
         "resumed_from": None if run.checkpoint is None else run.checkpoint[0].name,
     }
-    if loaded.recipe.grader is not None:
-        from whileai.config.build import build_grading
-
-        run.grading = build_grading(loaded, say=say if run.main else None)
+    run.grading = setup.grading(say if run.main else None)
     if not run.main:
         return None
     gate = None
     if resume:  # a resume keeps the verdict the run was gated on, unless what the gate reads has changed since
-        gate, why = recorded_gate(out, loaded.written())
+        gate, why = recorded_gate(out, setup.written)
         if gate is None:
             say(f"whileai: the spread gate runs again: {why}")
         else:
             say(f"whileai: the spread gate's verdict from {out / 'spread_gate.json'}: {gate['verdict']}")
     out.mkdir(parents=True, exist_ok=True)
-    write_whole(out / "recipe.yaml", loaded.dump())
-    sampled = run.grading is not None and loaded.recipe.gate_source() == "sample"
+    write_whole(out / "recipe.yaml", setup.shown)
+    sampled = run.grading is not None and setup.gate_source == "sample"
     if gate is None and not sampled and int(os.environ.get("WORLD_SIZE") or 1) == 1:
-        gate = _run_gate(loaded, run.grading, say)
+        gate = _run_gate(setup, run.grading, say)
     return gate
 
 
@@ -410,29 +427,28 @@ def _prepare(
 ) -> dict[str, Any]:
     """Step 4, on the first process: the gate where it has not run, and the tiny model, in the order that spends
     least on a refusal (the gate on the initial model's completions needs the model first)."""
-    recipe, say = run.loaded.recipe, run.say
-    sampled = run.grading is not None and run.loaded.recipe.gate_source() == "sample"
+    setup, say = run.setup, run.say
+    sampled = run.grading is not None and setup.gate_source == "sample"
     if gate is None and not sampled:
-        gate = _run_gate(run.loaded, run.grading, say)
+        gate = _run_gate(setup, run.grading, say)
     if gate is not None and _refused(gate, skip):
         return gate
     from whileai.training.tiny import build_recipe_model
 
-    model, path = recipe.model, model_path(run.loaded)
-    assert model is not None
+    model, path = setup.model, model_path(setup)
     # A resume finds the tiny model it started from (saved model first, tokenizer last) and does not build it
     # again: the checkpoint holds the weights training has reached.
     if model.tiny is not None and not (resume and (Path(path) / "tokenizer_config.json").is_file()):
-        build_recipe_model(path, model, task, recipe.trainer.seed, say)
+        build_recipe_model(path, model, task, setup.trainer.seed, say)
     if gate is None:
         from whileai.training.sample import sample_groups
 
-        sample = recipe.spread.sample
+        sample = setup.spread.sample
         assert sample is not None
         prompts = [task.rows[i % len(task.rows)] for i in range(sample.prompts)]  # a short dataset is reused
-        limit = recipe.verifier.timeout_s if recipe.verifier is not None else None
+        limit = setup.verifier.timeout_s
         sampled = sample_groups(path, prompts, verifier, args, seed=sample.seed, verifier_timeout_s=limit)
-        gate = _run_gate(run.loaded, run.grading, say, sampled)
+        gate = _run_gate(setup, run.grading, say, sampled)
     return gate
 
 
@@ -444,7 +460,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
 
     grading = run.grading
     watching: list[Any] = []
-    limit = run.loaded.recipe.verifier.timeout_s if run.loaded.recipe.verifier is not None else None
+    limit = run.setup.verifier.timeout_s
     if grading is not None:
         # The run's figures cover the whole run: the groups graded before the checkpoint count too.
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
@@ -461,8 +477,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         )  # fmt: skip
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
-    path, model = model_path(run.loaded), run.loaded.recipe.model
-    assert model is not None
+    path, model = model_path(run.setup), run.setup.model
     tokenizer = None
     if model.tiny is not None:
         from transformers import AutoTokenizer
@@ -477,9 +492,9 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
         callbacks=[RichProgress(run.say), *watching, *callbacks],
-        where=str(run.loaded.path),
+        where=run.setup.where,
         say=run.say if run.main else None,
-        tool_calls=recipe_tool_calls(run.loaded.recipe),
+        tool_calls=model.tool_calls,
         lora=None if model.lora is None else model.lora.peft_kwargs(),
     )
 
@@ -489,12 +504,12 @@ def _watch(run: _Run, args: Any) -> Any:
     decision from the figures it logs. None when the recipe turns it off."""
     from whileai.grading.watch import SpreadWatch, WatchLog
 
-    settings = run.loaded.recipe.spread.watch
+    settings = run.setup.spread.watch
     if not settings.enabled:
         return None
     record = WatchLog(run.out / "watch.jsonl") if run.main else None
     return SpreadWatch(
-        run.grading, settings, say=run.say, on_check=record, seed=run.loaded.recipe.spread.seed,
+        run.grading, settings, say=run.say, on_check=record, seed=run.setup.spread.seed,
         batches_per_step=generations_per_step(args),
     )  # fmt: skip
 
@@ -555,16 +570,14 @@ def _grpo_config(run: _Run) -> Any:
     from whileai.training.plan import Machine, cpu_threads, grpo_kwargs
 
     machine = Machine.detect()
-    kwargs = grpo_kwargs(run.loaded, machine)
+    kwargs = grpo_kwargs(run.setup, machine)
     if run.main and not kwargs["use_vllm"]:
         run.say(f"whileai: generating with {machine.generation(kwargs)}")
     if not machine.cuda:
-        model = run.loaded.recipe.model
-        assert model is not None
-        threads = cpu_threads(model)
+        threads = cpu_threads(run.setup.model)
         if threads is not None:
             torch.set_num_threads(threads)
     try:
         return GRPOConfig(**kwargs)
     except (TypeError, ValueError) as err:
-        raise BadInput(f"{run.loaded.path}: trainer: {err}") from None
+        raise BadInput(f"{run.setup.where}: trainer: {err}") from None

@@ -160,13 +160,12 @@ def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, m
     assert done.exit_code == 0, done.stderr[-3000:]
     original = held_out._held_out_rows
 
-    def trained_on(recipe_path, prompts):
-        from whileai.config import load_recipe
+    def trained_on(setup, prompts):
         from whileai.tasks.load import load_task
 
-        _, _, loaded, _ = original(recipe_path, prompts)
-        task = load_task(load_recipe(recipe_path))
-        return task.rows[:prompts], "the prompts it trained on", loaded, task
+        original(setup, prompts)
+        task = load_task(setup)
+        return task.rows[:prompts], "the prompts it trained on", task
 
     monkeypatch.setattr(held_out, "_held_out_rows", trained_on)
     result = invoke("eval", out, "--prompts", "4", "--json")

@@ -271,15 +271,16 @@ def test_gpu_recipe_vllm_colocate_settings_pass_trls_own_validation() -> None:
     from trl import GRPOConfig
 
     from whileai.config import load_recipe
+    from whileai.config.build import train_setup
     from whileai.training.plan import Machine, grpo_kwargs
 
-    loaded = load_recipe(REPO / "recipes" / "refund_agent_gar.yaml")
-    kwargs = grpo_kwargs(loaded, Machine(cuda=True, vllm=True))  # what whileai train passes on such a machine
-    assert kwargs["model_init_kwargs"]["dtype"] == loaded.recipe.model.dtype and "use_cpu" not in kwargs
+    setup = train_setup(load_recipe(REPO / "recipes" / "refund_agent_gar.yaml"))
+    kwargs = grpo_kwargs(setup, Machine(cuda=True, vllm=True))  # what whileai train passes on such a machine
+    assert kwargs["model_init_kwargs"]["dtype"] == setup.model.dtype and "use_cpu" not in kwargs
     kwargs["use_cpu"] = True
     config = GRPOConfig(**kwargs)
     assert (config.use_vllm, config.vllm_mode, config.bf16) == (True, "colocate", True)
-    assert config.vllm_gpu_memory_utilization == loaded.recipe.trainer.model_extra["vllm_gpu_memory_utilization"]
+    assert config.vllm_gpu_memory_utilization == setup.trainer.model_extra["vllm_gpu_memory_utilization"]
     assert 0 < config.vllm_gpu_memory_utilization < 1
     assert config.scale_rewards == "none" and config.num_generations == 8
     # the colocate engine (VLLMGeneration._init_vllm): tensor parallel groups divide the processes, and its

@@ -1,6 +1,6 @@
-"""The README's "Your own task", run as a user with the shipped template runs it: the section's commands exactly as
-it shows them (in this process: the walkthrough runs the console script), in a folder holding only a copy of
-``recipes/``, each printing what the README shows; then what the
+"""docs/own-task.md (the README's "Your own task"), run as a user with the shipped template runs it: the page's
+commands exactly as it shows them (in this process: the walkthrough runs the console script), in a folder holding
+only a copy of ``recipes/``, each printing what the page shows; then what the
 section promises of each piece (TRL's advantages on equation 3 with partial credit and a hack, chat prompts, the
 environment's tools, Parquet rows, a datasets name without a hub, a verifier TRL could not call)."""
 
@@ -20,11 +20,11 @@ pd = pytest.importorskip("pandas")
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+PAGE = (REPO / "docs" / "own-task.md").read_text()  # the README's pointer leads here
 
 
 def _section() -> str:
-    found = re.search(r"^## Your own task\n(.*?)(?=^## )", README, re.S | re.M)
+    found = re.search(r"^# Your own task\n(.*?)(?=^## |\Z)", PAGE, re.S | re.M)
     assert found is not None
     return found.group(1)
 
@@ -49,14 +49,14 @@ def _run(words: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
 
 
 def _assert_shows(shown: str, printed: str) -> None:
-    """The README's lines in order, ``...`` standing for lines left out."""
+    """The page's lines in order, ``...`` standing for lines left out."""
     lines = [line.rstrip() for line in printed.splitlines()]
     position = 0
     for line in shown.splitlines():
         if line == "...":
             continue
         found = next((i for i in range(position, len(lines)) if lines[i] == line.rstrip()), None)
-        assert found is not None, f"the README shows {line!r}; printed:\n{printed}"
+        assert found is not None, f"the page shows {line!r}; printed:\n{printed}"
         position = found + 1
 
 
@@ -110,12 +110,13 @@ def test_the_environment_is_reset_with_its_row_and_read_by_the_verifier(own_runs
 
 
 def test_parquet_rows_are_the_jsonl_rows() -> None:
+    from whileai.config.build import train_setup
     from whileai.config.load import load_recipe
     from whileai.tasks.load import load_task
 
     recipe = REPO / "recipes" / "my_task_gar.yaml"
-    jsonl = load_task(load_recipe(recipe))
-    parquet = load_task(load_recipe(recipe, ["data.dataset=my_task/problems.parquet"]))
+    jsonl = load_task(train_setup(load_recipe(recipe)))
+    parquet = load_task(train_setup(load_recipe(recipe, ["data.dataset=my_task/problems.parquet"])))
     assert parquet.rows == jsonl.rows and len(jsonl.rows) == 24
 
 
@@ -123,6 +124,7 @@ def test_a_datasets_name_without_a_hub_is_one_error_naming_the_field(monkeypatch
     import datasets
     import huggingface_hub
 
+    from whileai.config.build import train_setup
     from whileai.config.load import load_recipe
     from whileai.errors import BadInput
     from whileai.tasks.load import load_task
@@ -130,19 +132,23 @@ def test_a_datasets_name_without_a_hub_is_one_error_naming_the_field(monkeypatch
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     loaded = load_recipe(REPO / "recipes" / "my_task_gar.yaml", ["data.dataset=someone/odd_words", "data.subset=v1"])
+    setup = train_setup(loaded)
     with pytest.raises(BadInput, match=r"^data\.dataset: 'someone/odd_words' is no file or folder beside the recipe"):
-        load_task(loaded)
+        load_task(setup)
 
 
 def test_a_verifier_trl_could_not_call_is_refused_before_training(tmp_path: Path) -> None:
+    from whileai.config.build import train_setup
     from whileai.config.load import load_recipe
     from whileai.errors import BadInput
     from whileai.tasks.load import check_verifier_signature, load_task, load_verifier
 
     (tmp_path / "check.py").write_text("def check(prompts, completions, answer):\n    return [0.0] * len(prompts)\n")
-    loaded = load_recipe(REPO / "recipes" / "my_task_gar.yaml", [f"verifier.function={tmp_path / 'check.py'}:check"])
+    loaded = train_setup(
+        load_recipe(REPO / "recipes" / "my_task_gar.yaml", [f"verifier.function={tmp_path / 'check.py'}:check"])
+    )
     task, verifier = load_task(loaded), load_verifier(loaded)
     with pytest.raises(BadInput, match=r"give it a \*\*kwargs parameter"):
         check_verifier_signature(verifier, task, "verifier")
-    shipped = load_recipe(REPO / "recipes" / "my_desk_gar.yaml")
+    shipped = train_setup(load_recipe(REPO / "recipes" / "my_desk_gar.yaml"))
     check_verifier_signature(load_verifier(shipped), load_task(shipped), "verifier")  # takes environments

@@ -39,9 +39,12 @@ def group(tmp_path: Path) -> Iterator[None]:
 
 
 def _loaded(out: Path) -> SimpleNamespace:
-    """What run_training reads of a recipe before ``_train``: the folder, and a model with nothing to fetch."""
-    recipe = SimpleNamespace(output_dir=str(out), model=None, data=None, verifier=None)
-    return SimpleNamespace(recipe=recipe, path=out / "recipe.yaml")
+    """What run_training reads of a setup before ``_train``: the folder, a model with nothing to fetch, and no
+    verifier of the user's to check."""
+    data = SimpleNamespace(dataset="builtin:echo_digits", num_prompts=2, eval_prompts=None, seed=0)
+    verifier = SimpleNamespace(builtin="echoes_digits", function=None, in_process=False)
+    trainer = SimpleNamespace(model_dump=dict)
+    return SimpleNamespace(output_dir=out, model=None, data=data, verifier=verifier, trainer=trainer, where="r")
 
 
 def test_a_finished_run_destroys_the_process_group(group, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

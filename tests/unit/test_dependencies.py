@@ -17,7 +17,8 @@ SOURCES = sorted(p for folder in ("core", "cli") for p in (REPO / folder).rglob(
 # caller that imports them) names it. Every other module's top-level imports come from the base install.
 BEHIND_AN_EXTRA = {
     "core/advantages": {"train", "fast"},  # whileai.advantages raises MissingExtra('torch', 'train') without torch
-    "core/integrations/verl.py": {"verl"},  # loaded by verl's plugin entry point, inside a verl process
+    "core/integrations/verl.py": {"verl"},  # imported inside a verl process, by the plugin below or a user
+    "core/config/verl.py": {"verl"},  # verl's plugin entry point, loaded inside a verl process
     "core/integrations/trl_trainer.py": {"train"},  # imported by the training run after its MissingExtra check
     "core/training/callbacks.py": {"train"},  # imported by run_training, after its MissingExtra check
 }

@@ -1,9 +1,11 @@
 """The import rules that keep whileai's layers apart, read from the source (every import, at any depth).
 
-Ground floor: ``whileai.defaults`` and ``whileai.errors``. The pure math (``methods``, ``advantages``) stands on it
-alone; nothing in the library imports the command line; the judge and the offline path do not import each other (both
-use the endpoint client); the grading object imports no trainer side; no circle between packages; at most nine floors
-of imports; at most eight modules loose in ``core/``.
+The library (what a TRL or verl user imports) imports nothing of the application (recipes, tasks, runs, reports, the
+simulator, the command line), and no module outside the recipe's packages takes a loaded recipe. Ground floor:
+``whileai.defaults`` and ``whileai.errors``. The pure math (``methods``, ``advantages``) stands on it alone; nothing in
+the library imports the command line; the judge and the offline path do not import each other (both use the endpoint
+client); the grading object imports no trainer side; no circle between packages; at most nine floors of imports; at most
+eight modules loose in ``core/``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,36 @@ def test_the_math_stands_on_the_ground_floor_alone(package: str) -> None:
 def test_the_ground_floor_imports_nothing_of_whileai() -> None:
     for module in GROUND:
         assert imports(MODULES[module]) == [], module
+
+
+LIBRARY = (
+    "whileai.defaults", "whileai.errors", "whileai.stats", "whileai.progress", "whileai.yamldata",
+    "whileai.isolation", "whileai.methods", "whileai.advantages", "whileai.rows", "whileai.http", "whileai.judge",
+    "whileai.grading", "whileai.integrations",
+)  # fmt: skip
+APPLICATION = (
+    "whileai.config", "whileai.tasks", "whileai.training", "whileai.reports", "whileai.simulations", "whileai.cli"
+)  # fmt: skip
+
+
+def test_every_module_is_library_or_application() -> None:
+    for module in MODULES:
+        assert module == "whileai" or any(_within(module, p) for p in LIBRARY + APPLICATION), module
+
+
+def test_the_library_imports_nothing_of_the_application() -> None:
+    """Lazy imports count: a library call that loads a recipe or the simulator would tie a TRL user to them."""
+    for module, path in MODULES.items():
+        if any(_within(module, package) for package in LIBRARY):
+            for name, _ in imports(path):
+                assert not any(_within(name, app) for app in APPLICATION), f"{module} imports {name}"
+
+
+def test_a_loaded_recipe_stays_in_the_recipe_s_packages() -> None:
+    """``LoadedRecipe`` is read in ``whileai.config`` and the commands; the rest takes what ``config.build`` made."""
+    for module, path in MODULES.items():
+        if not (_within(module, "whileai.config") or _within(module, "whileai.cli")):
+            assert "LoadedRecipe" not in path.read_text(), module
 
 
 def test_nothing_in_the_library_imports_the_command_line() -> None:
@@ -127,8 +159,8 @@ def third_party(path: Path) -> set[str]:
         # tasks.load reads a recipe's data given as a datasets name, importing datasets only then
         ("datasets", ("whileai.integrations.trl_trainer", "whileai.training", "whileai.tasks.load")),
         ("aiohttp", ("whileai.http.transport",)),
-        # verl's environment is not the main one: only its reward manager imports it (verl's plugin entry point)
-        ("verl", ("whileai.integrations.verl",)),
+        # verl's environment is not the main one: only its reward manager and verl's plugin entry point import it
+        ("verl", ("whileai.integrations.verl", "whileai.config.verl")),
     ],
 )
 def test_each_heavy_library_has_its_rooms(package: str, rooms: tuple[str, ...]) -> None:
@@ -241,3 +273,13 @@ def test_at_most_nine_floors_of_imports() -> None:
 def test_at_most_eight_modules_loose_in_core() -> None:
     loose = sorted(p.name for p in CORE.glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= 8, loose
+
+
+def test_import_whileai_offers_the_library_and_still_answers_the_simulator_s_names() -> None:
+    import whileai
+    from whileai.simulations.agents import seeded_agent
+
+    for name in whileai.__all__[1:]:
+        assert any(_within(whileai._LAZY[name], package) for package in LIBRARY), name
+    assert whileai.seeded_agent is seeded_agent  # the reference page's wai.seeded_agent
+    assert not set(whileai._SIMULATOR) & set(dir(whileai)) and "seeded_agent" not in whileai.__all__

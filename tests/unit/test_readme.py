@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [REPO / "README.md", *DOCS]  # the README and the long reference it links to
+PYTHON = (REPO / "docs" / "python.md").read_text()  # the library in Python, linked from the README
+EVERYWHERE = "\n\n".join(page.read_text() for page in PAGES)  # what the README says or has moved to docs/
 
 
 def _fenced(lang: str) -> list[str]:
@@ -66,7 +68,7 @@ def test_a_newcomer_reaches_a_command_on_the_first_screen() -> None:
 
 
 def test_quickstart_prints_what_the_readme_says() -> None:
-    code, expected = next((c, e) for c, e in _examples(README) if "import whileai" in c)
+    code, expected = next((c, e) for c, e in _examples(PYTHON) if "import whileai" in c)
     assert expected.startswith("spread check")  # the spread gate, then the TRL reward function
     assert _run(code, "README-quickstart") == expected
 
@@ -150,7 +152,7 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
     from whileai.config import load_recipe
     from whileai.errors import BadInput
 
-    text = " ".join(README.split())
+    text = " ".join(EVERYWHERE.split())
     assert (
         "except `output_dir` and a local `model.name_or_path`, which are relative to the folder whileai runs in" in text
     )
@@ -162,13 +164,16 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
     loaded = load_recipe(recipe)
     assert loaded.resolve(loaded.recipe.data.dataset) == tmp_path / "recipes" / "rows.jsonl"
     assert Path(loaded.recipe.output_dir).resolve() == tmp_path / "runs" / "r"
+    from whileai.config.build import train_setup
     from whileai.training.plan import model_path
 
     (tmp_path / "models" / "m").mkdir(parents=True)
     for name in ("config.json", "tokenizer.json"):
         (tmp_path / "models" / "m" / name).write_text("{}")
     real = load_recipe(REPO / "recipes" / "real_cpu_word_problems_gar.yaml", ["model.name_or_path=models/m"])
-    assert model_path(real) == str(tmp_path / "models" / "m")  # from where whileai runs, not beside the recipe
+    assert model_path(train_setup(real)) == str(
+        tmp_path / "models" / "m"
+    )  # from where whileai runs, not beside the recipe
     # data.eval_prompts needs trainer.eval_strategy, and the eval sentence says so
     assert "`data.eval_prompts`, which TRL also evaluates while training and so need `trainer.eval_strategy`" in text
     recipe.write_text((REPO / "recipes" / "tiny_cpu_gar.yaml").read_text() + "\n")
@@ -181,6 +186,6 @@ def test_the_readme_says_where_output_dir_and_the_evaluation_prompts_stand(tmp_p
 
 
 def test_the_readme_says_what_the_equation_3_guard_does_not_see() -> None:
-    text = " ".join(README.split())
+    text = " ".join(PYTHON.split())
     assert "What is checked is the trainer's list of reward functions and its config, not what a function of" in text
     assert "`GroupwiseGRPOTrainer` puts nothing of yours between whileai and TRL" in text

@@ -145,14 +145,18 @@ def test_the_trl_field_check_tells_used_fields_from_the_rest(monkeypatch: pytest
 
 
 def test_the_schema_knows_the_built_in_tasks_and_verifiers() -> None:
-    from whileai.config.load import default_recipe
+    from whileai.config.build import train_setup
+    from whileai.config.load import load_recipe
     from whileai.config.schema import BUILTIN_DATASETS, BUILTIN_VERIFIERS
     from whileai.tasks.load import BUILTIN_VERIFIERS as verifiers
     from whileai.tasks.load import load_task
 
     assert tuple(verifiers) == BUILTIN_VERIFIERS
     for dataset in BUILTIN_DATASETS:  # every name the schema allows loads
-        assert load_task(default_recipe([f"data.dataset={dataset}", "data.num_prompts=2"])).rows
+        verifier = {"builtin:echo_digits": "echoes_digits"}.get(dataset, dataset.removeprefix("builtin:"))
+        overrides = [f"data.dataset={dataset}", "data.num_prompts=2", f"verifier.builtin={verifier}"]
+        recipe = load_recipe(REPO / "recipes" / "tiny_cpu_binary.yaml", overrides)
+        assert load_task(train_setup(recipe)).rows
 
 
 def test_a_built_in_verifier_is_refused_on_another_built_in_task() -> None:

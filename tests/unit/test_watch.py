@@ -150,12 +150,14 @@ def test_the_plan_says_the_watch_s_cap_and_when_no_check_will_run() -> None:
     from pathlib import Path
 
     from whileai.config import load_recipe
+    from whileai.config.build import train_setup
     from whileai.training.plan import training_plan
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu_gar.yaml"
-    watch = dict(training_plan(load_recipe(recipe, [])).steps)["spread watch"]
+    watch = dict(training_plan(train_setup(load_recipe(recipe, []))).steps)["spread watch"]
     assert "up to 2 controls a check while their calls stay within 5%" in watch and "no check" not in watch
-    late = dict(training_plan(load_recipe(recipe, ["spread.watch.every_steps=100"])).steps)["spread watch"]
+    late = dict(training_plan(train_setup(load_recipe(recipe, ["spread.watch.every_steps=100"]))).steps)
+    late = late["spread watch"]
     assert late.endswith("no check will run: max_steps 60 < every_steps")
 
 

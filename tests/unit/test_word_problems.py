@@ -4,6 +4,7 @@ working, alone and through the spread gate."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -67,11 +68,14 @@ def test_the_verifier_without_the_answer_column_names_it() -> None:
 
 
 def test_the_recipe_verifier_knows_the_length_limit() -> None:
-    from whileai.config.load import default_recipe
+    from whileai.config.build import train_setup
+    from whileai.config.load import load_recipe
     from whileai.tasks.load import load_verifier
 
-    loaded = default_recipe(["verifier.builtin=word_problems", "trainer.max_completion_length=4"])
-    verifier = load_verifier(loaded)
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu_gar.yaml"
+    overrides = ["data.dataset=builtin:word_problems", "verifier.builtin=word_problems"]
+    loaded = load_recipe(recipe, [*overrides, "trainer.max_completion_length=4"])
+    verifier = load_verifier(train_setup(loaded))
     assert verifier(["p"] * 2, ["\\boxed{3}"] * 2, answer=[3, 3], completion_ids=[[1, 2], [1, 2, 3, 4]]) == [1.0, 0.0]
 
 

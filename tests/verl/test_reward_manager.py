@@ -381,9 +381,9 @@ def _out(tmp_path: Path) -> Path:
 def test_the_importlib_path_loads_the_same_class() -> None:
     from verl.utils.import_utils import load_extern_object
 
-    from whileai.integrations.verl import WhileaiRewardManager
+    from whileai.config.verl import WhileaiRewardManager
 
-    loaded = load_extern_object(module_path="pkg://whileai.integrations.verl", object_name="WhileaiRewardManager")
+    loaded = load_extern_object(module_path="pkg://whileai.config.verl", object_name="WhileaiRewardManager")
     assert loaded is WhileaiRewardManager is get_reward_manager_cls("whileai")
 
 
@@ -580,7 +580,7 @@ def test_the_shipped_config_refuses_before_ray_starts(tmp_path, tokenizer_dir) -
     from hydra import compose, initialize_config_dir
 
     import whileai.configs
-    from whileai.integrations.verl import Preflight
+    from whileai.config.verl import Preflight
 
     _recipe(tmp_path)
     folder = Path(whileai.configs.__path__[0]) / "verl"
@@ -599,7 +599,7 @@ def test_the_shipped_config_refuses_before_ray_starts(tmp_path, tokenizer_dir) -
     assert "TaskRunner" not in done.stdout + done.stderr
     with initialize_config_dir(config_dir=str(folder), version_base=None):
         config = compose("whileai_grpo", overrides=overrides[:3], return_hydra_config=True)
-    assert config.hydra.callbacks.whileai._target_ == "whileai.integrations.verl.Preflight"
+    assert config.hydra.callbacks.whileai._target_ == "whileai.config.verl.Preflight"
     Preflight().on_job_start(config)  # the good config passes
 
 
@@ -723,7 +723,7 @@ def test_on_ray_the_workers_groups_meet_in_one_actor(tmp_path, tokenizer_dir) ->
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {
         "after_the_actor_is_lost": [True, "groups actor failed"],
-        "registered_on_import_verl": "whileai.integrations.verl",
+        "registered_on_import_verl": "whileai.config.verl",
         "batch_groups": 6,
         "streamed_groups": 6,
         "graded": 8,
