@@ -14,7 +14,7 @@ two arms of a seed see the same problems at each step (the seed sets their order
     python benchmarks/real_cpu.py --quick     # a smoke: 1 seed, 2 steps (about 15 minutes)
 
 Writes ``real_cpu.json``, ``real_cpu.md`` and ``real_cpu_word_problems.png`` (``whileai report --plot`` over the
-runs) under ``--results``; the README's section on it reads them. A secondary table, chosen after the first seed had
+runs) under ``--results``; docs/real-cpu.md reads them. A secondary table, chosen after the first seed had
 run and so not part of the design, reads what the grader reads: the working of the passes each arm wrote in its first
 and final window (TRL's logged completions), with the same paired interval. Last, ``whileai eval`` measures every
 run's final model and the model they all started from (``--initial``) on the same 8 held-out problems: the training

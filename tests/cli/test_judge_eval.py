@@ -398,10 +398,10 @@ def test_a_judge_s_cost_counts_its_calls_tokens_and_latency_of_the_first_grading
 
 
 def test_the_readme_s_judge_eval_figures_are_what_the_commands_print(tmp_path, monkeypatch) -> None:
-    # The README's two commands, in a scratch folder, and the figures its text quotes from their output.
+    # The judge page's two commands, in a scratch folder, and the figures its text quotes from their output.
     monkeypatch.chdir(tmp_path)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Is the grader right?") : readme.index("## Recipes")]
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "judge.md").read_text()
+    section = readme[readme.index("## Is the grader right?") : readme.index("## Judging with a small local model")]
     simulated = invoke("simulate", "-o", "runs/rows.jsonl")
     assert simulated.exit_code == 0, simulated.output
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "refund_scripted.yaml"

@@ -348,7 +348,7 @@ def test_a_file_report_cannot_read_says_what_it_reads(tmp_path: Path, name: str)
 
 
 def test_the_readme_example_is_what_report_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "reports.md").read_text()  # the README's pointer for reading a report
     command, expected = re.search(r"```text\n\$ (whileai report [^\n]+)\n(.*?)```", readme, re.S).groups()
     monkeypatch.chdir(tmp_path)
     two_arms(Path("."))

@@ -1,4 +1,5 @@
-"""`python benchmarks/bench_reward.py --quick` runs and prints its table and verdicts (the README quotes a full run)."""
+"""`python benchmarks/bench_reward.py --quick` runs and prints its table and verdicts (docs/benchmarks.md quotes a
+full run)."""
 
 from __future__ import annotations
 

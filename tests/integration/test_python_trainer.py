@@ -63,7 +63,7 @@ def _extra_reward(completions, **kwargs):
     ids=["scale_rewards default", "reward_weights", "normalize_then_sum", "a second reward function"],
 )
 def test_a_plain_grpo_trainer_off_equation_3_is_refused_before_its_first_step(tiny, settings, extra, named) -> None:
-    """The README's ``GRPOTrainer(reward_funcs=[gar.trl_reward(verifier, num_generations=4)], ...)``, built by the
+    """docs/python.md's ``GRPOTrainer(reward_funcs=[gar.trl_reward(verifier, num_generations=4)], ...)``, built by the
     user with TRL's own class: the reward function's first call refuses, naming the setting and the GRPOConfig fix,
     and no optimizer step is taken."""
     import datasets

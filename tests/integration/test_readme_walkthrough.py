@@ -9,7 +9,8 @@ lines left out (without one, stdout is exactly the block), and a line ending in 
 as it does. ``whileai report`` must then print the figures computed here from the two run folders' completion logs:
 each run's pass rate over its first and last window and the paired difference of the final pass rates.
 
-The report example of the README (two 6-step runs) is reproduced from real runs the same way.
+The report example the README points to (docs/reports.md, two 6-step runs) is reproduced from real runs the same
+way, and the own-trainer block of docs/python.md trains on the main job's model.
 
 Every command runs in a process group of its own, and the group is killed on every way out of it.
 """
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+PYTHON = (REPO / "docs" / "python.md").read_text()  # the README's pointers lead to these pages
+REPORTS = (REPO / "docs" / "reports.md").read_text()
 ELIDED = "..."
 WINDOW = 3  # the report's default --window
 # What a fresh clone does not hold: git's folder, build outputs, runs, caches (the patterns of .gitignore).
@@ -237,9 +240,9 @@ def _assert_the_main_job(run: Path, stdout: str, stderr: str) -> None:
 
 
 def _assert_own_trainer_trains(checkout: Path) -> None:
-    """The README's Python block that builds a ``GroupwiseGRPOTrainer`` on the main job's model trains and prints
-    what the README shows, run as a user's own script in the checkout."""
-    section = _section("In Python")
+    """docs/python.md's block that builds a ``GroupwiseGRPOTrainer`` on the main job's model trains and prints
+    what the page shows, run as a user's own script in the checkout."""
+    section = PYTHON
     found = re.search(
         r"```python\n(.*?)```\n\n```text\n(.*?)```", section[section.index("GroupwiseGRPOTrainer") :], re.S
     )
@@ -291,8 +294,8 @@ def test_the_readme_walkthrough_runs_in_its_order(tmp_path: Path) -> None:
 
 
 def test_the_readme_report_example_is_what_its_runs_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's report of two 6-step runs, from the two runs the README names, trained in a fresh checkout."""
-    found = re.search(r"\n\n((?:(?!\n\n).)*?)\n\n```text\n\$ (whileai report [^\n]+)\n(.*?)```", README, re.S)
+    """docs/reports.md's report of two 6-step runs, from the two runs it names, trained in a fresh checkout."""
+    found = re.search(r"\n\n((?:(?!\n\n).)*?)\n\n```text\n\$ (whileai report [^\n]+)\n(.*?)```", REPORTS, re.S)
     assert found is not None, "the README shows a report after the commands that make its runs"
     paragraph, command, expected = found.groups()
     trainings = [" ".join(span.split()) for span in re.findall(r"`(whileai train [^`]+)`", paragraph)]
