@@ -116,6 +116,7 @@ def test_disabled_by_the_environment(monkeypatch) -> None:
 
 
 @needs_native
+@pytest.mark.slow
 def test_a_second_process_loads_the_loops_from_numbas_cache(tmp_path) -> None:
     """The loops are compiled once per machine, not once per process: a loop whose cache key changed from one process
     to the next would cost every run its compile time."""

@@ -87,6 +87,7 @@ def test_a_control_character_is_placed_by_line_and_column(tmp_path: Path) -> Non
         load_recipe(recipe)
 
 
+@pytest.mark.slow
 def test_one_budget_holds_for_the_recipe_its_includes_and_its_overrides(tmp_path, monkeypatch) -> None:
     import time
 
