@@ -1,7 +1,9 @@
 """Recipes: the YAML format (``schema``), its loading with includes and overrides (``load``), TRL's field names
-(``trl_fields``), the equation-3 guard (``guard``).
+(``trl_fields``), and the one build from a recipe to the library's objects and the application's frozen setups
+(``build``; ``verl`` for verl's registered reward manager).
 
-Validation only: nothing here imports torch, and TRL only in ``trl_fields.installed_kinds``, the helper that reads
+A loaded recipe goes no further than this package and the commands. Nothing here imports torch but ``verl``, which
+verl's plugin system loads inside a verl process, and TRL only in ``trl_fields.installed_kinds``, the helper that reads
 the installed ``GRPOConfig`` to regenerate the field table (a test compares the two).
 """
 

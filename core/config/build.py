@@ -11,10 +11,7 @@ The pieces:
 
 - ``build_grading``: the recipe's grader (or one given), with the recipe's knobs and thresholds; a judge says its
   plan (where it is, how many calls at once) through ``say``.
-- ``recipe_grading``: what the command line grades with: ``--grader``, else the recipe's grader, else the built-in
-  rule, each choice said.
 - ``grader_from_spec``: ``--grader SPEC`` (a function or a rule file) as a grader callable.
-- ``rows_to_grade``: the rows the command line was given, else the recipe's ``spread.rows``.
 - ``grader_recipe_of``: the recipe a run folder keeps, for ``whileai spread RUN``.
 - ``check_references``: the files and functions a recipe names exist, before anything runs.
 
@@ -68,8 +65,6 @@ __all__ = [
     "grader_from_spec",
     "grader_recipe_of",
     "judge_plan",
-    "recipe_grading",
-    "rows_to_grade",
     "run_setup",
     "train_setup",
 ]
@@ -182,54 +177,6 @@ def judge_plan(grading: GroupwiseGrading) -> str | None:
     return client.plan() if type(client).__module__ == "whileai.judge.client" else None
 
 
-def recipe_grading(
-    recipe: Path | None, grader: str | None, overrides: list[str], no_cache: bool, say: Say
-) -> tuple[LoadedRecipe, GroupwiseGrading]:
-    """What the command line grades with: the loaded recipe (``recipe`` with ``overrides``, or the built-in defaults)
-    and its ``GroupwiseGrading``, whose grader is ``--grader`` if given, else the recipe's, else (with neither a
-    recipe nor ``--grader``) the built-in rule; each choice is said through ``say``, as is a judge's plan.
-    ``no_cache`` makes a judge ask again.
-
-    Raises:
-        BadInput: a recipe without a grader section and no ``--grader``: the built-in rule stands in only where no
-            recipe was named, never for a recipe's missing grader.
-    """
-    if recipe is not None:
-        loaded = load_recipe(recipe, overrides)
-        if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-            loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
-    else:
-        loaded = default_recipe(overrides)
-    if grader is not None:
-        if loaded.recipe.grader is not None:
-            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
-        return loaded, build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
-    if loaded.recipe.grader is not None:
-        return loaded, build_grading(loaded, say=say)
-    if recipe is not None:
-        raise BadInput(
-            f"{recipe}: this recipe has no grader section: add one (grader: kind: scripted | python | judge), "
-            "or name one with --grader"
-        )
-    say(f"whileai: no grader given: using the built-in rule {DEFAULT_GRADER_RULE} (fewest tool calls first)")
-    # The shipped rule itself, not a file of that name that happens to sit in the working directory.
-    rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_GRADER_RULE
-    return loaded, build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
-
-
-def rows_to_grade(loaded: LoadedRecipe, given: Path | None) -> Path:
-    """The rows the command line names, else the recipe's ``spread.rows`` (resolved against the recipe's folder).
-
-    Raises:
-        BadInput: neither gives any.
-    """
-    if given is not None:
-        return given
-    if loaded.recipe.spread.rows is None:
-        raise BadInput("give ROWS, or a recipe whose spread.rows names them")
-    return loaded.resolve(loaded.recipe.spread.rows)
-
-
 def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None = None) -> Any:
     """A grader from ``--grader SPEC``: ``module:function``, ``file.py:function``, or a rule file (.yaml/.json).
 
@@ -302,7 +249,7 @@ class GateSetup:
     """What ``whileai spread`` and ``whileai judge-eval`` grade with and read, from the recipe and the command line.
 
     Attributes:
-        grading: the ``GroupwiseGrading`` (``recipe_grading``'s choice of grader).
+        grading: the ``GroupwiseGrading`` (``gate_setup``'s choice of grader).
         rows: the rows to grade (the command line's, else the recipe's ``spread.rows``).
         spread: the recipe's spread section (row fields, controls, seed, ``skip_bad_rows``).
     """
@@ -315,15 +262,50 @@ class GateSetup:
 def gate_setup(
     recipe: Path | None, grader: str | None, rows: Path | None, overrides: list[str], no_cache: bool, say: Say
 ) -> GateSetup:
-    """The gate's setup for the command line: ``rows`` and ``recipe`` as given; with neither a recipe nor ``--grader``
-    and ``rows`` a run folder trained with a grader, that run's own recipe (said). See ``recipe_grading``."""
+    """What the command line grades with and reads, each choice said through ``say``.
+
+    - The recipe: ``recipe`` with ``overrides``; with neither a recipe nor ``--grader`` and ``rows`` a run folder
+      trained with a grader, that run's own recipe; else the built-in defaults. ``no_cache`` makes a judge ask again.
+    - The grader: ``--grader`` if given, else the recipe's, else (with neither a recipe nor ``--grader``) the built-in
+      rule; a judge's plan is said.
+    - The rows: ``rows``, else the recipe's ``spread.rows`` (resolved against the recipe's folder).
+
+    Raises:
+        BadInput: a recipe without a grader section and no ``--grader`` (the built-in rule stands in only where no
+            recipe was named, never for a recipe's missing grader), or no rows from either.
+    """
     run_recipe = grader_recipe_of(rows) if recipe is None and grader is None else None
     if run_recipe is not None:
         say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
             "chooses another)")  # fmt: skip
         recipe = run_recipe
-    loaded, grading = recipe_grading(recipe, grader, overrides, no_cache, say)
-    return GateSetup(grading, rows_to_grade(loaded, rows), loaded.recipe.spread)
+    loaded = default_recipe(overrides) if recipe is None else load_recipe(recipe, overrides)
+    if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
+        assert recipe is not None
+        loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
+    grading = _command_line_grading(loaded, recipe, grader, say)
+    settings = loaded.recipe.spread
+    if rows is None and settings.rows is None:
+        raise BadInput("give ROWS, or a recipe whose spread.rows names them")
+    return GateSetup(grading, rows if rows is not None else loaded.resolve(str(settings.rows)), settings)
+
+
+def _command_line_grading(loaded: LoadedRecipe, recipe: Path | None, grader: str | None, say: Say) -> GroupwiseGrading:
+    if grader is not None:
+        if loaded.recipe.grader is not None:
+            say(f"whileai: --grader {grader} replaces the recipe's grader ({loaded.recipe.grader.kind})")
+        return build_grading(loaded, grader_from_spec(grader, loaded.recipe.grading))
+    if loaded.recipe.grader is not None:
+        return build_grading(loaded, say=say)
+    if recipe is not None:
+        raise BadInput(
+            f"{recipe}: this recipe has no grader section: add one (grader: kind: scripted | python | judge), "
+            "or name one with --grader"
+        )
+    say(f"whileai: no grader given: using the built-in rule {DEFAULT_GRADER_RULE} (fewest tool calls first)")
+    # The shipped rule itself, not a file of that name that happens to sit in the working directory.
+    rule = Path(str(resources.files("whileai.configs"))) / DEFAULT_GRADER_RULE
+    return build_grading(loaded, grader_from_spec(str(rule), loaded.recipe.grading))
 
 
 def grader_recipe_of(rows: Path | None) -> Path | None:

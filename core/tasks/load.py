@@ -278,19 +278,15 @@ def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask | 
 
 
 def check_verifier(setup: TrainSetup) -> None:
-    """The run's verifier against what TRL passes it, before any model is built (``whileai validate`` and
-    ``whileai train``): the dataset's columns where they can be read here (a built-in task, a rows file or folder);
-    a dataset named on the hub is not fetched for it.
+    """The run's verifier of the user's against what TRL passes it, before any model is built (``whileai validate``
+    and ``whileai train``): with the dataset's columns where they can be read here (a built-in task, a rows file or
+    folder); a dataset named on the hub is not fetched for it.
 
     Raises:
         BadInput: see :func:`check_verifier_signature`.
     """
-    data = setup.data
-    if setup.verifier.function is None:
-        return
-    local = data.dataset.startswith("builtin:") or setup.resolve(data.dataset).exists()
-    task = load_task(setup) if local else None
-    check_verifier_signature(load_verifier(setup), task, f"{setup.where}: verifier.function")
+    if setup.verifier.function is not None:
+        task_and_verifier(setup, fetch=False)
 
 
 def task_and_verifier(setup: TrainSetup, *, fetch: bool = True) -> tuple[TrainingTask | None, Callable[..., Any]]:
