@@ -57,7 +57,9 @@ def judge_eval(
     from whileai.rows import RowStats
 
     given, overrides = rows_and_overrides(arguments)
-    setup = gate_setup(recipe, grader, given, overrides, no_cache, say)
+    # The reference rows are graded by the recipe or --grader named, else the built-in rule: a run folder's grader
+    # is for whileai spread RUN (its completions carry no reference).
+    setup = gate_setup(recipe, grader, given, overrides, no_cache, say, run_grader=False)
     grading, settings, rows, read = setup.grading, setup.spread, setup.rows, RowStats()
     groups = read_reference(rows, settings.row_fields(group_key, reward_key, text_key), stats=read)
     say_rows(read, rows)

@@ -49,7 +49,7 @@ def train(
         table = Table(title="plan", title_justify="left", show_edge=False, show_header=False)
         table.add_column("step")
         table.add_column("what")
-        for step, what in plan.lines():
+        for step, what in plan.steps:
             table.add_row(step, what)
         out.print(table)
         return

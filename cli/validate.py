@@ -35,15 +35,15 @@ def validate(
     Exit codes: 0 valid; 2 bad recipe (the message names the YAML path and what is allowed); 130 interrupted.
     """
     from whileai.config import load_recipe
-    from whileai.config.build import check_references, train_setup
+    from whileai.config.build import check_references, task_setup
     from whileai.tasks.load import check_verifier
 
     loaded = load_recipe(recipe, overrides or [])
     check_references(loaded)
+    if loaded.recipe.data is not None and loaded.recipe.verifier is not None:
+        check_verifier(task_setup(loaded))  # the verifier against the dataset's columns, as training checks it
     if loaded.recipe.model is not None and (problems := loaded.recipe.training_problems()):
         raise BadInput(f"{recipe}: {problems[0]}")  # a training recipe: what whileai train would refuse
-    if all((loaded.recipe.model, loaded.recipe.data, loaded.recipe.verifier)):
-        check_verifier(train_setup(loaded))  # the verifier against the dataset's columns, as training checks it
     if print_recipe:
         out.print(loaded.dump(), markup=False, end="")
     # Every section the recipe (with its includes and overrides) sets; the others keep their defaults.

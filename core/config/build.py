@@ -4,8 +4,10 @@ Commands load a recipe (``whileai.config.load``) and hand it here; what they pas
 here and holds no recipe:
 
 - ``GateSetup``: what ``whileai spread`` and ``whileai judge-eval`` grade with and read (``gate_setup``);
-- ``TrainSetup``: a training run, frozen (``train_setup``; ``run_setup`` reads a run folder's own recipe for ``whileai
-  eval``), what ``whileai.training`` and ``whileai.tasks`` take; its ``grading`` builds the run's ``GroupwiseGrading``.
+- ``TaskSetup``: a recipe's task and verifier (``task_setup``), what ``whileai.tasks`` takes;
+- ``TrainSetup``: a training run, a ``TaskSetup`` with the rest of the run (``train_setup``; ``run_setup`` reads a run
+  folder's own recipe for ``whileai eval``), what ``whileai.training`` takes; its ``make_grading`` builds the run's
+  ``GroupwiseGrading``.
 
 The pieces:
 
@@ -32,7 +34,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from whileai.config.load import LoadedRecipe, default_recipe, load_recipe, validate_recipe
+from whileai.config.load import LoadedRecipe, default_recipe, load_recipe, resolve_path, validate_recipe
 from whileai.config.machine import check_machine
 from whileai.config.schema import (
     DataSection,
@@ -57,15 +59,15 @@ from whileai.yamldata import read_yaml_file
 
 __all__ = [
     "GateSetup",
+    "TaskSetup",
     "TrainSetup",
-    "build_grader",
     "build_grading",
     "check_references",
     "gate_setup",
     "grader_from_spec",
     "grader_recipe_of",
-    "judge_plan",
     "run_setup",
+    "task_setup",
     "train_setup",
 ]
 
@@ -260,12 +262,20 @@ class GateSetup:
 
 
 def gate_setup(
-    recipe: Path | None, grader: str | None, rows: Path | None, overrides: list[str], no_cache: bool, say: Say
+    recipe: Path | None,
+    grader: str | None,
+    rows: Path | None,
+    overrides: list[str],
+    no_cache: bool,
+    say: Say,
+    *,
+    run_grader: bool = True,
 ) -> GateSetup:
     """What the command line grades with and reads, each choice said through ``say``.
 
-    - The recipe: ``recipe`` with ``overrides``; with neither a recipe nor ``--grader`` and ``rows`` a run folder
-      trained with a grader, that run's own recipe; else the built-in defaults. ``no_cache`` makes a judge ask again.
+    - The recipe: ``recipe`` with ``overrides``; with ``run_grader``, neither a recipe nor ``--grader`` and ``rows``
+      a run folder trained with a grader, that run's own recipe (``whileai spread RUN``); else the built-in
+      defaults. ``no_cache`` makes a judge ask again.
     - The grader: ``--grader`` if given, else the recipe's, else (with neither a recipe nor ``--grader``) the built-in
       rule; a judge's plan is said.
     - The rows: ``rows``, else the recipe's ``spread.rows`` (resolved against the recipe's folder).
@@ -274,7 +284,7 @@ def gate_setup(
         BadInput: a recipe without a grader section and no ``--grader`` (the built-in rule stands in only where no
             recipe was named, never for a recipe's missing grader), or no rows from either.
     """
-    run_recipe = grader_recipe_of(rows) if recipe is None and grader is None else None
+    run_recipe = grader_recipe_of(rows) if run_grader and recipe is None and grader is None else None
     if run_recipe is not None:
         say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
             "chooses another)")  # fmt: skip
@@ -325,74 +335,94 @@ def grader_recipe_of(rows: Path | None) -> Path | None:
 
 
 @dataclass(frozen=True)
-class TrainSetup:
-    """A training run as its recipe sets it up: what ``whileai.training`` and ``whileai.tasks`` take, frozen.
+class TaskSetup:
+    """A recipe's task and verifier, what ``whileai.tasks`` takes (``whileai validate`` checks a verifier with it).
 
     Attributes:
         where: the recipe file, as messages name it.
         base_dir: the folder the recipe's relative paths are read from.
+        data, verifier, trainer: the recipe's sections (the trainer's ``max_completion_length`` bounds a built-in
+            verifier).
+    """
+
+    where: str
+    base_dir: Path
+    data: DataSection
+    verifier: VerifierSection
+    trainer: TrainerSection
+
+    def resolve(self, relative: str) -> Path:
+        """A path of the recipe's, made absolute against the recipe's folder (absolute paths stay)."""
+        return resolve_path(self.base_dir, relative)
+
+    def with_prompts(self, prompts: int) -> TaskSetup:
+        """This setup with ``data.num_prompts`` set to ``prompts`` (``whileai eval`` draws the prompts past the
+        trained ones from the wider task)."""
+        return dataclasses.replace(self, data=self.data.model_copy(update={"num_prompts": prompts}))
+
+
+@dataclass(frozen=True)
+class TrainSetup(TaskSetup):
+    """A training run as its recipe sets it up: what ``whileai.training`` takes, never the recipe itself.
+
+    Attributes:
         output_dir: the run folder.
         written: the resolved recipe as the run folder keeps it (``recipe.yaml``); a resume compares it.
         shown: ``written`` as YAML, what the run folder and ``--dry-run`` show.
-        model, data, verifier, trainer, spread, simulate: the recipe's sections.
+        model, spread, simulate: the recipe's sections.
         grader: the grader section, None for a binary arm (no grading).
         knobs: the grading section.
         gate_source: where the spread gate reads its rows (``Recipe.gate_source``).
     """
 
-    where: str
-    base_dir: Path
     output_dir: Path
     written: dict[str, Any]
     shown: str
     model: ModelSection
-    data: DataSection
-    verifier: VerifierSection
-    trainer: TrainerSection
     spread: SpreadSection
     simulate: SimulateSection | None
     grader: GraderSection | None
     knobs: GradingSection
     gate_source: str | None
 
-    def resolve(self, relative: str) -> Path:
-        """A path of the recipe's, made absolute against the recipe's folder (absolute paths stay)."""
-        candidate = Path(relative).expanduser()
-        return candidate if candidate.is_absolute() else (self.base_dir / candidate)
-
-    def grading(self, say: Say | None = None) -> GroupwiseGrading | None:
-        """The run's ``GroupwiseGrading`` (None for a binary arm), its judge's plan said through ``say``."""
+    def make_grading(self, say: Say | None = None) -> GroupwiseGrading | None:
+        """A new ``GroupwiseGrading`` for the run (None for a binary arm), a judge's plan said through ``say``."""
         if self.grader is None:
             return None
         return _grading(self.grader, self.knobs, self.spread, self.base_dir, self.where, say=say)
 
-    def with_prompts(self, prompts: int) -> TrainSetup:
-        """This run with ``data.num_prompts`` set to ``prompts`` (``whileai eval`` draws the prompts past the
-        trained ones from the wider task)."""
-        return dataclasses.replace(self, data=self.data.model_copy(update={"num_prompts": prompts}))
+
+def task_setup(loaded: LoadedRecipe) -> TaskSetup:
+    """The recipe's task and verifier.
+
+    Raises:
+        BadInput: the recipe has no data or no verifier section.
+    """
+    loaded.recipe.require("data", "verifier", command="validate")
+    assert loaded.recipe.data is not None and loaded.recipe.verifier is not None
+    recipe = loaded.recipe
+    return TaskSetup(str(loaded.path), loaded.base_dir, recipe.data, recipe.verifier, recipe.trainer)
 
 
-def train_setup(loaded: LoadedRecipe) -> TrainSetup:
-    """The run a recipe asks for, checked as far as it can be without a model or the dataset: the sections training
-    needs, what a run cannot do, the files and functions it names.
+def train_setup(loaded: LoadedRecipe, *, checked: bool = True) -> TrainSetup:
+    """The run a recipe asks for. ``checked``: as far as it can be without a model or the dataset, the sections
+    training needs, what a run cannot do, the files and functions it names, what it needs of the machine.
 
     Raises:
         BadInput: naming the recipe, the field and the fix.
     """
     recipe = loaded.recipe
     recipe.require("model", "data", "verifier", command="train")
-    check_references(loaded)
-    assert recipe.model is not None and recipe.data is not None and recipe.verifier is not None
+    if checked:
+        check_references(loaded)
+    task, model = task_setup(loaded), recipe.model
+    assert model is not None
     return TrainSetup(
-        where=str(loaded.path),
-        base_dir=loaded.base_dir,
+        **{field.name: getattr(task, field.name) for field in dataclasses.fields(task)},
         output_dir=Path(recipe.output_dir),
         written=loaded.written(),
         shown=loaded.dump(),
-        model=recipe.model,
-        data=recipe.data,
-        verifier=recipe.verifier,
-        trainer=recipe.trainer,
+        model=model,
         spread=recipe.spread,
         simulate=recipe.simulate,
         grader=recipe.grader,
@@ -402,7 +432,8 @@ def train_setup(loaded: LoadedRecipe) -> TrainSetup:
 
 
 def run_setup(run: Path) -> TrainSetup:
-    """The setup a run folder trained with, from the recipe it keeps (``recipe.yaml``), for ``whileai eval``.
+    """The setup a run folder trained with, from the recipe it keeps (``recipe.yaml``), for ``whileai eval``: not
+    checked against this machine again (its loggers, the base model's folder: the run's own model is evaluated).
 
     Raises:
         BadInput: no such run folder, or its recipe no longer loads.
@@ -410,4 +441,4 @@ def run_setup(run: Path) -> TrainSetup:
     path = run / "recipe.yaml"
     if not path.is_file():
         raise BadInput(f"{run}: no recipe.yaml: not a run folder whileai train wrote")
-    return train_setup(load_recipe(path))
+    return train_setup(load_recipe(path), checked=False)

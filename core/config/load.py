@@ -36,8 +36,15 @@ __all__ = [
     "is_override",
     "load_recipe",
     "parse_overrides",
+    "resolve_path",
     "validate_recipe",
 ]
+
+
+def resolve_path(base_dir: Path, relative: str) -> Path:
+    """A path a recipe gives, made absolute against ``base_dir``, the recipe's folder (absolute paths stay)."""
+    candidate = Path(relative).expanduser()
+    return candidate if candidate.is_absolute() else (base_dir / candidate)
 
 
 class LoadedRecipe:
@@ -58,8 +65,7 @@ class LoadedRecipe:
 
     def resolve(self, relative: str) -> Path:
         """A path from the recipe, made absolute against the recipe's folder (absolute paths stay)."""
-        candidate = Path(relative).expanduser()
-        return candidate if candidate.is_absolute() else (self.base_dir / candidate)
+        return resolve_path(self.base_dir, relative)
 
     def written(self) -> dict[str, Any]:
         """The resolved recipe as a run folder keeps it (``recipe.yaml``): defaults filled in, and every file it names

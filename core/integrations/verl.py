@@ -364,6 +364,11 @@ class GroupwiseRewardManager(RewardManagerBase):
         grading: GroupwiseGrading | None = None,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
+        if grading is None and self.recipe_groups is None:
+            raise BadInput(
+                "GroupwiseRewardManager grades with the grading it is given (grading=GroupwiseGrading(...)); verl's "
+                "manager 'whileai' (whileai.config.verl) grades with a recipe's"
+            )
         self.settings = check_config(config, recipe=grading is None)
         if compute_score is None:
             from verl.utils.reward_score import default_compute_score
@@ -379,11 +384,6 @@ class GroupwiseRewardManager(RewardManagerBase):
         self._remote = grading is None and _inside_ray()
         if grading is not None:
             self.groups: Any = Groups(self.settings, grading)
-        elif self.recipe_groups is None:
-            raise BadInput(
-                "GroupwiseRewardManager grades with the grading it is given; verl's manager 'whileai' "
-                "(whileai.config.verl) grades with a recipe's"
-            )
         elif self._remote:
             self.groups = _groups_actor(self.settings, self.recipe_groups)
         else:

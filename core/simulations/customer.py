@@ -154,8 +154,10 @@ def customer_model(
 
     Example (needs a server)::
 
-        customer = wai.customer_model("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
-        rows = wai.simulate("builtin:all", agent, n=8, simulator=True, customer=customer)
+        from whileai.simulations.rollouts import simulate
+
+        customer = customer_model("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
+        rows = simulate("builtin:all", agent, n=8, simulator=True, customer=customer)
     """
     try:
         persona.format(prompt="", facts="")

@@ -241,9 +241,11 @@ def model_agent(
 
     Example (needs a server, e.g. ``vllm serve Qwen/Qwen3-8B --enable-auto-tool-choice --tool-call-parser hermes``)::
 
-        import whileai as wai
-        with wai.model_agent("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B") as agent:
-            rows = wai.simulate("builtin:refunds", agent, n=8, max_workers=16)
+        from whileai.simulations.model_agent import model_agent
+        from whileai.simulations.rollouts import simulate
+
+        with model_agent("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B") as agent:
+            rows = simulate("builtin:refunds", agent, n=8, max_workers=16)
     """
     if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 0:
         raise BadInput(f"model_agent: max_questions must be a non-negative integer, got {max_questions!r}")

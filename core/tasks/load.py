@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from whileai.config.build import TrainSetup
+from whileai.config.build import TaskSetup
 from whileai.errors import BadInput, describe, function_label, needs_extra
 from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
@@ -145,7 +145,7 @@ def _support_demonstrations(scenarios: Sequence[Any], rollouts: int, seed: int) 
     ]
 
 
-def load_task(setup: TrainSetup) -> TrainingTask:
+def load_task(setup: TaskSetup) -> TrainingTask:
     """The training rows of the run's ``data`` section (a built-in task or a rows file), with the prompts
     ``data.eval_prompts`` holds out for evaluation."""
     data = setup.data
@@ -191,7 +191,7 @@ def load_task(setup: TrainSetup) -> TrainingTask:
     return TrainingTask(rows, corpus, eval_rows, environment_factory=factory, demonstrations=first)
 
 
-def _own_rows(setup: TrainSetup) -> list[dict[str, Any]]:
+def _own_rows(setup: TaskSetup) -> list[dict[str, Any]]:
     """The rows of a recipe's own ``data.dataset``: a rows file or folder beside the recipe, else a ``datasets`` name
     (``datasets.load_dataset(name, data.subset, split=data.split)``, from a model hub)."""
     from whileai.config.schema import is_rows_path
@@ -277,7 +277,7 @@ def check_verifier_signature(verifier: Callable[..., Any], task: TrainingTask | 
         ) from None
 
 
-def check_verifier(setup: TrainSetup) -> None:
+def check_verifier(setup: TaskSetup) -> None:
     """The run's verifier of the user's against what TRL passes it, before any model is built (``whileai validate``
     and ``whileai train``): with the dataset's columns where they can be read here (a built-in task, a rows file or
     folder); a dataset named on the hub is not fetched for it.
@@ -289,7 +289,7 @@ def check_verifier(setup: TrainSetup) -> None:
         task_and_verifier(setup, fetch=False)
 
 
-def task_and_verifier(setup: TrainSetup, *, fetch: bool = True) -> tuple[TrainingTask | None, Callable[..., Any]]:
+def task_and_verifier(setup: TaskSetup, *, fetch: bool = True) -> tuple[TrainingTask | None, Callable[..., Any]]:
     """The run's task and verifier, the verifier checked against what TRL passes it with the task's columns.
 
     ``fetch`` False leaves a dataset named on the hub unfetched (the task None): only what TRL passes every reward
@@ -305,7 +305,7 @@ def task_and_verifier(setup: TrainSetup, *, fetch: bool = True) -> tuple[Trainin
     return task, verifier
 
 
-def load_verifier(setup: TrainSetup) -> Callable[..., list[float]]:
+def load_verifier(setup: TaskSetup) -> Callable[..., list[float]]:
     """The run's verifier: a built-in by name or a TRL-style reward function by reference."""
     section = setup.verifier
     if section.builtin is not None:

@@ -214,7 +214,7 @@ def _evaluate(
         "mean_length_tokens": float(length),
         "grader": None,
     }
-    grading = setup.grading(say)
+    grading = setup.make_grading(say)
     if grading is not None:
         report = check_spread_groups(grading, groups, strict=False)
         data["grader"] = {

@@ -119,9 +119,6 @@ class TrainingPlan:
     shown: str
     steps: list[tuple[str, str]] = field(default_factory=list)
 
-    def lines(self) -> list[tuple[str, str]]:
-        return list(self.steps)
-
 
 def training_plan(setup: TrainSetup) -> TrainingPlan:
     """The run ``setup`` would train on this machine (read without torch: ``Machine.without_torch``)."""

@@ -264,7 +264,8 @@ def run_training(
         callbacks: extra ``transformers.TrainerCallback`` objects.
 
     Raises:
-        BadInput: a recipe that cannot run (missing sections, unknown built-ins, missing files).
+        BadInput: a run that cannot start (a folder that holds a run, a model the hub cannot give, a verifier TRL
+            could not call, a trainer section GRPOConfig refuses).
         MissingExtra: torch, transformers, trl or datasets not installed.
         RunInterrupted: Ctrl-C (a ``KeyboardInterrupt``), after the run folder was marked.
     """
@@ -404,7 +405,7 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         "resumed": resume,
         "resumed_from": None if run.checkpoint is None else run.checkpoint[0].name,
     }
-    run.grading = setup.grading(say if run.main else None)
+    run.grading = setup.make_grading(say if run.main else None)
     if not run.main:
         return None
     gate = None

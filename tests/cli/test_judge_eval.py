@@ -439,3 +439,16 @@ def test_logged_rows_and_the_field_options_read_as_spread_reads_them(tmp_path: P
 def _graded(report: dict) -> dict:
     """A report's figures without its timings."""
     return {key: value for key, value in report.items() if key not in ("cost", "grader")}
+
+
+def test_judge_eval_on_a_run_folder_does_not_take_the_run_s_grader(tmp_path: Path) -> None:
+    """A run's completions carry no reference: ``judge-eval RUN`` neither builds the run's grader (a judge would ask
+    its server) nor says it grades with it, as ``spread RUN`` does."""
+    run = tmp_path / "run"
+    (run / "completions").mkdir(parents=True)
+    (run / "recipe.yaml").write_text("grader: {kind: scripted}\n")
+    (run / "completions" / "rows.jsonl").write_text('{"task_id": "t", "reward": 1, "completion": "a"}\n')
+    result = CliRunner().invoke(app, ["judge-eval", str(run)])
+    assert "the run's own grader" not in result.stderr and "built-in rule" in result.stderr, result.stderr
+    spread = CliRunner().invoke(app, ["spread", str(run)])
+    assert "the run's own grader" in spread.stderr, spread.stderr

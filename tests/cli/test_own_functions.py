@@ -66,6 +66,16 @@ def test_validate_names_a_column_the_data_lacks_and_keywords_a_verifier_cannot_t
     assert result.exit_code == 2 and "no_kwargs (" in result.stderr and "give it a **kwargs parameter" in result.stderr
 
 
+def test_validate_checks_the_verifier_of_a_recipe_without_a_model_section(tmp_path: Path) -> None:
+    """A base recipe that an include completes with its model still has its verifier checked against its data."""
+    path = recipe(tmp_path, verifier={"function": "mine.py:needs_answer"})
+    base = yaml.safe_load(path.read_text())
+    del base["model"]
+    path.write_text(yaml.safe_dump(base))
+    result = validate(path)
+    assert result.exit_code == 2 and "needs 'answer'" in result.stderr, result.stderr
+
+
 def test_validate_refuses_a_grader_written_for_the_other_mode(tmp_path: Path) -> None:
     result = validate(recipe(tmp_path, grader={"kind": "python", "function": "mine.py:a_rubric_grader"}))
     assert result.exit_code == 2

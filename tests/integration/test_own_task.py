@@ -144,10 +144,10 @@ def test_a_verifier_trl_could_not_call_is_refused_before_training(tmp_path: Path
     from whileai.tasks.load import check_verifier_signature, load_task, load_verifier
 
     (tmp_path / "check.py").write_text("def check(prompts, completions, answer):\n    return [0.0] * len(prompts)\n")
-    loaded = train_setup(
+    setup = train_setup(
         load_recipe(REPO / "recipes" / "my_task_gar.yaml", [f"verifier.function={tmp_path / 'check.py'}:check"])
     )
-    task, verifier = load_task(loaded), load_verifier(loaded)
+    task, verifier = load_task(setup), load_verifier(setup)
     with pytest.raises(BadInput, match=r"give it a \*\*kwargs parameter"):
         check_verifier_signature(verifier, task, "verifier")
     shipped = train_setup(load_recipe(REPO / "recipes" / "my_desk_gar.yaml"))

@@ -198,3 +198,22 @@ def test_every_shipped_config_parses_and_recipe_blocks_validate(config: Path) ->
     assert isinstance(data, dict)
     if config.parent.name in ("grader", "trainer"):
         validate_recipe(data, str(config))
+
+
+def test_a_run_s_own_setup_is_not_checked_against_this_machine_again(tmp_path: Path) -> None:
+    """``whileai eval`` evaluates the run's own model: a logger or a base-model folder this machine lacks does not
+    refuse it, as they refuse a new run of the same recipe."""
+    import yaml
+
+    from whileai.config.build import run_setup, train_setup
+    from whileai.config.load import load_recipe
+    from whileai.errors import BadInput
+
+    loaded = load_recipe(REPO / "recipes" / "my_task_gar.yaml", ["trainer.report_to=no_such_logger_here"])
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(loaded.written()))
+    setup = run_setup(tmp_path)
+    assert setup.trainer.model_dump()["report_to"] == "no_such_logger_here"
+    with pytest.raises(BadInput, match="report_to"):
+        train_setup(load_recipe(tmp_path / "recipe.yaml"))
+    with pytest.raises(BadInput, match=r"no recipe\.yaml: not a run folder"):
+        run_setup(tmp_path / "elsewhere")

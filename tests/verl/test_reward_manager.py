@@ -539,6 +539,14 @@ def test_a_missing_recipe_is_named(tmp_path, tokenizer_dir) -> None:
         RewardLoopWorker(config)
 
 
+def test_the_library_s_manager_without_a_grading_says_so_before_anything_of_a_recipe(tmp_path, tokenizer_dir) -> None:
+    from whileai.integrations.verl import GroupwiseRewardManager
+
+    config = verl_config(tmp_path, tokenizer_dir, 4)  # a recipe option that names no file
+    with pytest.raises(BadInput, match=r"grades with the grading it is given \(grading=GroupwiseGrading"):
+        GroupwiseRewardManager(config, None, lambda *args, **kwargs: 0.0)
+
+
 # ---------------------------------------------------------------- the shipped config and the README's command
 
 
