@@ -212,32 +212,17 @@ def grader_from_spec(spec: str, grading: GradingSection, base_dir: Path | None =
     return ScriptedGrader(recipe.grader.rule, name=path.stem)
 
 
-def _references(loaded: LoadedRecipe) -> list[tuple[str, Path]]:
-    """Files the recipe names that must exist before anything runs."""
-    return [(name, loaded.resolve(path)) for name, path in loaded.recipe.local_files(loaded.base_dir)]
-
-
-def _functions(loaded: LoadedRecipe) -> list[tuple[str, str]]:
-    recipe = loaded.recipe
-    named = (
-        ("grader.function", getattr(recipe.grader, "function", None)),
-        ("verifier.function", getattr(recipe.verifier, "function", None)),
-        ("data.environment", getattr(recipe.data, "environment", None)),
-    )
-    return [(name, reference) for name, reference in named if reference]
-
-
 def check_references(loaded: LoadedRecipe) -> None:
     """The files a recipe names exist, and the functions it names resolve (their modules are imported).
 
     Raises:
         BadInput: naming the recipe, the field and what is missing.
     """
-    for name, path in _references(loaded):
-        if not path.exists():
+    for name, relative in loaded.recipe.local_files(loaded.base_dir):
+        if not (path := loaded.resolve(relative)).exists():
             raise BadInput(f"{loaded.path}: {name}: no such file {path}")
     check_machine(loaded.recipe, str(loaded.path))
-    for name, reference in _functions(loaded):
+    for name, reference in loaded.recipe.functions():
         try:
             function = load_callable(reference, loaded.base_dir, what=name)
             if name == "grader.function":

@@ -538,12 +538,8 @@ class Recipe(Section):
             found.append(("spread.rows", self.spread.rows))
         if isinstance(self.grading.rubrics, str):
             found.append(("grading.rubrics", self.grading.rubrics))
-        for name, reference in (
-            ("grader.function", getattr(self.grader, "function", None)),
-            ("verifier.function", getattr(self.verifier, "function", None)),
-            ("data.environment", getattr(self.data, "environment", None)),
-        ):
-            target = (reference or "").rpartition(":")[0]
+        for name, reference in self.functions():
+            target = reference.rpartition(":")[0]
             if target.endswith(".py") or "/" in target or "\\" in target:
                 found.append((name, target))
         if self.data is not None and not self.data.dataset.startswith("builtin:"):
@@ -551,6 +547,15 @@ class Recipe(Section):
             if is_rows_path(dataset) or (base_dir / Path(dataset).expanduser()).exists():
                 found.append(("data.dataset", dataset))
         return found
+
+    def functions(self) -> list[tuple[str, str]]:
+        """Every function the recipe names, as ``(dotted field, module:function or file.py:function)``."""
+        named = (
+            ("grader.function", getattr(self.grader, "function", None)),
+            ("verifier.function", getattr(self.verifier, "function", None)),
+            ("data.environment", getattr(self.data, "environment", None)),
+        )
+        return [(name, reference) for name, reference in named if reference]
 
     def require(self, *sections: str, command: str) -> None:
         """Raise ``BadInput`` naming each section ``command`` needs and the recipe lacks, and for ``train`` what in

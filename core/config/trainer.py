@@ -20,21 +20,14 @@ from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 
 __all__ = ["TrainerSection"]
 
-_KINDS: dict[str, Any] = {
-    "bool": bool,
-    "int": int,
-    "float": float,
-    "str": str,
-    "list[float]": list[float],
-    "list[str]": list[str],
-}
-_KIND_WORDS = {
-    "bool": "true or false",
-    "int": "an integer",
-    "float": "a number",
-    "str": "text",
-    "list[float]": "a list of numbers",
-    "list[str]": "a list of text",
+# Each kind of GRPOConfig field: the type a value is checked as, and how an error names it.
+_KINDS: dict[str, tuple[Any, str]] = {
+    "bool": (bool, "true or false"),
+    "int": (int, "an integer"),
+    "float": (float, "a number"),
+    "str": (str, "text"),
+    "list[float]": (list[float], "a list of numbers"),
+    "list[str]": (list[str], "a list of text"),
 }
 
 
@@ -44,16 +37,16 @@ def _of_kind(name: str, kind: str, value: Any) -> Any:
     if value is None:
         if kind.endswith("?") or base == "any":
             return None
-        raise ValueError(f"{name}: {_KIND_WORDS.get(base, 'a value')} is needed, not null")
+        raise ValueError(f"{name}: {_KINDS[base][1] if base in _KINDS else 'a value'} is needed, not null")
     if base == "any":
         return value
     if base == "float" and type(value) is int:  # logging_steps: 1 stays 1 (TRL takes a whole number or a ratio)
         return value
     try:
-        converted = TypeAdapter(_KINDS[base]).validate_python(value)
+        converted = TypeAdapter(_KINDS[base][0]).validate_python(value)
     except ValidationError:
         nullable = " or null" if kind.endswith("?") else ""
-        raise ValueError(f"{name}: {_KIND_WORDS[base]}{nullable} is needed, got {value!r}") from None
+        raise ValueError(f"{name}: {_KINDS[base][1]}{nullable} is needed, got {value!r}") from None
     if isinstance(converted, float) and not math.isfinite(converted):  # TRL takes inf, and trains on NaN
         raise ValueError(f"{name}: a finite number is needed, got {value!r}")
     if isinstance(converted, int) and not -INT_MOST <= converted <= INT_MOST:  # torch's and C's ints overflow past it

@@ -325,21 +325,16 @@ class ControlsTally:
                 self.first_error = again.error
         self._out.clear()
 
-    def report(
-        self,
-        *,
-        min_agreement: float = SPREAD_MIN_AGREEMENT,
-        max_ordered_copies: float = SPREAD_MAX_ORDERED_COPIES,
-        min_measured: float = SPREAD_MIN_MEASURED_CONTROLS,
-        position: dict[str, Any] | None = None,
-    ) -> ControlsReport:
-        """The figures of every control answered so far (``position``: :func:`grader_position`)."""
+    def report(self, grading: Any = None) -> ControlsReport:
+        """The figures of every control answered so far, judged by ``grading``'s spread limits and with its grader's
+        position figures (:func:`grader_position`; a judge keeps one record of the run so far), else the defaults."""
+        limits = getattr(grading, "spread", None)
         return controls_report(
             self.outcomes,
             existing=self.existing,
             failures=self.failures,
-            min_agreement=min_agreement,
-            max_ordered_copies=max_ordered_copies,
-            min_measured=min_measured,
-            position=position,
+            min_agreement=SPREAD_MIN_AGREEMENT if limits is None else limits.min_agreement,
+            max_ordered_copies=SPREAD_MAX_ORDERED_COPIES if limits is None else limits.max_ordered_copies,
+            min_measured=SPREAD_MIN_MEASURED_CONTROLS if limits is None else limits.min_measured_controls,
+            position=None if grading is None else grader_position(grading),
         )

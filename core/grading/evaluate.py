@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,9 +51,8 @@ from whileai.grading.controls import (
     make_control,
     with_injection,
 )
-from whileai.grading.group import GradedGroup, pass_scores
+from whileai.grading.group import GradedGroup, grade_request, pass_scores
 from whileai.grading.reference_rows import REFERENCE_FIELDS, ReferenceGroup, read_reference, reference_tau
-from whileai.rows.fields import Member
 from whileai.rows.rewards import FLOAT32_LIMIT
 from whileai.stats import bootstrap_interval, mean, quantile
 
@@ -405,10 +404,6 @@ def evaluate_grader(
     return run.finish()
 
 
-def _request(task: str, members: Sequence[Member]) -> tuple[Any, ...]:
-    return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
-
-
 class _Evaluation:
     """``evaluate_grader``'s state: the report being filled, the control outcomes, the tasks seen."""
 
@@ -468,14 +463,14 @@ class _Evaluation:
         injection = kinds[sum(self.seen.values()) % len(kinds)]
         control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}", injection=injection)
         shown = control.shown(group.members, lambda m, kind: (m[0], m[1], with_injection(m[2], kind)))
-        return scores, _request(group.task_id, shown), control
+        return scores, grade_request(group.task_id, shown), control
 
     def grade(self, pending: list[ReferenceGroup], progress: Callable[[int], None] | None) -> None:
         """A batch of groups graded, measured, and graded again reordered (their controls)."""
         if not pending:
             return
         report, grading = self.report, self.grading
-        graded_batch = self._first_grading([_request(g.task_id, g.members) for g in pending])
+        graded_batch = self._first_grading([grade_request(g.task_id, g.members) for g in pending])
         controlled = []
         for group, graded in zip(pending, graded_batch, strict=True):
             if graded.reason is not None:

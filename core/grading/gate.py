@@ -20,18 +20,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import GraderUnavailable, NoSpread, function_label
-from whileai.grading.controls import ControlsTally, grader_position, with_injection
-from whileai.grading.group import GradedGroup
-from whileai.grading.knobs import SpreadThresholds
+from whileai.grading.controls import ControlsTally, with_injection
+from whileai.grading.group import GradedGroup, grade_request
 from whileai.grading.verdict import SpreadReport, spread_report
 from whileai.methods import positive_passes
 from whileai.rows.fields import RowFields, RowStats
 from whileai.rows.groups import GroupsNotContiguous, iter_groups
 from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
 from whileai.rows.text import completion_text
+
+if TYPE_CHECKING:  # it delegates its check_spread here: the gate does not import it
+    from whileai.grading.groupwise import GroupwiseGrading
 
 __all__ = [
     "SpreadRun",
@@ -44,21 +46,8 @@ __all__ = [
 ]
 
 
-class GradesGroups(Protocol):
-    """What the gate uses of a ``whileai.grading.groupwise.GroupwiseGrading`` (which delegates its ``check_spread``
-    here, so the gate does not import it)."""
-
-    mode: str
-    spread: SpreadThresholds
-    grader: Any
-
-    def grade_many(
-        self, requests: Sequence[Any], preflight: bool = ..., record: bool = ..., shape: bool = ..., fresh: bool = ...
-    ) -> list[GradedGroup]: ...
-
-
 def check_spread_rows(
-    grading: GradesGroups,
+    grading: GroupwiseGrading,
     rows: Iterable[Mapping[str, Any]],
     strict: bool = True,
     *,
@@ -153,7 +142,7 @@ def unavailable_report(error: GraderUnavailable) -> dict[str, Any]:
 
 
 def check_spread_groups(
-    grading: GradesGroups,
+    grading: GroupwiseGrading,
     groups: Iterable[tuple[str, Sequence[tuple[float, str, str]]]],
     strict: bool = True,
     progress: Callable[[int, int], None] | None = None,
@@ -210,7 +199,7 @@ def trains_on_scores(group: GradedGroup, mode: str) -> bool:
     or more of them.
 
     Example:
-        >>> from whileai.grading.group import GradedGroup
+        >>> from whileai.grading.group import GradedGroup, grade_request
         >>> def group(rewards, effective):
         ...     return GradedGroup("t", rewards, [r > 0 for r in rewards], effective, list(rewards), scores=[1.0, 0.5])
         >>> trains_on_scores(group([1, 1, 0], [1, 1, 0]), "advantage"), trains_on_scores(group([1, 1, 1], [1, 1, 0]), "advantage")
@@ -224,16 +213,12 @@ def trains_on_scores(group: GradedGroup, mode: str) -> bool:
     return len(positive_passes([group.effective_rewards[i] for i in scorable])) > 1
 
 
-def _request(task: str, members: Sequence[tuple[float, str, str]]) -> tuple[Any, ...]:
-    return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)
-
-
 class _GateRun:
     """``check_spread_groups``'s state: the scores by group, the failures, the controls, the counts."""
 
     def __init__(
         self,
-        grading: GradesGroups,
+        grading: GroupwiseGrading,
         controls: int,
         seed: int,
         progress: Callable[[int, int], None] | None,
@@ -268,7 +253,7 @@ class _GateRun:
             return
         self.in_flight = len(pending)
         graded_batch = self._grade(
-            [_request(task, members) for task, members in pending], shape=self.on_graded is not None
+            [grade_request(task, members) for task, members in pending], shape=self.on_graded is not None
         )
         self.in_flight = 0
         again: list[tuple[Any, ...]] = []
@@ -294,7 +279,7 @@ class _GateRun:
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
                     inject = lambda m, kind: (m[0], m[1], with_injection(m[2], kind))  # noqa: E731
-                    again.append(_request(task, control.shown(members, inject)))
+                    again.append(grade_request(task, control.shown(members, inject)))
             if self.on_graded is not None:
                 self.on_graded(graded)
         if again:
@@ -306,12 +291,7 @@ class _GateRun:
         limits = self.grading.spread
         control_figures = None
         if self.controls:
-            control_figures = self.tally.report(
-                min_agreement=limits.min_agreement,
-                max_ordered_copies=limits.max_ordered_copies,
-                min_measured=limits.min_measured_controls,
-                position=grader_position(self.grading),
-            )
+            control_figures = self.tally.report(self.grading)
         report = spread_report(
             self.per_group,
             thresholds=limits,
@@ -357,7 +337,7 @@ class SpreadRun:
 
 def check_spread_file(
     path: str | Path,
-    grading: GradesGroups,
+    grading: GroupwiseGrading,
     fields: RowFields | None = None,
     *,
     skip_bad: bool = False,
@@ -376,19 +356,16 @@ def check_spread_file(
     # Rows usually come grouped (TRL logs, simulate, most exports): read once. If a group turns out to be split,
     # forget what was counted and read again by index (a judge then answers from its cache).
     before = grading.stats.snapshot()
-    stats = RowStats()
-    try:
-        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=True, steps=steps)
-        report = check_spread_groups(
-            grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
-        )
-    except GroupsNotContiguous:
-        grading.stats = before
-        if on_restart is not None:
-            on_restart()
+    for contiguous in (True, False):
         stats = RowStats()
-        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, steps=steps)
-        report = check_spread_groups(
-            grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
-        )
-    return SpreadRun(report, stats)
+        groups = iter_groups(path, fields, skip_bad=skip_bad, stats=stats, contiguous=contiguous, steps=steps)
+        try:
+            report = check_spread_groups(
+                grading, groups, strict=False, progress=progress, on_graded=on_graded, controls=controls, seed=seed
+            )
+            return SpreadRun(report, stats)
+        except GroupsNotContiguous:  # only the first reading raises it
+            grading.stats = before
+            if on_restart is not None:
+                on_restart()
+    raise AssertionError("unreachable: the second reading is by index")  # pragma: no cover

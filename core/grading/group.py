@@ -28,6 +28,7 @@ __all__ = [
     "describe",
     "failure_kind",
     "failure_reason",
+    "grade_request",
     "new_group",
     "pass_scores",
     "widen",
@@ -262,3 +263,9 @@ class OpenedGroup:
         return member_items(
             prompts, [completion_text(c) for c in self.completions], self.group.rewards, self.group.passed
         )
+
+
+def grade_request(task: str, members: Sequence[tuple[float, str, Any]]) -> tuple[Any, ...]:
+    """The request ``GroupwiseGrading.grade_many`` takes for one group of ``(reward, prompt, completion)`` members:
+    ``(rewards, prompts, completions, task_id, passed, send)``, the passes read from the rewards, the group sent."""
+    return ([m[0] for m in members], [m[1] for m in members], [m[2] for m in members], task, None, True)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
-from whileai.grading.controls import ControlsTally, grader_position, with_injection
+from whileai.grading.controls import ControlsTally, with_injection
 from whileai.grading.group import GradedGroup
 from whileai.grading.knobs import WatchSettings
 from whileai.grading.verdict import SpreadReport, spread_report
@@ -261,14 +261,7 @@ class SpreadWatch:
             self._extra += len(requests)
         if not requests and not tally.existing:
             return None, 0
-        limits = self.grading.spread
-        report = tally.report(
-            min_agreement=limits.min_agreement,
-            max_ordered_copies=limits.max_ordered_copies,
-            min_measured=limits.min_measured_controls,
-            position=grader_position(self.grading),  # the run's so far: a judge keeps one record
-        )
-        return report, len(requests)
+        return tally.report(self.grading), len(requests)
 
     def _figures(self, report: SpreadReport, failed: dict[str, int], passes: int, hacked: int) -> dict[str, float]:
         controls = report.controls

@@ -51,18 +51,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_HOMES])
 
 
-__all__ = [
-    "JudgeAnswerError",
-    "JudgeCache",
-    "JudgeCallError",
-    "JudgeClient",
-    "JudgeConfig",
-    "JudgeGrader",
-    "JudgePrompts",
-    "JudgeRubricWriter",
-    "JudgeScorer",
-    "JudgeStats",
-    "build_judge",
-    "judge_config",
-    "load_prompts",
-]
+__all__ = list(_HOMES)  # every public name, in the order of _HOMES

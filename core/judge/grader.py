@@ -39,9 +39,7 @@ from whileai.judge.prompts import (
     RolloutView,
     check_rate,
     check_rate_one,
-    rank_messages,
-    rate_messages,
-    rate_one_messages,
+    group_messages,
     rollout_labels,
 )
 from whileai.judge.replies import (
@@ -169,17 +167,17 @@ class JudgeGrader(JudgeBase):
             schema = _one_pass_schema(shape.top, shape.reasons)
             specs = []
             for label in pass_labels:
-                messages = rate_one_messages(self.prompts, task, views, label, config.max_rollout_chars)
+                messages = group_messages(self.prompts, "rate_one", task, views, config.max_rollout_chars, label=label)
                 key = self._key("rate_one", messages, schema, top_logprobs)
                 read = OnePassReader(label, shape.top, quoted)
                 specs.append(CallSpec("rate_one", messages, schema, read, key, top_logprobs))
             return specs
         if config.answer_form == "ranking":
-            messages = rank_messages(self.prompts, task, views, config.max_rollout_chars)
+            messages = group_messages(self.prompts, "rank", task, views, config.max_rollout_chars)
             schema = _ranking_schema(tuple(pass_labels), tuple(v.label for v in views))
             reader: Any = _RankingReader(pass_labels, fail_labels, quoted)
         else:
-            messages = rate_messages(self.prompts, task, views, config.max_rollout_chars)
+            messages = group_messages(self.prompts, "rate", task, views, config.max_rollout_chars)
             schema = _scores_schema(tuple(pass_labels), shape.layout, shape.top, shape.hacks, shape.reasons)
             reader = (GroupScoresReader if self.continuous else _ScoresReader)(pass_labels, fail_labels, shape, quoted)
         return [

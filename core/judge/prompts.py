@@ -34,6 +34,7 @@ __all__ = [
     "check_rate",
     "check_rate_one",
     "escape_block",
+    "group_messages",
     "load_prompts",
     "rollout_labels",
 ]
@@ -295,10 +296,13 @@ def rubric_block(solution: Sequence[str], behavior: Sequence[str]) -> str:
     return "<rubric>\n" + "\n".join(lines) + "\n</rubric>"
 
 
-def _group_messages(
+def group_messages(
     prompts: JudgePrompts, which: str, task: str, views: Sequence[RolloutView], max_chars: int | None, **more: str
 ) -> list[Message]:
-    """The system message and the template ``which`` filled with the group (``more``: its other placeholders)."""
+    """The system message and the template ``which`` filled with one group, ``views`` in display order (``more``:
+    its other placeholders): ``rank`` asks for a best-first ranking of the passes, ``rate`` for a score per pass (the
+    score form), ``rate_one`` for the score of the pass ``label=`` with every rollout shown (the messages of one
+    group's passes differ only at their end), ``rubric`` for a task's rubric."""
     user = prompts.fill(
         which,
         task=task_block(task),
@@ -307,13 +311,6 @@ def _group_messages(
         **more,
     )
     return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
-
-
-def rank_messages(
-    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
-) -> list[Message]:
-    """System and user messages asking for a best-first ranking of the passes among ``views`` (display order)."""
-    return _group_messages(prompts, "rank", task, views, max_chars)
 
 
 def check_rate(prompts: JudgePrompts) -> None:
@@ -325,18 +322,6 @@ def check_rate(prompts: JudgePrompts) -> None:
         )
 
 
-def rate_messages(
-    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
-) -> list[Message]:
-    """System and user messages asking for a score per pass among ``views`` (display order): the score form.
-
-    Raises:
-        BadInput: the prompts have no ``rate`` template.
-    """
-    check_rate(prompts)
-    return _group_messages(prompts, "rate", task, views, max_chars)
-
-
 def check_rate_one(prompts: JudgePrompts) -> None:
     """Raises ``BadInput`` naming the fix when ``prompts`` have no ``rate_one`` template (``score_calls: pass``)."""
     if prompts.rate_one is None:
@@ -344,27 +329,6 @@ def check_rate_one(prompts: JudgePrompts) -> None:
             f"judge prompts {prompts.version} ({prompts.source}) have no 'rate_one' template, which score_calls: pass "
             "needs: use prompts: v4, add a rate_one template, or set score_calls: group"
         )
-
-
-def rate_one_messages(
-    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], label: str, max_chars: int | None = None
-) -> list[Message]:
-    """System and user messages asking for the score of the pass ``label`` with every rollout of ``views`` shown:
-    the messages of one group's passes differ only at their end.
-
-    Raises:
-        BadInput: the prompts have no ``rate_one`` template.
-    """
-    check_rate_one(prompts)
-    return _group_messages(prompts, "rate_one", task, views, max_chars, label=label)
-
-
-def rubric_messages(
-    prompts: JudgePrompts, task: str, views: Sequence[RolloutView], max_chars: int | None = None
-) -> list[Message]:
-    """Messages asking for a task's rubric (solution and behavior criteria) from one group."""
-    user = prompts.fill("rubric", task=task_block(task), rollouts="\n".join(rollout_block(v, max_chars) for v in views))
-    return [{"role": "system", "content": prompts.system}, {"role": "user", "content": user}]
 
 
 def score_messages(

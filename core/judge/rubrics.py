@@ -17,7 +17,7 @@ from whileai.judge.base import JudgeBase, failure_reason
 from whileai.judge.cache import cache_key
 from whileai.judge.client import CallSpec, JudgeClient
 from whileai.judge.orders import display_orders
-from whileai.judge.prompts import RolloutView, rollout_labels, rubric_messages, score_messages
+from whileai.judge.prompts import RolloutView, group_messages, rollout_labels, score_messages
 from whileai.judge.replies import RubricReply, ScoreReply, read_reply, rubric_schema, score_schema
 from whileai.judge.settings import JudgeConfig
 
@@ -169,7 +169,7 @@ class JudgeRubricWriter(JudgeBase):
         views = [
             RolloutView(labels[p], bool(items[j]["passed"]), str(items[j]["completion"])) for p, j in enumerate(order)
         ]
-        messages = rubric_messages(self.prompts, task, views, self.config.max_rollout_chars)
+        messages = group_messages(self.prompts, "rubric", task, views, self.config.max_rollout_chars)
         read = functools.partial(_read_rubric, quoted=[view.text for view in views])
         spec = CallSpec("rubric", messages, _RUBRIC_SCHEMA, read, self._key("rubric", messages, _RUBRIC_SCHEMA))
         try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,17 +121,7 @@ class Difference:
     detectable: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.a,
-            "b": self.b,
-            "difference": self.difference,
-            "low": self.low,
-            "high": self.high,
-            "n_a": self.n_a,
-            "n_b": self.n_b,
-            "paired": self.paired,
-            "detectable": self.detectable,
-        }
+        return asdict(self)
 
 
 def seed_difference(a: dict[str, float], b: dict[str, float], names: tuple[str, str] = ("a", "b")) -> Difference:

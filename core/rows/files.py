@@ -193,30 +193,20 @@ def _json_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
         yield number, number, row
 
 
-def _parquet_batches(path: Path, columns: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
+def _parquet_file(path: Path) -> Any:
+    """``path`` opened by pyarrow (the parquet extra), or ``BadInput`` naming it."""
     with needs_extra("parquet", "reading .parquet rows"):
         import pyarrow.parquet as pq
     try:
-        reader = pq.ParquetFile(path)
-    except Exception as err:
-        raise BadInput(f"{path}: not a readable Parquet file ({err})") from None
-    for batch in reader.iter_batches(batch_size=4096, columns=columns):
-        yield batch.to_pylist()
-
-
-def _parquet_columns(path: Path) -> list[str]:
-    with needs_extra("parquet", "reading .parquet rows"):
-        import pyarrow.parquet as pq
-    try:
-        return list(pq.ParquetFile(path).schema_arrow.names)
+        return pq.ParquetFile(path)
     except Exception as err:
         raise BadInput(f"{path}: not a readable Parquet file ({err})") from None
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, int, Any]]:
     number = 0
-    for batch in _parquet_batches(path):
-        for row in batch:
+    for batch in _parquet_file(path).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
             yield number, number, row
             number += 1
 
@@ -236,7 +226,7 @@ def row_place(path: Path, number: int) -> str:
 def first_columns(path: Path) -> list[str]:
     """The field names of the file's first row (its schema for Parquet)."""
     if path.suffix == ".parquet":
-        return _parquet_columns(path)
+        return list(_parquet_file(path).schema_arrow.names)
     for _, _, row in raw_rows(path):
         if isinstance(row, dict):
             return list(row)

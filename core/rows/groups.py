@@ -145,21 +145,8 @@ def _read_indexed(
                     members.append(read_member(json.loads(handle.readline()), fields, str(path))[1])
                 yield group, members
         return
-    if contiguous:  # one sequential pass, a group at a time
-        current: str | None = None
-        members: list[Member] = []
-        lookup = {positions[0]: g for g, positions in index.items()}
-        last = {positions[-1] for positions in index.values()}
-        # Bad rows were counted (or raised) by the first pass: here they are skipped.
-        for position, _, member in _members(path, fields, RowStats(), skip_bad=True):
-            if position in lookup:
-                current, members = lookup[position], []
-            if current is None:
-                continue
-            members.append(member)
-            if position in last:
-                yield current, members
-                current = None
+    if contiguous:  # one sequential pass, a group at a time; bad rows were counted (or raised) by the first pass
+        yield from _one_pass(path, fields, RowStats(), skip_bad=True)
         return
     # .json and .parquet whose groups are interleaved: collected in memory (write JSONL for huge inputs).
     wanted = {p: g for g, positions in index.items() for p in positions}
@@ -258,17 +245,9 @@ def iter_groups(
         BadInput: a missing file, an unreadable file, or (without ``skip_bad``) a bad row, naming file, line, field.
         MissingExtra: a Parquet file without pyarrow installed.
     """
-    fields = fields or RowFields()
     stats = stats if stats is not None else RowStats()
-    files = list_row_files(path, stats.left_out, steps)
     seen: set[bytes] = set()  # digests of the TRL-log groups read so far
-    for file in files:
-        stats.files += 1
-        chosen = fields.for_columns(first_columns(file), file)
-        stats.read_as = stats.read_as or chosen.read_as
-        # whileai's group labels ("step:group") are unique across a run's files; other groups are per file.
-        by_label = chosen.trl_log and chosen.group_key == "whileai_group"
-        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
+    for file, chosen, by_label, prefix in _files(path, fields or RowFields(), stats, steps):
         if contiguous:
             groups = _one_pass(file, chosen, stats, skip_bad)
         else:
@@ -303,21 +282,30 @@ def iter_rows(
     Raises:
         BadInput: a missing or unreadable file, a bad row (naming file, line and field), or no rows at all.
     """
-    fields = fields or RowFields()
     stats = stats if stats is not None else RowStats()
-    files = list_row_files(path, stats.left_out)
-    for file in files:
-        stats.files += 1
-        chosen = fields.for_columns(first_columns(file), file)
-        stats.read_as = stats.read_as or chosen.read_as
-        by_label = chosen.trl_log and chosen.group_key == "whileai_group"
-        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
+    for file, chosen, _, prefix in _files(path, fields or RowFields(), stats, None):
         for _, number, row in raw_rows(file):
             group, member = _checked(row, chosen, file, number)
             stats.rows += 1
             yield row_place(file, number), prefix + group, member, row
     if stats.rows == 0:
         raise BadInput(f"{path}: nothing to grade: it holds no rows")
+
+
+def _files(
+    path: str | Path, fields: RowFields, stats: RowStats, steps: tuple[int, int] | None
+) -> Iterator[tuple[Path, RowFields, bool, str]]:
+    """Each rows file of ``path`` (counted in ``stats``) with the fields its columns are read by, whether its groups
+    are whileai's labels, and the prefix that makes its group ids unique."""
+    files = list_row_files(path, stats.left_out, steps)
+    for file in files:
+        stats.files += 1
+        chosen = fields.for_columns(first_columns(file), file)
+        stats.read_as = stats.read_as or chosen.read_as
+        # whileai's group labels ("step:group") are unique across a run's files; other groups are per file.
+        by_label = chosen.trl_log and chosen.group_key == "whileai_group"
+        prefix = f"{file.relative_to(path).as_posix()}:" if len(files) > 1 and not by_label else ""
+        yield file, chosen, by_label, prefix
 
 
 def _group_digest(label: str | None, members: list[Member]) -> bytes:

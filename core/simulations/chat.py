@@ -37,7 +37,7 @@ from whileai.http.client import EndpointClient
 from whileai.http.endpoint import Call, CallError, EndpointSettings, EndpointStats, first_choice
 from whileai.http.secrets import masked_url, read_api_key
 
-__all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "endpoint_config", "request_seed"]
+__all__ = ["ChatAnswer", "ChatClient", "EndpointUnavailable", "ServedModel", "endpoint_config", "request_seed"]
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,30 @@ def _read_answer(response: dict[str, Any]) -> ChatAnswer:
         finish_reason=finish if isinstance(finish, str) else None,
         usage=usage if isinstance(usage, dict) else {},
     )
+
+
+class ServedModel:
+    """What a model served for the simulator (the agent, the customer) shows of its ``ChatClient``: a repr with the
+    key-free URL, the client's ``EndpointStats``, and ``close`` (also on leaving a ``with`` block)."""
+
+    client: ChatClient
+    builder = "model"  # the function that makes one, which the repr names
+
+    def __repr__(self) -> str:
+        config = self.client.config
+        return f"{self.builder}(base_url={masked_url(config.base_url)!r}, model={config.model!r})"
+
+    @property
+    def stats(self) -> EndpointStats:
+        """The client's ``EndpointStats``: calls, retries, tokens in and out, latencies."""
+        return self.client.stats
+
+    def close(self) -> None:
+        """Close the connection pool (a later call opens a new one)."""
+        self.client.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -22,10 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from whileai.defaults import CUSTOMER_MAX_TOKENS, DEFAULT_CUSTOMER_TEMPERATURE
 from whileai.errors import BadInput
-from whileai.http.endpoint import EndpointStats
-from whileai.http.secrets import masked_url
 from whileai.simulations.agents import Event
-from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
+from whileai.simulations.chat import ChatClient, ServedModel, endpoint_config, request_seed
 from whileai.simulations.scenarios import Scenario
 
 __all__ = ["DEFAULT_CUSTOMER_PROMPT", "Customer", "CustomerEpisode", "ModelCustomer", "customer_model"]
@@ -57,7 +55,7 @@ class Customer(Protocol):
         ...
 
 
-class ModelCustomer:
+class ModelCustomer(ServedModel):
     """A customer played by a served model; build it with :func:`customer_model`.
 
     Args:
@@ -72,29 +70,12 @@ class ModelCustomer:
         self.persona = persona
         self.send_seed = send_seed
 
-    def __repr__(self) -> str:
-        config = self.client.config
-        return f"customer_model(base_url={masked_url(config.base_url)!r}, model={config.model!r})"
-
-    @property
-    def stats(self) -> EndpointStats:
-        """The client's ``EndpointStats``: calls, retries, tokens in and out, latencies."""
-        return self.client.stats
+    builder = "customer_model"
 
     def start(self, scenario: Scenario, *, seed: int | str = 0) -> ModelCustomerEpisode:
         """Open one rollout's customer."""
         system = self.persona.format(prompt=scenario.prompt, facts=scenario.customer_reply)
         return ModelCustomerEpisode(self, system, seed)
-
-    def close(self) -> None:
-        """Close the connection pool (a later call opens a new one)."""
-        self.client.close()
-
-    def __enter__(self) -> ModelCustomer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ModelCustomerEpisode:

@@ -40,11 +40,9 @@ from typing import Any, Literal
 
 from whileai.defaults import DEFAULT_POLICY_TEMPERATURE
 from whileai.errors import BadInput
-from whileai.http.endpoint import EndpointStats
-from whileai.http.secrets import masked_url
 from whileai.integrations.tool_calls import json_tool_calls
 from whileai.simulations.agents import Action, Event, Reply, ToolCall
-from whileai.simulations.chat import ChatClient, endpoint_config, request_seed
+from whileai.simulations.chat import ChatClient, ServedModel, endpoint_config, request_seed
 
 __all__ = ["DEFAULT_AGENT_PROMPT", "ModelAgent", "ModelEpisode", "model_agent"]
 
@@ -63,7 +61,7 @@ def _asks_customer(text: str) -> bool:
     return text.rstrip().endswith("?")
 
 
-class ModelAgent:
+class ModelAgent(ServedModel):
     """A support agent played by a served model; build it with :func:`model_agent`.
 
     Args:
@@ -92,28 +90,11 @@ class ModelAgent:
         self.asks_customer = asks_customer
         self.tool_calls = tool_calls
 
-    def __repr__(self) -> str:
-        config = self.client.config
-        return f"model_agent(base_url={masked_url(config.base_url)!r}, model={config.model!r})"
-
-    @property
-    def stats(self) -> EndpointStats:
-        """The client's ``EndpointStats``: calls, retries, tokens in and out, latencies."""
-        return self.client.stats
+    builder = "model_agent"
 
     def start(self, *, tools: Sequence[Mapping[str, Any]] = (), seed: int | str = 0) -> ModelEpisode:
         """Open one rollout; its requests carry seeds derived from ``seed``."""
         return ModelEpisode(self, tools, seed)
-
-    def close(self) -> None:
-        """Close the connection pool (a later rollout opens a new one)."""
-        self.client.close()
-
-    def __enter__(self) -> ModelAgent:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _parse_arguments(raw: Any) -> Mapping[str, Any]:

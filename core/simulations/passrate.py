@@ -67,19 +67,6 @@ class PassRate:
         level = f"{self.confidence * 100:g}%"
         return f"pass@{self.k} {self.estimate:.2f} ({level} CI {self.low:.2f} to {self.high:.2f}, n={self.n})"
 
-    def as_dict(self) -> dict[str, Any]:
-        """The figure as JSON-ready data."""
-        return {
-            "k": self.k,
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
-            "n": self.n,
-            "n_of": self.n_of,
-            "confidence": self.confidence,
-            "method": self.method,
-        }
-
 
 @dataclass(frozen=True)
 class Scored:

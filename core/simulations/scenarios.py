@@ -258,8 +258,30 @@ def _reference(rng: random.Random, order: Order) -> str:
     return f"the {order.item} I ordered"
 
 
-def _customer_reply(order: Order) -> str:
-    return f"Yes, please. The order number is {order.order_id}, the {order.item}."
+def _scenario(
+    kind: str,
+    family: str,
+    index: int,
+    prompt: str,
+    orders: list[Order],
+    target: Order,
+    check: Any,
+    *,
+    checks_reply: bool = False,
+    **goal: Any,
+) -> Scenario:
+    """Scenario ``index`` of a family about the order ``target``: the customer names it when asked, and ``goal``
+    (its ``action``, then the order id, then the rest) is what the agent must do to it."""
+    return Scenario(
+        scenario_id=f"{kind}-{index}",
+        family=family,
+        prompt=prompt,
+        customer_reply=f"Yes, please. The order number is {target.order_id}, the {target.item}.",
+        orders=tuple(orders),
+        goal={"action": goal.pop("action"), "order_id": target.order_id, **goal},
+        check=check,
+        checks_reply=checks_reply,
+    )
 
 
 def make_refund(index: int, rng: random.Random) -> Scenario:
@@ -274,14 +296,8 @@ def make_refund(index: int, rng: random.Random) -> Scenario:
         cents = max(100, round(target.amount_cents * rng.choice((0.2, 0.25, 0.3, 0.5)) / 50) * 50)
         ask = f"part of it was missing from the box. Please refund ${cents_to_dollars(cents):.2f} for that part."
     prompt = f"Hi, this is {name}. About {reference}: {ask}"
-    return Scenario(
-        scenario_id=f"refund-{index}",
-        family="refunds",
-        prompt=prompt,
-        customer_reply=_customer_reply(target),
-        orders=tuple(orders),
-        goal={"action": "refund", "order_id": target.order_id, "amount_cents": cents},
-        check=check_refund,
+    return _scenario(
+        "refund", "refunds", index, prompt, orders, target, check_refund, action="refund", amount_cents=cents
     )
 
 
@@ -291,15 +307,7 @@ def make_cancellation(index: int, rng: random.Random) -> Scenario:
     reference = _reference(rng, target)
     reason = rng.choice(("I found it cheaper elsewhere.", "I ordered it by mistake.", "I don't need it any more."))
     prompt = f"Hello, I'm {rng.choice(_NAMES)}. Please cancel {reference}. {reason}"
-    return Scenario(
-        scenario_id=f"cancel-{index}",
-        family="cancellations",
-        prompt=prompt,
-        customer_reply=_customer_reply(target),
-        orders=tuple(orders),
-        goal={"action": "cancel", "order_id": target.order_id},
-        check=check_cancellation,
-    )
+    return _scenario("cancel", "cancellations", index, prompt, orders, target, check_cancellation, action="cancel")
 
 
 def make_address_change(index: int, rng: random.Random) -> Scenario:
@@ -310,15 +318,10 @@ def make_address_change(index: int, rng: random.Random) -> Scenario:
     while new_address == target.address:
         new_address = _address(rng)
     prompt = f"Hi, {rng.choice(_NAMES)} here. I just moved. Please send {reference} to my new address: {new_address}."
-    return Scenario(
-        scenario_id=f"address-{index}",
-        family="addresses",
-        prompt=prompt,
-        customer_reply=_customer_reply(target),
-        orders=tuple(orders),
-        goal={"action": "change_address", "order_id": target.order_id, "address": new_address},
-        check=check_address_change,
-    )
+    return _scenario(
+        "address", "addresses", index, prompt, orders, target, check_address_change,
+        action="change_address", address=new_address,
+    )  # fmt: skip
 
 
 def make_lookup(index: int, rng: random.Random) -> Scenario:
@@ -326,16 +329,10 @@ def make_lookup(index: int, rng: random.Random) -> Scenario:
     orders, target = _customer_orders(rng, "shipped", rng.randint(4, 6))
     reference = _reference(rng, target)
     prompt = f"Hey, {rng.choice(_NAMES)} here. Where is {reference}? Can you give me the tracking number?"
-    return Scenario(
-        scenario_id=f"lookup-{index}",
-        family="lookups",
-        prompt=prompt,
-        customer_reply=_customer_reply(target),
-        orders=tuple(orders),
-        goal={"action": "lookup", "order_id": target.order_id, "tracking": target.tracking},
-        check=check_lookup,
-        checks_reply=True,
-    )
+    return _scenario(
+        "lookup", "lookups", index, prompt, orders, target, check_lookup,
+        checks_reply=True, action="lookup", tracking=target.tracking,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput, json_problem
+from whileai.grading.watch import WatchLog
 from whileai.rows.files import logged_step
 from whileai.yamldata import read_yaml_file
 
@@ -281,16 +282,10 @@ def mark_run(out: Path, status: str, **fields: Any) -> None:
     write_json(path, summary)
 
 
-class GradingLog:
+class GradingLog(WatchLog):
     """Appends each graded group to ``grading.jsonl`` (a resumed run continues the same file)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and not path.is_file():  # a pipe there would hold the run on its first write
-            raise BadInput(f"{path} is no regular file (a pipe, a device or a folder?): remove it")
-
-    def __call__(self, groups: list[Any], state: Any) -> None:
+    def __call__(self, groups: list[Any], state: Any) -> None:  # type: ignore[override]
         with self.path.open("a") as handle:
             for group in groups:
                 handle.write(json.dumps({"step": logged_step(state, group.phase), **group.as_dict()}) + "\n")

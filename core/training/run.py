@@ -54,7 +54,7 @@ from whileai.training.folder import (
 )
 from whileai.training.plan import TrainingPlan, model_path, quiet_libraries, training_plan
 
-__all__ = ["Gate", "RunInterrupted", "TrainingResult", "binary_reward", "dry_run", "run_training"]
+__all__ = ["RunInterrupted", "TrainingResult", "binary_reward", "dry_run", "run_training"]
 
 
 @dataclass
@@ -81,35 +81,25 @@ class RunInterrupted(KeyboardInterrupt):
         self.checkpoint = checkpoint
 
 
-@dataclass
-class Gate:
-    """The spread gate's outcome, as ``spread_gate.json`` keeps it.
-
-    Attributes:
-        source: where its rows came from: ``"rows"`` (spread.rows), ``"sample"`` (the initial model's completions),
-            ``"simulate"`` (the seeded agent), or None when it was skipped.
-        verdict: the report's (``"yes"``, ``"no"``, ``"too few"``, ``"broken"``) or ``"skipped"``.
-        report: the spread report as JSON, when the gate ran.
-        reason: why it was skipped.
-        sampled: with ``spread.sample``, the initial model's pass rate on the sampled groups
-            (``whileai.training.sample.sampled_pass_rate``).
-    """
-
-    source: str | None
-    verdict: str
-    report: dict[str, Any] | None = None
-    reason: str | None = None
-    sampled: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "verdict": self.verdict,
-            "passed": None if self.verdict == "skipped" else self.verdict == "yes",
-            "skipped": self.reason,
-            "spread": self.report,
-            "sampled_pass_rate": self.sampled,
-        }
+def _gate_record(
+    source: str | None,
+    verdict: str,
+    report: dict[str, Any] | None = None,
+    reason: str | None = None,
+    sampled: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The spread gate's outcome, as ``spread_gate.json`` keeps it: where its rows came from (``source``: ``"rows"``,
+    ``"sample"`` the initial model's completions, ``"simulate"`` the seeded agent, None when skipped), the report's
+    ``verdict`` (``"yes"``, ``"no"``, ``"too few"``, ``"broken"``) or ``"skipped"`` with its ``reason``, the report as
+    JSON, and with ``spread.sample`` the initial model's pass rate (``whileai.training.sample.sampled_pass_rate``)."""
+    return {
+        "source": source,
+        "verdict": verdict,
+        "passed": None if verdict == "skipped" else verdict == "yes",
+        "skipped": reason,
+        "spread": report,
+        "sampled_pass_rate": sampled,
+    }
 
 
 def _run_gate(
@@ -123,7 +113,7 @@ def _run_gate(
     groups and calls are not the run's: ``grading``'s counters, and its judge's, are as they were before it."""
     before = grading.counters() if grading is not None else None
     try:
-        gate = _spread_gate(setup, grading, say, sampled).as_dict()
+        gate = _spread_gate(setup, grading, say, sampled)
     finally:
         if grading is not None and before is not None:
             grading.restore_counters(before)
@@ -136,63 +126,47 @@ def _spread_gate(
     grading: GroupwiseGrading | None,
     say: Callable[[str], None],
     sampled: list[tuple[str, list[Any]]] | None,
-) -> Gate:
-    source = setup.gate_source
+) -> dict[str, Any]:
+    """The gate's report on the recipe's rows, the initial model's sampled groups or the seeded agent's rollouts."""
+    from whileai.grading.gate import check_spread_file, check_spread_groups
+
+    source, settings, sampled_rate = setup.gate_source, setup.spread, None
     if grading is None or source is None:
         reason = "no grader: a binary arm" if grading is None else "no spread.rows, spread.sample or simulate section"
         say(f"whileai: spread gate skipped: {reason}")
-        return Gate(None, "skipped", reason=reason)
-    settings = setup.spread
+        return _gate_record(None, "skipped", reason=reason)
     checks = {"controls": settings.controls, "seed": settings.seed}
     heading = f"whileai: spread gate on {_SOURCES[source]}:"
     try:
-        report, sampled_rate = _gate_report(setup, grading, say, sampled, source, checks)
+        if source == "rows":
+            assert settings.rows is not None
+            path, fields = setup.resolve(settings.rows), settings.row_fields()
+            report = check_spread_file(path, grading, fields, skip_bad=settings.skip_bad_rows, **checks).report
+        elif source == "sample":
+            from whileai.training.sample import sampled_pass_rate
+
+            assert sampled is not None
+            sampled_rate, line = sampled_pass_rate(sampled)
+            say(f"whileai: the initial model's {line}")
+            report = check_spread_groups(grading, sampled, strict=False, **checks)
+        else:
+            from whileai.simulations.agents import seeded_agent
+            from whileai.simulations.rollouts import simulate
+            from whileai.simulations.scenarios import load_scenarios
+
+            sim = setup.simulate
+            assert sim is not None  # and sim.agent is "seeded": the schema refuses a model agent for a training gate
+            scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
+            rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
+            report = grading.check_spread(rows, strict=False, **checks)
     except GraderUnavailable as error:  # a verdict like any other: --skip-spread-gate trains past it too
         unavailable = unavailable_report(error)
         say(heading)
         say(unavailable["conclusion"])
-        return Gate(source, "broken", unavailable)
+        return _gate_record(source, "broken", unavailable)
     say(heading)
     say(str(report))
-    return Gate(source, report.verdict, report.as_dict(), sampled=sampled_rate)
-
-
-def _gate_report(
-    setup: TrainSetup,
-    grading: GroupwiseGrading,
-    say: Callable[[str], None],
-    sampled: list[tuple[str, list[Any]]] | None,
-    source: str,
-    checks: dict[str, Any],
-) -> tuple[Any, dict[str, Any] | None]:
-    """The gate's report on the recipe's rows, the initial model's sampled groups or the seeded agent's rollouts, and
-    the sampled pass rate (with ``spread.sample``)."""
-    from whileai.grading.gate import check_spread_file, check_spread_groups
-
-    settings, sampled_rate = setup.spread, None
-    if source == "rows":
-        assert settings.rows is not None
-        path = setup.resolve(settings.rows)
-        report = check_spread_file(path, grading, settings.row_fields(), skip_bad=settings.skip_bad_rows, **checks)
-        report = report.report
-    elif source == "sample":
-        from whileai.training.sample import sampled_pass_rate
-
-        assert sampled is not None
-        sampled_rate, line = sampled_pass_rate(sampled)
-        say(f"whileai: the initial model's {line}")
-        report = check_spread_groups(grading, sampled, strict=False, **checks)
-    else:
-        from whileai.simulations.agents import seeded_agent
-        from whileai.simulations.rollouts import simulate
-        from whileai.simulations.scenarios import load_scenarios
-
-        sim = setup.simulate
-        assert sim is not None  # and sim.agent is "seeded": the schema refuses a model agent for a training gate
-        scenarios = load_scenarios(sim.scenarios, n=sim.num_scenarios, seed=sim.seed)
-        rows = simulate(scenarios, seeded_agent(seed=sim.seed), n=sim.n, seed=sim.seed)
-        report = grading.check_spread(rows, strict=False, **checks)
-    return report, sampled_rate
+    return _gate_record(source, report.verdict, report.as_dict(), sampled=sampled_rate)
 
 
 _SOURCES = {
