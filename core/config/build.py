@@ -378,14 +378,9 @@ class TrainSetup(TaskSetup):
 
 
 def task_setup(loaded: LoadedRecipe) -> TaskSetup:
-    """The recipe's task and verifier.
-
-    Raises:
-        BadInput: the recipe has no data or no verifier section.
-    """
-    loaded.recipe.require("data", "verifier", command="validate")
-    assert loaded.recipe.data is not None and loaded.recipe.verifier is not None
+    """The task and verifier of a recipe that has both sections (its callers check)."""
     recipe = loaded.recipe
+    assert recipe.data is not None and recipe.verifier is not None
     return TaskSetup(str(loaded.path), loaded.base_dir, recipe.data, recipe.verifier, recipe.trainer)
 
 
