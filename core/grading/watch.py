@@ -155,6 +155,16 @@ class SpreadWatch:
             self._kept += 1
             self._seen.append(_Seen(step, key, group, prompts[members], completions[members]))
 
+    def summary(self) -> dict[str, Any] | None:
+        """What a run's record keeps of the checks so far (None before the first): how many, how many failed, the
+        grader calls the last one's controls cost, and the last check."""
+        if not self.checks:
+            return None
+        last = self.checks[-1]
+        failed = sum(c.failed for c in self.checks)
+        return {"checks": len(self.checks), "failed": failed, "extra_grader_calls": last.figures["extra_calls"],
+                "last": last.as_dict()}  # fmt: skip
+
     def check_through(self, step: int) -> dict[str, float]:
         """Make the checks due by ``step``, a completed step: one at each multiple of ``every_steps`` not yet
         checked, on the groups of the ``window`` steps up to it. Returns the last check's TRL metrics, or {}."""

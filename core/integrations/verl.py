@@ -265,14 +265,8 @@ class Groups:
     def figures(self) -> dict[str, Any]:
         figures = self.collector.figures()
         figures.update(verifier_failures=self.verifier_failures, groups_actor_lost=self.actor_lost)
-        if self.watch is not None and self.watch.watch.checks:
-            checks = self.watch.watch.checks
-            figures["watch"] = {
-                "checks": len(checks),
-                "failed": sum(c.failed for c in checks),
-                "extra_grader_calls": checks[-1].figures["extra_calls"],
-                "last": checks[-1].as_dict(),
-            }
+        if self.watch is not None and (watched := self.watch.watch.summary()) is not None:
+            figures["watch"] = watched
         return figures
 
 

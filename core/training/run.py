@@ -501,13 +501,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     if not stopped:
         trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
-    if run.watch is not None and run.watch.checks:
-        run.summary["watch"] = {
-            "checks": len(run.watch.checks),
-            "failed": sum(c.failed for c in run.watch.checks),
-            "extra_grader_calls": run.watch.checks[-1].figures["extra_calls"],
-            "last": run.watch.checks[-1].as_dict(),
-        }
+    if run.watch is not None and (watched := run.watch.summary()) is not None:
+        run.summary["watch"] = watched
     if stopped:
         assert run.watch is not None
         why = run.watch.checks[-1].why if run.watch.checks else "the grading process's watch asked to stop"
