@@ -274,10 +274,11 @@ def gate_setup(
         say(f"whileai: grading with the run's own grader and spread settings ({run_recipe}; --recipe or --grader "
             "chooses another)")  # fmt: skip
         recipe = run_recipe
+    if no_cache:  # a judge asks again; --no-cache means nothing to any other grader
+        loaded = default_recipe(overrides) if recipe is None else load_recipe(recipe, overrides)
+        if loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
+            overrides = [*overrides, "grader.judge.no_cache=true"]
     loaded = default_recipe(overrides) if recipe is None else load_recipe(recipe, overrides)
-    if no_cache and loaded.recipe.grader is not None and loaded.recipe.grader.kind == "judge":
-        assert recipe is not None
-        loaded = load_recipe(recipe, [*overrides, "grader.judge.no_cache=true"])
     grading = _command_line_grading(loaded, recipe, grader, say)
     settings = loaded.recipe.spread
     if rows is None and settings.rows is None:

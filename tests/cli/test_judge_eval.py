@@ -452,3 +452,14 @@ def test_judge_eval_on_a_run_folder_does_not_take_the_run_s_grader(tmp_path: Pat
     assert "the run's own grader" not in result.stderr and "built-in rule" in result.stderr, result.stderr
     spread = CliRunner().invoke(app, ["spread", str(run)])
     assert "the run's own grader" in spread.stderr, spread.stderr
+
+
+def test_no_cache_reaches_a_judge_given_by_overrides_alone() -> None:
+    """``--no-cache`` with a judge set up by overrides on the built-in defaults (no recipe file) asks again."""
+    from whileai.config.build import gate_setup
+
+    judge = ["grader.kind=judge", "grader.judge.base_url=http://127.0.0.1:9/v1", "grader.judge.model=m"]
+    rows = Path(__file__).resolve().parents[2] / "recipes" / "refund_rows.jsonl"
+    setup = gate_setup(None, None, rows, [*judge, "grader.judge.concurrency=2"], True, lambda line: None)
+    assert setup.grading.grader.client.config.no_cache is True
+    setup.grading.grader.close()
