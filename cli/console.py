@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import typer
 
 from whileai.errors import BadInput, MissingExtra, WhileaiError
+from whileai.isolation import end_all
 from whileai.progress import STDERR, TextConsole
 
 __all__ = ["INTERRUPTED", "err", "guarded", "hack_note", "out", "print_json", "set_debug", "show_log", "stdout"]
@@ -144,10 +145,11 @@ def guarded(command: F) -> F:
             name = getattr(error, "name", None) or str(error)
             err.print(f"whileai: missing install: {name} (pip install 'whileai-grpo[train]')", markup=False)
             raise typer.Exit(MissingExtra.exit_code) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             _traceback_when_debugging()
-            err.print("whileai: interrupted (Ctrl-C)", markup=False)
-            raise typer.Exit(INTERRUPTED) from None
+            end_all()  # a call cut anywhere (between its fork and its wait) leaves nothing running
+            err.print(f"whileai: interrupted ({getattr(stop, 'said', 'Ctrl-C')})", markup=False)
+            raise typer.Exit(getattr(stop, "exit_code", INTERRUPTED)) from None
         except (typer.Exit, typer.Abort):
             raise
         except Exception as error:

@@ -24,12 +24,12 @@ from whileai.cli.simulate import simulate
 from whileai.cli.spread import spread
 from whileai.cli.train import train
 from whileai.cli.validate import validate
-from whileai.errors import DISTRIBUTION
+from whileai.errors import DISTRIBUTION, Terminated
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
     "3 a missing optional install; 4 the grader or a model endpoint is unavailable; 5 the spread watch stopped "
-    "training (whileai train); 130 interrupted (Ctrl-C)."
+    "training (whileai train); 130 interrupted (Ctrl-C); 143 ended by SIGTERM, as by Ctrl-C."
 )
 
 app = typer.Typer(
@@ -99,13 +99,21 @@ def main() -> None:
 
 
 def _terminated(signum: int, frame: Any) -> None:
-    """SIGTERM (``timeout``, a job scheduler): end the user's graders and verifiers with what they started (their
-    children would otherwise outlive the command, holding its output pipes), then end as SIGTERM does."""
-    from whileai.isolation import end_all
+    """SIGTERM (``timeout``, a job scheduler): the first ends the command as Ctrl-C does (``Terminated`` is a
+    ``KeyboardInterrupt``), exit 143; a second, while that ends, ends the user's graders and verifiers with what they
+    started (their children would otherwise outlive the command, holding its output pipes), then the command."""
+    if _state["terminated"]:
+        from whileai.isolation import end_all
 
-    end_all()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+        end_all()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    _state["terminated"] = True
+    raise Terminated()
+
+
+_state = {"terminated": False}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ from rich.table import Table
 from whileai.cli.console import guarded, is_debug, out, say
 from whileai.cli.validate import Overrides
 from whileai.errors import GraderUnavailable, WatchStopped
+from whileai.isolation import end_all
 
 if TYPE_CHECKING:
     from whileai.training.run import TrainingResult
@@ -35,7 +36,7 @@ def train(
 
     Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai-grpo[train]');
     4 grader unavailable; 5 the spread watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C:
-    the message says how to resume).
+    the message says how to resume); 143 SIGTERM, as Ctrl-C.
     """
     from whileai.config import load_recipe
     from whileai.config.build import train_setup
@@ -65,8 +66,9 @@ def train(
             where = " before the first checkpoint (a resume starts the run over)"
         else:
             where = f"; {interrupted.checkpoint[0]} is the newest checkpoint"
-        say(f"whileai: interrupted{where}. Continue with: {shlex.join(again)}")
-        raise typer.Exit(130) from None
+        end_all()
+        say(f"whileai: interrupted ({interrupted.said}){where}. Continue with: {shlex.join(again)}")
+        raise typer.Exit(interrupted.exit_code) from None
     # Under accelerate or torchrun every process gets here; only the first one says how the run ended, on stdout
     # (the result; the progress above it went to stderr).
     message, code = _outcome(result)

@@ -19,6 +19,7 @@ __all__ = [
     "MissingExtra",
     "NoSpread",
     "Recurring",
+    "Terminated",
     "WhileaiError",
     "describe",
     "function_label",
@@ -94,6 +95,14 @@ class EndpointUnavailable(WhileaiError, RuntimeError):
     The command line exits with 4, as for an unreachable judge."""
 
     exit_code = 4
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler), raised where Ctrl-C raises: the command ends as Ctrl-C ends
+    it (what the user's functions started ended, a run's folder marked interrupted), with 128 + SIGTERM."""
+
+    exit_code = 143
+    said = "SIGTERM"
 
 
 class WatchStopped(WhileaiError, RuntimeError):

@@ -27,7 +27,6 @@ import numbers
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import warnings
@@ -119,17 +118,29 @@ def _prctl(option: int, value: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def _become_worker(with_parent: bool) -> None:
+def _become_worker() -> None:
     """In the forked process: a session of its own (the group killed with it), the reaper of its orphans, prints on
-    stderr, the default signal handlers; ``with_parent``: killed when its parent dies (Linux ties that to the thread
-    that forked, so only a fork from the main thread asks for it; a worker forked elsewhere ends when its pipe does)."""
+    stderr, the default signal handlers, and told of its parent's death by SIGHUP (:func:`_orphaned`)."""
+    global _WORKER_PID, _PARENT_PID
+    _WORKER_PID, _PARENT_PID = os.getpid(), os.getppid()
     os.setsid()
-    if with_parent:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    os.dup2(2, 1)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, _orphaned)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGHUP)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    os.dup2(2, 1)
+
+
+def _orphaned(signum: int, frame: Any) -> None:  # pragma: no cover - runs in the worker
+    """The parent died (``kill -9`` of the command): end what the calls started, then the worker. Linux sends the
+    signal when the thread that forked ends, so a parent still there is no death. A call that keeps the GIL in C
+    delays this until it lets go."""
+    if os.getpid() != _WORKER_PID:
+        os._exit(1)
+    if os.getppid() != _PARENT_PID:
+        _end_descendants()
+        os._exit(1)
 
 
 def _children(pid: int | str = "self") -> list[int]:
@@ -169,14 +180,39 @@ def end_all() -> None:
         _kill(pid)
 
 
+def _state(pid: int) -> str:
+    """A process's state letter (``T`` stopped, ``Z`` a zombie); ``X`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def _freeze(pid: int) -> list[int]:
+    """Stop ``pid`` and every descendant, each before its children are read (a stopped process forks nothing and
+    its orphans come to a live reaper), until no new one appears; the processes found, ``pid`` first."""
+    found, todo = [pid], [pid]
+    while todo:
+        member = todo.pop()
+        with contextlib.suppress(OSError):
+            os.kill(member, signal.SIGSTOP)
+        deadline = time.monotonic() + 0.2  # a process in an uninterruptible wait (a vfork) is not waited for
+        while _state(member) not in "TtZX" and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        new = [child for child in _children(member) if child not in found]
+        found += new
+        todo += new
+    return found
+
+
 def _kill(pid: int) -> None:
-    """From the caller: kill a worker, its process group and every descendant still found, then reap it."""
+    """From the caller: kill a worker, its process group and every descendant, frozen first so that none escapes
+    to init between being found and being killed, then reap it."""
+    if pid not in _LIVE:  # ended and reaped already (a pid reaped may be another process's by now)
+        return
     _LIVE.discard(pid)
-    family, todo = [], [pid]
-    while todo:  # the descendants first: once the worker dies its orphans go to init
-        found = todo.pop()
-        family.append(found)
-        todo += _children(found)
+    family = _freeze(pid)
     for member in reversed(family):
         with contextlib.suppress(OSError):
             os.kill(member, signal.SIGKILL)
@@ -186,9 +222,9 @@ def _kill(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-# The worker's own pid: a process a call forks runs on into the worker's code when the call returns or raises, and
-# only the worker may answer on the pipe.
-_WORKER_PID = 0
+# The worker's own pid (a process a call forks runs on into the worker's code when the call returns or raises, and
+# only the worker may answer on the pipe) and its parent's (:func:`_orphaned`).
+_WORKER_PID = _PARENT_PID = 0
 
 
 def _answer(call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -253,6 +289,56 @@ def _send(connection: Connection, outcome: tuple[bool, Any]) -> None:
         connection.send((False, _portable(problem)))
 
 
+def _read(connection: Connection, deadline: float | None) -> Any:
+    """One message from a call's process, whole by ``deadline`` (None: no limit), or a :class:`CallTimeout`: a call
+    that wrote part of a message and stopped (a length and no more) holds no caller. Read in slices, so that Ctrl-C
+    is seen here at once. Raises EOFError when the pipe closes first."""
+    import pickle
+    import struct
+
+    def take(size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            wait = _WAKE_S if deadline is None else min(_WAKE_S, deadline - time.monotonic())
+            if wait <= 0:
+                raise CallTimeout(f"{len(data)} of {size} bytes of the answer came")
+            if connection.poll(wait):
+                chunk = os.read(connection.fileno(), size - len(data))
+                if not chunk:
+                    raise EOFError
+                data += chunk
+        return bytes(data)
+
+    (size,) = struct.unpack("!i", take(4))
+    if size == -1:  # multiprocessing's header of a message over 2 GiB
+        (size,) = struct.unpack("!Q", take(8))
+    return pickle.loads(take(size))
+
+
+def _how_it_ended(pid: int) -> str:
+    """How a call's process that closed its pipe ended, reaped within a second: a SIGKILL no one here sent is most
+    often the kernel's, for memory (the OOM killer, a cgroup's limit). Empty when it has not ended."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return ""
+        if done:
+            break
+        if time.monotonic() > deadline:
+            return ""
+        time.sleep(0.005)
+    _LIVE.discard(pid)
+    with contextlib.suppress(OSError):  # what it started in its group goes with it
+        os.killpg(pid, signal.SIGKILL)
+    if os.WIFSIGNALED(status):
+        killed = os.WTERMSIG(status)
+        likely = ", likely for memory" if killed == signal.SIGKILL else ""
+        return f"killed by {signal.Signals(killed).name}{likely}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
+
+
 def _received(outcome: tuple[bool, Any]) -> Any:
     """The answer, or the error rebuilt with its traceback as its cause."""
     ok, value = outcome
@@ -273,17 +359,14 @@ def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
         with contextlib.suppress(Exception):
             stream.flush()
-    main = threading.current_thread() is threading.main_thread()
     with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: the child runs no thread
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the worker's side, measured by the tests through its effects
-        global _WORKER_PID
-        _WORKER_PID = os.getpid()
         code = 0
         try:
             mine.close()
-            _become_worker(main)
+            _become_worker()
             body(theirs)
         except BaseException:
             code = 1
@@ -318,7 +401,8 @@ class Worker:
         while True:
             try:
                 spread, requests = connection.recv()
-            except EOFError:
+            except EOFError:  # the caller is gone
+                _end_descendants()
                 return
             for request in requests:
                 call = functools.partial(function, *request) if spread else functools.partial(function, request)
@@ -343,17 +427,22 @@ class Worker:
             self.pending = [number for number, _ in numbered]
             self.connection.send(message)
 
-    def receive(self) -> tuple[int, Any]:
+    def receive(self, deadline: float | None = None) -> tuple[int, Any]:
         """The number and the answer of the call in flight (its error in its place); the next call starts now. A
-        worker that died answers a RuntimeError and is replaced on the next ``send``."""
+        worker that died, or whose answer is not whole by ``deadline`` (a :class:`CallTimeout`), is killed: it
+        answers that error and is replaced on the next ``send``."""
         assert self.connection is not None and self.pending
         number = self.pending.pop(0)
         try:
-            answer = _received(self.connection.recv())
+            answer = _received(_read(self.connection, deadline))
             self.started_call = time.monotonic() if self.pending else None
-        except Exception as lost:  # the worker ended, or its pipe carried what no worker wrote
-            answer = RuntimeError(f"the grader's process ended during the call ({type(lost).__name__})")
+        except CallTimeout as late:
+            answer = late
             self.pending = self.kill()  # the rest stay, for the caller to send again
+        except Exception as lost:  # the worker ended, or its pipe carried what no worker wrote
+            how = (self.pid is not None and _how_it_ended(self.pid)) or type(lost).__name__
+            answer = RuntimeError(f"the grader's process ended during the call ({how})")
+            self.pending = self.kill()
         return number, answer
 
     def kill(self) -> list[int]:
@@ -406,13 +495,12 @@ def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwa
     pid, connection = _fork(body)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        while not connection.poll(_WAKE_S):  # in slices, so that Ctrl-C is seen here at once
-            if deadline is not None and time.monotonic() >= deadline:
-                return CallTimeout(f"no answer within {timeout_s:g} s")
-        try:
-            return _received(connection.recv())
-        except Exception as lost:  # the process ended without an answer, or its pipe carried garbage
-            return RuntimeError(f"the process of the call ended without an answer ({type(lost).__name__})")
+        return _received(_read(connection, deadline))
+    except CallTimeout:
+        return CallTimeout(f"no answer within {timeout_s:g} s")
+    except Exception as lost:  # the process ended without an answer, or its pipe carried garbage
+        how = _how_it_ended(pid) or type(lost).__name__
+        return RuntimeError(f"the process of the call ended without an answer ({how})")
     finally:
         connection.close()
         _kill(pid)

@@ -297,7 +297,12 @@ class GraderCalls:
                 soonest = min(w.started_call or 0.0 for w in busy)
                 wait_s = None if limit is None else max(0.0, soonest + limit - time.monotonic())
                 for worker in wait_for_any(busy, wait_s):
-                    index, answers[index] = worker.receive()
+                    began = worker.started_call or time.monotonic()
+                    index, answer = worker.receive(None if limit is None else began + limit)
+                    if worker.pid is None and isinstance(answer, CallTimeout):  # an answer begun and not finished
+                        answer = GraderTimeout(f"no whole answer within {limit:g} s ({answer})")
+                        self.timeouts += 1
+                    answers[index] = answer
                     if worker.pid is None:  # it died on that call: the rest of its share goes to a new one
                         worker.send([(i, requests[i]) for i in worker.kill()], spread)
                 now = time.monotonic()

@@ -73,12 +73,15 @@ class TrainingResult:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run, raised once the run folder says so: ``checkpoint`` is the newest one, (folder, step), or
-    None before the first."""
+    """Ctrl-C or SIGTERM during a run, raised once the run folder says so: ``checkpoint`` is the newest one, (folder,
+    step), or None before the first; ``exit_code`` and ``said`` those of the interruption (130 and Ctrl-C, or
+    ``whileai.errors.Terminated``'s)."""
 
-    def __init__(self, checkpoint: tuple[Path, int] | None) -> None:
+    def __init__(self, checkpoint: tuple[Path, int] | None, stop: KeyboardInterrupt | None = None) -> None:
         super().__init__()
         self.checkpoint = checkpoint
+        self.exit_code: int = getattr(stop, "exit_code", 130)
+        self.said: str = getattr(stop, "said", "Ctrl-C")
 
 
 def _gate_record(
@@ -287,11 +290,11 @@ def _run_in_folder(
         return TrainingResult(out, None, steps=finished[0], finished=finished)
     try:
         result = _train(setup, work, skip_spread_gate, resume, say, callbacks)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         checkpoint = last_checkpoint(out)
         if first_process():
             mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
-        raise RunInterrupted(checkpoint) from None
+        raise RunInterrupted(checkpoint, stop) from None
     except Exception as error:
         if first_process():
             mark_run(out, "failed", error=f"{type(error).__name__}: {error}")

@@ -281,7 +281,7 @@ def test_sigterm_ends_the_command_s_graders_with_what_they_started(tmp_path: Pat
         while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         command.send_signal(signal.SIGTERM)
-        assert command.wait(timeout=60) == -signal.SIGTERM
+        assert command.wait(timeout=60) == 143  # ended as Ctrl-C ends it, with 128 + SIGTERM
     child = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 10
     while alive(child) and time.monotonic() < deadline:
