@@ -19,6 +19,7 @@ with the ``simulate`` section instead. Imports torch and transformers inside the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -94,7 +95,8 @@ def sample_groups(
         args: the run's ``GRPOConfig``: the group size, every generation setting and the model's loading arguments
             (``model_init_kwargs``: the recipe's dtype) come from it, so the gate samples the model that trains.
         seed: torch's seed for the sampling.
-        verifier_timeout_s: the verifier's limit on one prompt's group (``verifier.timeout_s``).
+        verifier_timeout_s: the verifier's limit on one prompt's group (``verifier.timeout_s``); the first group
+            past it ends the sampling (a ``BadInput``).
     """
     with needs_extra("train", "sampling the spread gate's rows"):
         import torch
@@ -128,7 +130,15 @@ def sample_groups(
             completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
             columns = {k: [v] * size for k, v in row.items() if k not in ("prompt", "completion")}
             keywords = {"completion_ids": completion_ids, **columns}
+            began = time.monotonic()
             rewards = verifier_rewards(verifier, [prompt] * size, completions, keywords, failures, verifier_timeout_s)
+            if verifier_timeout_s is not None and time.monotonic() - began >= verifier_timeout_s:
+                # One limit for the whole sampling: a verifier that hangs is refused after it, not after each group.
+                raise BadInput(
+                    f"the verifier ran past verifier.timeout_s ({verifier_timeout_s:g} s) on sampled group {index + 1} "
+                    f"of {len(rows)}, so sampling stops: {failures.first or 'no answer'}. Fix it, or raise "
+                    "verifier.timeout_s if a batch of yours takes that long"
+                )
             task = str(row.get("task_id", row.get("scenario_id", f"prompt-{index}")))
             shown = prompt_text(prompt)
             groups.append((task, [(r, shown, completion_text(c)) for r, c in zip(rewards, completions, strict=True)]))

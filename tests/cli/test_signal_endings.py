@@ -218,3 +218,27 @@ def test_sigterm_ends_train_as_ctrl_c_does_its_run_marked_interrupted(tmp_path: 
     assert status == 143 and "whileai: interrupted (SIGTERM) before the first checkpoint" in stderr, stderr
     assert "Continue with: whileai train" in stderr.strip().splitlines()[-1] and took < 10 and not left
     assert json.loads((out / "whileai_run.json").read_text())["status"] == "interrupted"
+
+
+HANGS = """
+import time
+
+
+def verifier(prompts, completions, **kwargs):
+    with open("calls", "a") as counted:
+        counted.write("call\\n")
+    time.sleep(300)
+"""
+
+
+def test_a_verifier_that_hangs_is_refused_at_the_first_group_past_its_limit(tmp_path: Path) -> None:
+    import yaml
+
+    (tmp_path / "hangs.py").write_text(HANGS)
+    recipe = yaml.safe_load((REPO / "recipes" / "tiny_cpu_gar.yaml").read_text())
+    recipe["verifier"] = {"function": "hangs.py:verifier", "timeout_s": 1}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    command = [WHILEAI, "train", "recipe.yaml", "spread.sample.prompts=4", f"output_dir={tmp_path / 'run'}"]
+    done = child_processes.run(command, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "ran past verifier.timeout_s (1 s) on sampled group 1 of 4" in done.stderr
+    assert (tmp_path / "calls").read_text().split() == ["call"], done.stderr  # one group waited for, not four
