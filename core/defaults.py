@@ -130,6 +130,11 @@ GRADER_TIMEOUT_S: Final[float] = 60.0
 # takes seconds; five minutes leaves room for a large batch and sets the bound.
 VERIFIER_TIMEOUT_S: Final[float] = 300.0
 
+# The longest the import of a user's module (a grader's, a verifier's file) may take before it is refused: a module
+# that waits at import would hang the command silently. Importing torch and transformers takes seconds; two minutes
+# leaves room for a cold disk. ``WHILEAI_IMPORT_TIMEOUT_S`` sets another.
+IMPORT_TIMEOUT_S: Final[float] = 120.0
+
 # How many groups a grader that declares ``thread_safe = True`` is called on at once.
 GRADER_CONCURRENCY: Final[int] = 8
 

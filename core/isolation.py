@@ -21,6 +21,7 @@ own process is not seen by the caller: it returns what it means to be kept. Linu
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import numbers
@@ -30,7 +31,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the pipes and ctypes load when a worker starts, not with the grading object
@@ -42,6 +43,7 @@ __all__ = [
     "RemoteError",
     "RemoteTraceback",
     "Worker",
+    "adopted",
     "call_in_fork",
     "end_all",
     "plain",
@@ -171,6 +173,22 @@ def _end_descendants() -> None:
 # The processes this one forked for calls and has not ended yet: ended with everything they started by
 # :func:`end_all` (the command line's SIGTERM), which a dying parent's own death cannot do for their descendants.
 _LIVE: set[int] = set()
+_OWNER = os.getpid()  # a fork of this process that exits through Python ends none of them
+atexit.register(lambda: os.getpid() == _OWNER and end_all())
+
+
+@contextlib.contextmanager
+def adopted() -> Iterator[None]:
+    """The processes the block starts in this process (a user's module that forks at import), the daemons they
+    detach included (this process is the reaper of orphans while the block runs), are ended with what
+    :func:`end_all` ends: at the command's end, or when it is interrupted."""
+    before = set(_children())
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        yield
+    finally:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+        _LIVE.update(child for child in _children() if child not in before)
 
 
 def end_all() -> None:
@@ -364,6 +382,7 @@ def _fork(body: Callable[[Connection], None]) -> tuple[int, Connection]:
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the worker's side, measured by the tests through its effects
         code = 0
+        _LIVE.clear()  # the caller's, not this process's to end
         try:
             mine.close()
             _become_worker()

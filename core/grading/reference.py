@@ -1,7 +1,8 @@
 """Loading a function named in a recipe: ``package.module:function`` or ``path/to/file.py:function``.
 
 A path is resolved against the recipe's folder and loaded as a module under a private name; a dotted module is
-imported normally. Every failure is a ``BadInput`` that names the reference and what went wrong.
+imported normally. Every failure is a ``BadInput`` that names the reference and what went wrong. An import is held
+to ``IMPORT_TIMEOUT_S`` (``WHILEAI_IMPORT_TIMEOUT_S``), and what it starts is ended with the command.
 """
 
 from __future__ import annotations
@@ -9,14 +10,52 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from whileai.defaults import IMPORT_TIMEOUT_S
 from whileai.errors import BadInput
+from whileai.isolation import adopted
 
 __all__ = ["load_callable"]
+
+
+class _ImportTimeout(BaseException):
+    """Raised into an import past its limit: a BaseException, so that the module's own ``except Exception`` cannot
+    keep it waiting."""
+
+
+@contextlib.contextmanager
+def _held(what: str, reference: str, module: object) -> Iterator[None]:
+    """A user's module imported in the block: its prints on stderr (never a command's result), what it starts ended
+    with the command (``whileai.isolation.adopted``), and, on the main thread (where a timer can interrupt it), a
+    ``BadInput`` naming it when it takes longer than its limit."""
+    limit = float(os.environ.get("WHILEAI_IMPORT_TIMEOUT_S") or IMPORT_TIMEOUT_S)
+    timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+    def late(signum: int, frame: Any) -> None:
+        raise _ImportTimeout
+
+    previous = signal.signal(signal.SIGALRM, late) if timed else None
+    if timed:
+        signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        with adopted(), contextlib.redirect_stdout(sys.stderr):
+            yield
+    except _ImportTimeout:
+        raise BadInput(
+            f"{what} {reference!r}: importing {module} did not finish within {limit:g} s: move work that waits (a "
+            "server, a download, a loop) into the function, or set WHILEAI_IMPORT_TIMEOUT_S"
+        ) from None
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def load_callable(reference: str, base_dir: Path | None = None, what: str = "function") -> Callable[..., Any]:
@@ -42,15 +81,20 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            with contextlib.redirect_stdout(sys.stderr):  # what the module prints is never a command's result
+            with _held(what, reference, path):
                 spec.loader.exec_module(module)
+        except BadInput:  # past its time limit, said
+            sys.modules.pop(name, None)
+            raise
         except (Exception, SystemExit) as err:  # a sys.exit at import is the module's failure, not whileai's exit
             sys.modules.pop(name, None)
             raise BadInput(f"{what} {reference!r}: importing {path} failed: {type(err).__name__}: {err}") from err
     else:
         try:
-            with contextlib.redirect_stdout(sys.stderr):
+            with _held(what, reference, target):
                 module = importlib.import_module(target)
+        except BadInput:
+            raise
         except ModuleNotFoundError as err:
             raise BadInput(f"{what} {reference!r}: no module named {err.name!r}") from err
         except (Exception, SystemExit) as err:

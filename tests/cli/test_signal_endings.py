@@ -242,3 +242,62 @@ def test_a_verifier_that_hangs_is_refused_at_the_first_group_past_its_limit(tmp_
     done = child_processes.run(command, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "ran past verifier.timeout_s (1 s) on sampled group 1 of 4" in done.stderr
     assert (tmp_path / "calls").read_text().split() == ["call"], done.stderr  # one group waited for, not four
+
+
+# A module that waits at import, through its own ``except Exception``; one that starts a child and a daemon there.
+WAITS_AT_IMPORT = """
+import time
+
+try:
+    time.sleep(300)
+except Exception:
+    time.sleep(300)
+
+
+def grader(group):
+    return None
+"""
+FORKS_AT_IMPORT = """
+import os
+import subprocess
+import time
+
+child = subprocess.Popen(["sleep", "300"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("pids", "a") as written:
+            written.write(f"{os.getpid()}\\n")
+        time.sleep(300)
+        os._exit(0)
+    os._exit(0)
+with open("pids", "a") as written:
+    written.write(f"{child.pid}\\n")
+
+
+def grader(group):
+    return {"ranking": [g["index"] for g in group if g["passed"]]}
+"""
+
+
+def test_a_module_that_waits_at_import_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "waits.py").write_text(WAITS_AT_IMPORT)
+    command = [WHILEAI, "spread", ROWS, "--grader", "waits.py:grader"]
+    started = time.monotonic()
+    done = child_processes.run(command, cwd=tmp_path, timeout=120, env={**os.environ, "WHILEAI_IMPORT_TIMEOUT_S": "2"})
+    assert done.returncode == 2 and time.monotonic() - started < 60, done.stderr
+    assert f"importing {tmp_path / 'waits.py'} did not finish within 2 s" in done.stderr
+
+
+def test_what_a_module_starts_at_import_ends_with_the_command(tmp_path: Path) -> None:
+    (tmp_path / "forks.py").write_text(FORKS_AT_IMPORT)
+    command = [WHILEAI, "spread", ROWS, "--grader", "forks.py:grader", "--json"]
+    for _ in range(3):
+        (tmp_path / "pids").unlink(missing_ok=True)
+        try:  # the output is read to its end: every holder of the pipes is gone
+            done = child_processes.run(command, cwd=tmp_path, timeout=60)
+        except subprocess.TimeoutExpired:
+            survivors(started(tmp_path))
+            raise AssertionError("what the module started held the command's pipes") from None
+        assert done.returncode in (0, 1), done.stderr
+        assert not survivors(started(tmp_path))
