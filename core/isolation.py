@@ -1,5 +1,6 @@
-"""The user's own functions (a grader, a verifier) run in a process of their own, so that nothing they do can hang,
-kill or corrupt the run that calls them.
+"""The user's own functions (a grader, a verifier) run in a process of their own, so that nothing they do by mistake
+can hang, kill or corrupt the run that calls them. It is no sandbox: the call runs as the same user, and one that
+means to signal or kill its caller can.
 
 A thread cannot hold such a call to a time limit: a backtracking ``re`` pattern or a long C call keeps the GIL, and
 the thread watching the clock never runs; an answer read on the caller's side (a mapping whose ``__getitem__`` is
@@ -7,9 +8,12 @@ slow) has no limit at all. Here a call runs in a forked process and:
 
 - its time limit holds whatever it does: past it the process is killed, with every process it started;
 - its answer is turned into plain data (dicts, lists, numbers, strings; anything else an :class:`Opaque` standing for
-  it) in that process, within the same limit, so the caller never runs the user's code to read it;
+  it) in that process, and read here whole within the same limit, so the caller never runs the user's code to read
+  it nor waits on half an answer;
 - what it prints goes to stderr, never into the caller's stdout (``whileai spread --json``);
-- what it forks is ended when the call returns or is given up (the worker is the reaper of its orphans, Linux);
+- what it forks is ended when the call returns or is given up, and when the caller ends, ``kill -9`` included (the
+  worker is the reaper of its orphans and is told of its parent's death, Linux; a call that keeps the GIL in C
+  delays that until it lets go);
 - ``sys.exit`` and any exception come back as the call's error, with the traceback's text as its cause.
 
 Two forms: :class:`Worker`, one long-lived process serving many calls of one function (a grader, called once a

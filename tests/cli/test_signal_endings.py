@@ -203,7 +203,11 @@ def test_a_call_s_process_killed_from_outside_is_said_likely_killed_for_memory(t
     assert "killed by SIGKILL, likely for memory" in str(call_in_fork(killed, 30.0))
 
 
-def test_sigterm_ends_train_as_ctrl_c_does_its_run_marked_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "group", "code", "said"), [
+    (signal.SIGINT, True, 130, "Ctrl-C"),
+    (signal.SIGTERM, False, 143, "SIGTERM"),
+])  # fmt: skip
+def test_ctrl_c_and_sigterm_end_train_its_run_marked_interrupted(signum, group, code, said, tmp_path: Path) -> None:
     import json
 
     import yaml
@@ -214,8 +218,8 @@ def test_sigterm_ends_train_as_ctrl_c_does_its_run_marked_interrupted(tmp_path: 
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     out = tmp_path / "run"
     command = [WHILEAI, "train", "recipe.yaml", f"spread.rows={ROWS}", f"output_dir={out}"]
-    status, stderr, took, left = ended_by(signal.SIGTERM, command, tmp_path, group=False)
-    assert status == 143 and "whileai: interrupted (SIGTERM) before the first checkpoint" in stderr, stderr
+    status, stderr, took, left = ended_by(signum, command, tmp_path, group)
+    assert status == code and f"whileai: interrupted ({said}) before the first checkpoint" in stderr, stderr
     assert "Continue with: whileai train" in stderr.strip().splitlines()[-1] and took < 10 and not left
     assert json.loads((out / "whileai_run.json").read_text())["status"] == "interrupted"
 
