@@ -196,8 +196,8 @@ def adopted() -> Iterator[None]:
 
 
 def end_all() -> None:
-    """End every worker and forked call of this process with what they started (before this process ends on a
-    signal: the command line calls it on SIGTERM)."""
+    """End every worker and forked call of this process, and what :func:`adopted` kept, with what they started: at
+    this process's exit, and when the command line is interrupted."""
     for pid in list(_LIVE):
         _kill(pid)
 
@@ -211,10 +211,10 @@ def _state(pid: int) -> str:
         return "X"
 
 
-def _freeze(pid: int) -> list[int]:
-    """Stop ``pid`` and every descendant, each before its children are read (a stopped process forks nothing and
-    its orphans come to a live reaper), until no new one appears; the processes found, ``pid`` first."""
-    found, todo = [pid], [pid]
+def _freeze(found: list[int]) -> None:
+    """Stop the processes in ``found`` and every descendant, each before its children are read (a stopped process
+    forks nothing and its orphans come to a live reaper), adding each to ``found`` as it is found."""
+    todo = list(found)
     while todo:
         member = todo.pop()
         with contextlib.suppress(OSError):
@@ -225,23 +225,25 @@ def _freeze(pid: int) -> list[int]:
         new = [child for child in _children(member) if child not in found]
         found += new
         todo += new
-    return found
 
 
 def _kill(pid: int) -> None:
     """From the caller: kill a worker, its process group and every descendant, frozen first so that none escapes
-    to init between being found and being killed, then reap it."""
+    to init between being found and being killed (and killed however the freezing ends), then reap it."""
     if pid not in _LIVE:  # ended and reaped already (a pid reaped may be another process's by now)
         return
-    _LIVE.discard(pid)
-    family = _freeze(pid)
-    for member in reversed(family):
+    family = [pid]
+    try:
+        _freeze(family)
+    finally:
+        for member in reversed(family):
+            with contextlib.suppress(OSError):
+                os.kill(member, signal.SIGKILL)
         with contextlib.suppress(OSError):
-            os.kill(member, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, 0)
+            os.killpg(pid, signal.SIGKILL)
+        _LIVE.discard(pid)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)
 
 
 # The worker's own pid (a process a call forks runs on into the worker's code when the call returns or raises, and
@@ -313,28 +315,38 @@ def _send(connection: Connection, outcome: tuple[bool, Any]) -> None:
 
 def _read(connection: Connection, deadline: float | None) -> Any:
     """One message from a call's process, whole by ``deadline`` (None: no limit), or a :class:`CallTimeout`: a call
-    that wrote part of a message and stopped (a length and no more) holds no caller. Read in slices, so that Ctrl-C
-    is seen here at once. Raises EOFError when the pipe closes first."""
+    that wrote part of a message and stopped (a length and no more) holds no caller. The pipe is read without
+    blocking, waiting in slices where it is empty, so that Ctrl-C is seen here at once. Raises EOFError when the pipe
+    closes first."""
     import pickle
     import struct
+
+    fd = connection.fileno()
 
     def take(size: int) -> bytes:
         data = bytearray()
         while len(data) < size:
-            wait = _WAKE_S if deadline is None else min(_WAKE_S, deadline - time.monotonic())
-            if wait <= 0:
-                raise CallTimeout(f"{len(data)} of {size} bytes of the answer came")
-            if connection.poll(wait):
-                chunk = os.read(connection.fileno(), size - len(data))
-                if not chunk:
-                    raise EOFError
-                data += chunk
+            try:
+                chunk = os.read(fd, size - len(data))
+            except BlockingIOError:
+                wait = _WAKE_S if deadline is None else min(_WAKE_S, deadline - time.monotonic())
+                if wait <= 0:
+                    raise CallTimeout(f"{len(data)} of {size} bytes of the answer came") from None
+                connection.poll(wait)
+                continue
+            if not chunk:
+                raise EOFError
+            data += chunk
         return bytes(data)
 
-    (size,) = struct.unpack("!i", take(4))
-    if size == -1:  # multiprocessing's header of a message over 2 GiB
-        (size,) = struct.unpack("!Q", take(8))
-    return pickle.loads(take(size))
+    os.set_blocking(fd, False)  # for this read only: the requests go out on the same socket, blocking
+    try:
+        (size,) = struct.unpack("!i", take(4))
+        if size == -1:  # multiprocessing's header of a message over 2 GiB
+            (size,) = struct.unpack("!Q", take(8))
+        return pickle.loads(take(size))
+    finally:
+        os.set_blocking(fd, True)
 
 
 def _how_it_ended(pid: int) -> str:
@@ -518,7 +530,9 @@ def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwa
     pid, connection = _fork(body)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        return _received(_read(connection, deadline))
+        answer = _received(_read(connection, deadline))
+        connection.poll(1.0)  # its end (the pipe closes), once it has ended what the call started itself
+        return answer
     except CallTimeout:
         return CallTimeout(f"no answer within {timeout_s:g} s")
     except Exception as lost:  # the process ended without an answer, or its pipe carried garbage
