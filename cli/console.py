@@ -13,13 +13,15 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
 
-from whileai.errors import BadInput, MissingExtra, WhileaiError
+from whileai.cli import loading
+from whileai.errors import BadInput, MissingExtra, Terminated, WhileaiError
 from whileai.isolation import end_all
 from whileai.progress import STDERR, TextConsole
 
@@ -133,6 +135,9 @@ def guarded(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if signal.getsignal(signal.SIGINT) is loading:  # the console script: the command takes the signals now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, _terminated)
         try:
             return command(*args, **kwargs)
         except WhileaiError as error:
@@ -166,6 +171,19 @@ def guarded(command: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout``, a job scheduler): the first ends the command as Ctrl-C does (``Terminated`` is a
+    ``KeyboardInterrupt``), exit 143; a second, while that ends, ends the user's graders and verifiers with what they
+    started (their children would otherwise outlive the command, holding its output pipes), then the command."""
+    if _state.get("terminated"):
+        end_all()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    _state["terminated"] = True
+    raise Terminated()
 
 
 def _one_line(message: str) -> str:

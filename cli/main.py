@@ -6,8 +6,6 @@ Heavy imports (torch, trl) happen inside the command that needs them, never at i
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Any
 
 import typer
@@ -24,7 +22,7 @@ from whileai.cli.simulate import simulate
 from whileai.cli.spread import spread
 from whileai.cli.train import train
 from whileai.cli.validate import validate
-from whileai.errors import DISTRIBUTION, Terminated
+from whileai.errors import DISTRIBUTION
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the spread gate found no spread; 2 bad input (usage, recipe, rows); "
@@ -94,26 +92,7 @@ for name, command, summary in COMMANDS:
 
 def main() -> None:
     """Entry point of the ``whileai`` console script."""
-    signal.signal(signal.SIGTERM, _terminated)
     app()
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    """SIGTERM (``timeout``, a job scheduler): the first ends the command as Ctrl-C does (``Terminated`` is a
-    ``KeyboardInterrupt``), exit 143; a second, while that ends, ends the user's graders and verifiers with what they
-    started (their children would otherwise outlive the command, holding its output pipes), then the command."""
-    if _state["terminated"]:
-        from whileai.isolation import end_all
-
-        end_all()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
-    _state["terminated"] = True
-    raise Terminated()
-
-
-_state = {"terminated": False}
 
 
 if __name__ == "__main__":  # pragma: no cover

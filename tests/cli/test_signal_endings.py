@@ -305,3 +305,33 @@ def test_what_a_module_starts_at_import_ends_with_the_command(tmp_path: Path) ->
             raise AssertionError("what the module started held the command's pipes") from None
         assert done.returncode in (0, 1), done.stderr
         assert not survivors(started(tmp_path))
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process handles SIGTERM yet (Python does not by default: whileai's command line does, from its
+    first import)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_ctrl_c_at_any_moment_of_a_command_s_start_is_its_one_line_and_130(tmp_path: Path) -> None:
+    (tmp_path / "starts.py").write_text(STARTS)
+    command = [WHILEAI, "spread", ROWS, "--grader", "starts.py:grader", "grading.timeout_s=600"]
+    for delay in (0.0, 0.1, 0.2, 0.4, 0.6, 0.9, 1.3):  # loading, reading the arguments, grading
+        (tmp_path / "pids").unlink(missing_ok=True)
+        with child_processes.spawn(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as process:
+            deadline = time.monotonic() + 30
+            while not catches_sigterm(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(delay)
+            os.killpg(process.pid, signal.SIGINT)
+            _, stderr = process.communicate(timeout=30)
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()] if (tmp_path / "pids").exists() else []
+        assert process.returncode == 130 and stderr.strip().splitlines()[-1] == "whileai: interrupted (Ctrl-C)", (
+            delay,
+            stderr[-500:],
+        )
+        assert "Traceback" not in stderr and not survivors(pids)
