@@ -335,3 +335,20 @@ def test_ctrl_c_at_any_moment_of_a_command_s_start_is_its_one_line_and_130(tmp_p
             stderr[-500:],
         )
         assert "Traceback" not in stderr and not survivors(pids)
+
+
+def test_ctrl_c_ends_judge_eval_and_all_its_grader_started(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "starts.py").write_text(STARTS)
+    rows = [
+        {"scenario_id": f"g{g}", "reward": float(q > 0), "final_text": "x" * (q + 1), "quality": q}
+        for g in range(4)
+        for q in (2, 1, 0)
+    ]
+    (tmp_path / "ranked.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = [WHILEAI, "judge-eval", "ranked.jsonl", "--grader", "starts.py:grader", "grading.timeout_s=600"]
+    for _ in range(3):
+        status, stderr, took, left = ended_by(signal.SIGINT, command, tmp_path, group=True)
+        assert status == 130 and stderr.strip().splitlines()[-1] == "whileai: interrupted (Ctrl-C)", stderr
+        assert took < 10 and not left, (took, left)
