@@ -530,9 +530,7 @@ def call_in_fork(function: Callable[..., Any], timeout_s: float | None, /, **kwa
     pid, connection = _fork(body)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        answer = _received(_read(connection, deadline))
-        connection.poll(1.0)  # its end (the pipe closes), once it has ended what the call started itself
-        return answer
+        return _received(_read(connection, deadline))
     except CallTimeout:
         return CallTimeout(f"no answer within {timeout_s:g} s")
     except Exception as lost:  # the process ended without an answer, or its pipe carried garbage
