@@ -132,7 +132,8 @@ def sample_groups(
             keywords = {"completion_ids": completion_ids, **columns}
             began = time.monotonic()
             rewards = verifier_rewards(verifier, [prompt] * size, completions, keywords, failures, verifier_timeout_s)
-            if verifier_timeout_s is not None and time.monotonic() - began >= verifier_timeout_s:
+            late = verifier_timeout_s is not None and time.monotonic() - began >= verifier_timeout_s
+            if late and all(r != r for r in rewards):  # killed at its limit: no reward came
                 # One limit for the whole sampling: a verifier that hangs is refused after it, not after each group.
                 raise BadInput(
                     f"the verifier ran past verifier.timeout_s ({verifier_timeout_s:g} s) on sampled group {index + 1} "
