@@ -54,7 +54,7 @@ __all__ = [
     "wait_for_any",
 ]
 
-# prctl options (linux/prctl.h): die with the parent; adopt orphaned descendants.
+# prctl options (linux/prctl.h): a signal at the parent's death; adopt orphaned descendants (+1: is it set).
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _DEPTH = 100  # the deepest answer read; deeper is an answer nobody meant
 
@@ -186,13 +186,25 @@ def adopted() -> Iterator[None]:
     """The processes the block starts in this process (a user's module that forks at import), the daemons they
     detach included (this process is the reaper of orphans while the block runs), are ended with what
     :func:`end_all` ends: at the command's end, or when it is interrupted."""
-    before = set(_children())
+    before, reaper = set(_children()), _is_reaper()
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
         yield
     finally:
-        _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+        _prctl(_PR_SET_CHILD_SUBREAPER, reaper)  # a process that was a reaper already (a launcher's) stays one
         _LIVE.update(child for child in _children() if child not in before)
+
+
+def _is_reaper() -> int:
+    """1 when this process is the reaper of its orphans already, else 0 (Linux; 0 elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER + 1, ctypes.byref(flag), 0, 0, 0)
+    return flag.value
 
 
 def end_all() -> None:
