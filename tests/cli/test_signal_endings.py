@@ -235,6 +235,7 @@ def verifier(prompts, completions, **kwargs):
 """
 
 
+@pytest.mark.slow  # builds and samples a tiny model
 def test_a_verifier_that_hangs_is_refused_at_the_first_group_past_its_limit(tmp_path: Path) -> None:
     import yaml
 
