@@ -103,3 +103,19 @@ def test_fewer_rows_than_the_prompts_asked_for_is_said_not_cut_silently(tmp_path
     said = refused("validate", path)
     assert "data.num_prompts 20 with data.eval_prompts 10 needs 30 rows, and data.dataset rows.jsonl has 24" in said
     assert "ask for at most 14 prompts, or hold out fewer" in said
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        'grader.judge.base_url="http://user:PW0rdSecret7@[bad/v1"',
+        "grader.judge.base_url='http://user:PW0rdSecret7@host:99999/v1'",
+        'grader={kind: judge, judge: {base_url: "http://user:PW0rdSecret7@[bad/v1", model: m}}',
+        "grader={kind: judge, judge: {base_url: http://user:PW0rdSecret7@[bad/v1, model: m}}",
+        'grader.judge.base_url="http://h:99999/v1?api_key=PW0rdSecret7"',
+    ],
+)
+@pytest.mark.parametrize("command", [["validate", JUDGE], ["spread", "--recipe", JUDGE], ["train", "--dry-run", JUDGE]])
+def test_a_url_password_is_masked_however_the_override_quotes_it(command: list[object], override: str) -> None:
+    said = refused(*command, override)
+    assert "PW0rdSecret7" not in said and "[secret hidden]" in said, said
