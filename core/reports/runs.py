@@ -17,6 +17,7 @@ reads its run folders with :func:`load_report`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -165,6 +166,10 @@ def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory
     summary = folder / "whileai_run.json"
     if summary.is_file():
         extra = _read_json(summary)
+    gate = folder / "spread_gate.json"
+    if isinstance(extra, dict) and "spread" not in extra and gate.is_file():  # a record lost: the gate's own file
+        with contextlib.suppress(BadInput):
+            extra["spread"] = _read_json(gate)
     return RunHistory(folder, state_file, steps, extra)
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "last_checkpoint",
     "mark_run",
     "read_grading_log",
+    "rebuild_record",
     "run_lock",
     "training_output",
     "write_json",
@@ -67,7 +68,8 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
     The lock is the kernel's (``flock`` on the folder), so it is released however the holder ends, a SIGKILL
     included: a killed holder's folder is free. Who holds it is written beside it (``HOLDER_FILE``: the command, its
     process id and host, since when) for the message a refused process gives, and removed when the block ends. The
-    folder is made when it does not exist.
+    folder is made when it does not exist, and a record a killed writer left unrenamed is finished first
+    (:func:`finish_partials`).
 
     Raises:
         BadInput: another process holds the folder; the message names the folder and the holder.
@@ -87,7 +89,11 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
                 "or train into another folder with output_dir=NEW"
             ) from None
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        with _holder(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as holder:
+        # Made anew: a link of either kind planted there (or a killed holder's file) is removed, never written through.
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            (out / HOLDER_FILE).unlink()
+        finish_partials(out)
+        with _holder(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL) as holder:
             holder.write(f"{command}, process {os.getpid()} on {socket.gethostname()}, since {since}\n")
         try:
             yield
@@ -107,7 +113,7 @@ def _holder(out: Path, flags: int) -> Any:
     try:
         handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EEXIST):
             raise BadInput(f"{path} is no regular file (a link, a folder or a pipe?): remove it") from None
         raise
     if not stat.S_ISREG(os.fstat(handle).st_mode):
@@ -134,6 +140,25 @@ def write_whole(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
+
+
+def finish_partials(out: Path) -> None:
+    """Finish or remove what :func:`write_whole` left in ``out`` when its process was killed between the write and
+    the rename: a record (``.json``) that reads whole is renamed into place, the newest first; anything else (cut
+    short, or a log the next resume rewrites) is removed."""
+    done: set[Path] = set()
+    for partial in sorted(out.glob(".*.partial"), key=lambda p: p.stat().st_mtime, reverse=True):
+        target = out / partial.name[1:].rsplit(".", 2)[0]  # mkstemp's name: .NAME.RANDOM.partial
+        try:
+            whole = target.suffix == ".json" and isinstance(json.loads(partial.read_text()), dict)
+        except (OSError, ValueError):
+            whole = False
+        with contextlib.suppress(OSError):
+            if whole and target not in done:
+                os.replace(partial, target)
+                done.add(target)
+            else:
+                os.unlink(partial)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -260,6 +285,17 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
     if dropped:
         say(f"whileai: {dropped} graded group(s) after step {step} will be graded again")
     return kept
+
+
+def rebuild_record(out: Path, recipe: str, steps: int) -> None:
+    """``whileai_run.json`` of a finished run written again from what its folder holds (TRL's state gave ``steps``,
+    ``spread_gate.json`` the gate's verdict), for a record a killed process never renamed into place."""
+    try:
+        gate = json.loads((out / "spread_gate.json").read_text())
+    except (OSError, ValueError):
+        gate = None
+    rebuilt = {"recipe": recipe, "status": "finished", "started": True, "steps": steps, "rebuilt": True}
+    write_json(out / "whileai_run.json", {**rebuilt, "spread": gate if isinstance(gate, dict) else None})
 
 
 def mark_run(out: Path, status: str, **fields: Any) -> None:

@@ -46,6 +46,7 @@ from whileai.training.folder import (
     forget_after,
     last_checkpoint,
     mark_run,
+    rebuild_record,
     recorded_gate,
     run_lock,
     training_output,
@@ -284,6 +285,9 @@ def _run_in_folder(
         )
     if resume and (finished := finished_steps(out, setup.trainer.model_dump().get("max_steps"))) is not None:
         # Nothing to continue: TRL would train one step past the end and rewrite final/.
+        if not (out / "whileai_run.json").is_file():
+            rebuild_record(out, setup.where, finished[0])
+            say(f"whileai: {out / 'whileai_run.json'} was lost: rebuilt from trainer_state.json and spread_gate.json")
         return TrainingResult(out, None, steps=finished[0], finished=finished)
     try:
         result = _train(setup, work, skip_spread_gate, resume, say, callbacks)
