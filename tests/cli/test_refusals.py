@@ -119,3 +119,52 @@ def test_fewer_rows_than_the_prompts_asked_for_is_said_not_cut_silently(tmp_path
 def test_a_url_password_is_masked_however_the_override_quotes_it(command: list[object], override: str) -> None:
     said = refused(*command, override)
     assert "PW0rdSecret7" not in said and "[secret hidden]" in said, said
+
+
+def test_a_column_the_trainer_s_dataset_cannot_hold_is_refused_before_the_gate(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    rows = [json.loads(line) for line in (tmp_path / "my_task" / "problems.jsonl").read_text().splitlines()]
+    for number, row in enumerate(rows):
+        row["tests"] = 3 if number == 4 else [1, 2]  # natural for test cases, and no Arrow column holds both
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        (REPO / "recipes" / "my_task_gar.yaml").read_text().replace("my_task/problems.jsonl", "mixed.jsonl")
+    )
+    said = "data.dataset mixed.jsonl: column 'tests' holds a list of numbers in row 1 and a number in row 5"
+    for command in (
+        ["validate", recipe, "verifier.function=null", "verifier.builtin=word_problems"],
+        ["validate", recipe],
+    ):
+        assert said in refused(*command) and "as a JSON string" in refused(*command)
+    assert said in refused("train", recipe, f"output_dir={tmp_path / 'run'}")
+    assert not (tmp_path / "run").exists()  # before the gate: no folder, no grader or judge call
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [[1, 2], 3], ["a", 3], [1, 2.5], [True, 1], [{"a": 1}, "x"], [{"a": 1}, {"b": "x"}], [{"a": 1}, {"a": "x"}],
+        [[1], ["a"]], [[1], None], [[], ["a"]], [[[1]], [1]], [[1, "a"]], [[{"k": [1]}], [{"k": []}, None]],
+    ],
+)  # fmt: skip
+def test_the_column_check_agrees_with_the_trainer_s_dataset(values: list[object]) -> None:
+    datasets = pytest.importorskip("datasets")
+    from whileai.errors import BadInput
+    from whileai.tasks.load import check_columns
+
+    rows = [{"prompt": "p", "c": value} for value in values]
+    try:
+        datasets.Dataset.from_list(rows)
+        held = True
+    except (ValueError, TypeError):  # pyarrow's ArrowInvalid and ArrowTypeError
+        held = False
+    try:
+        check_columns(rows, "data.dataset d")
+        passed = True
+    except BadInput:
+        passed = False
+    assert passed == held
