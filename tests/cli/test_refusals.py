@@ -168,3 +168,25 @@ def test_the_column_check_agrees_with_the_trainer_s_dataset(values: list[object]
     except BadInput:
         passed = False
     assert passed == held
+
+
+def test_eval_fits_its_prompts_to_the_rows_left_and_names_only_what_the_user_can_set(tmp_path: Path) -> None:
+    import shutil
+
+    from whileai.config import load_recipe
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")  # 24 rows
+    (tmp_path / "r.yaml").write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    for trained in (16, 24):
+        (tmp_path / f"run{trained}").mkdir()
+        kept = load_recipe(tmp_path / "r.yaml", [f"data.num_prompts={trained}"]).dump()
+        (tmp_path / f"run{trained}" / "recipe.yaml").write_text(kept)
+    result = runner.invoke(app, ["eval", str(tmp_path / "run16")])  # no model saved: refused once the rows are known
+    said = " ".join(result.stderr.split())
+    assert "eval on the 8 row(s) of data.dataset" in said and "past the 16 the run trained on" in said, said
+    assert result.exit_code == 2 and "no saved model" in said and "num_prompts" not in said
+    assert "ask for at most 8" in refused("eval", tmp_path / "run16", "--prompts", 20)
+    assert "--prompts 0: ask for 1 or more" in refused("eval", tmp_path / "run16", "--prompts", 0)
+    said = refused("eval", tmp_path / "run24")
+    assert "the run trained on all its 24 rows, and none is left" in said and "data.eval_prompts=N" in said
+    assert "num_prompts" not in said
