@@ -184,7 +184,7 @@ def _check(
 def say_rows(read: Any, rows: Path) -> None:
     """How the reader read the rows, and what it left out, dropped or skipped, on stderr."""
     if read.read_as:
-        say(f"whileai: {rows}: {read.read_as}")
+        say(f"whileai: {rows}: {read.read_as} (--group-key, --text-key and --reward-key name others)")
     if read.left_out:
         shown = ", ".join(read.left_out[:4])
         more = f", and {len(read.left_out) - 4} more" if len(read.left_out) > 4 else ""

@@ -23,6 +23,7 @@ datasets are imported inside ``run_training``, never by importing this module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -142,7 +143,10 @@ def _spread_gate(
         if source == "rows":
             assert settings.rows is not None
             path, fields = setup.resolve(settings.rows), settings.row_fields()
-            report = check_spread_file(path, grading, fields, skip_bad=settings.skip_bad_rows, **checks).report
+            spread = check_spread_file(path, grading, fields, skip_bad=settings.skip_bad_rows, **checks)
+            if spread.rows.read_as:
+                say(f"whileai: {path}: {spread.rows.read_as} (spread.group_key, text_key and reward_key name others)")
+            report = spread.report
         elif source == "sample":
             from whileai.training.sample import sampled_pass_rate
 
@@ -337,19 +341,20 @@ def _train(
 
     # 1. The folder, and the run's one grading object (the gate checks the grader that trains).
     gate = _open_folder(run, resume, skip_spread_gate)
+    if gate is None or not _refused(gate, skip_spread_gate):  # a refusal known now is said before anything else
+        # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
+        quiet_libraries()
+        from accelerate import PartialState
 
-    # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
-    quiet_libraries()
-    from accelerate import PartialState
+        from whileai.training.distributed import on_first_process
 
-    from whileai.training.distributed import on_first_process
+        args = _grpo_config(run)
+        processes = PartialState().num_processes
+        task, verifier = work if work[0] is not None else task_and_verifier(setup)  # a hub dataset, fetched now
 
-    args = _grpo_config(run)
-    processes = PartialState().num_processes
-    task, verifier = work if work[0] is not None else task_and_verifier(setup)  # a dataset on the hub, fetched now
-
-    # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
-    gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)
+        # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
+        prepare = functools.partial(_prepare, run, gate, task, verifier, args, resume, skip_spread_gate)
+        gate = on_first_process(prepare, processes, say)
     run.summary["spread"] = gate
     if _refused(gate, skip_spread_gate):
         run.summary.update(started=False, status="refused by the spread gate")

@@ -210,3 +210,27 @@ def test_the_plan_says_how_many_cpu_threads_a_tiny_model_trains_on() -> None:
     assert threads() == "1"  # a tiny model: one thread, whatever else runs on the machine
     assert threads("model.threads=2") == "2"
     assert invoke("validate", TINY, "model.threads=0").exit_code == 2
+
+
+def test_train_on_logged_rows_says_how_it_read_them_and_a_refusal_comes_before_generation(
+    tmp_path: Path, judge_url_unreachable: str
+) -> None:
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    rows = [json.loads(line) for line in ROWS.open()]
+    logged = [{"prompt": f"ask {r['scenario_id']}", "completion": r["final_text"], "reward": r["reward"]} for r in rows]
+    (tmp_path / "logged.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logged))
+    gate = ["spread.rows=logged.jsonl", "spread.sample=null", f"output_dir={tmp_path / 'run'}"]
+    result = invoke("train", recipe, *gate)
+    assert result.exit_code == 1 and "logged.jsonl: read as logged rows: each 'prompt' a group" in result.stderr
+    assert "spread.group_key" in result.stderr and "generating with" not in result.stderr + result.stdout
+    import yaml
+
+    judged = yaml.safe_load(recipe.read_text())
+    judged["grader"] = {"kind": "judge", "judge": {"model": "m", "max_retries": 0, "base_url": judge_url_unreachable}}
+    recipe.write_text(yaml.safe_dump(judged))
+    dead = invoke("train", recipe, *gate[:2], f"output_dir={tmp_path / 'run2'}")
+    assert dead.exit_code == 4 and "generating with" not in dead.stderr + dead.stdout, dead.stderr
