@@ -190,3 +190,12 @@ def test_eval_fits_its_prompts_to_the_rows_left_and_names_only_what_the_user_can
     said = refused("eval", tmp_path / "run24")
     assert "the run trained on all its 24 rows, and none is left" in said and "data.eval_prompts=N" in said
     assert "num_prompts" not in said
+
+
+def test_an_alias_that_contains_itself_is_refused_in_an_override_as_in_a_recipe(tmp_path: Path) -> None:
+    assert "override spread.controls line 1, column 1: an alias that contains itself" in refused(
+        "validate", JUDGE, "spread.controls=&a [*a]"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(JUDGE.read_text() + "comparison_arm: &a [*a]\n")
+    assert "an alias that contains itself" in refused("validate", recipe)
