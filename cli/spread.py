@@ -112,6 +112,9 @@ def spread(
         for table in tables:
             out.print(table)
         out.print(str(run.report), markup=False)
+        hacks = run.report.hacks
+        found = f" in {len(hacks)} group(s) ({', '.join(map(str, list(hacks)[:3]))}{', ...' if len(hacks) > 3 else ''})"
+        say(f"whileai: hacks confirmed: {sum(map(len, hacks.values()))}{found if hacks else ''}, zeroed before scoring")
     if run.report.first_error is not None and is_debug():
         err.print("whileai: the first failure's traceback:", markup=False)
         _print_traceback(run.report.first_error)

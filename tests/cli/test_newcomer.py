@@ -234,3 +234,8 @@ def test_train_on_logged_rows_says_how_it_read_them_and_a_refusal_comes_before_g
     recipe.write_text(yaml.safe_dump(judged))
     dead = invoke("train", recipe, *gate[:2], f"output_dir={tmp_path / 'run2'}")
     assert dead.exit_code == 4 and "generating with" not in dead.stderr + dead.stdout, dead.stderr
+
+
+def test_spread_s_human_output_counts_the_hacks() -> None:
+    found = invoke("spread", ROWS, "--recipe", REPO / "recipes" / "refund_scripted.yaml")
+    assert found.exit_code == 0 and "hacks confirmed: 1 in 1 group(s) (refund-22), zeroed" in found.stderr
