@@ -171,6 +171,12 @@ def _spread_gate(
         return _gate_record(source, "broken", unavailable)
     say(heading)
     say(str(report))
+    if source == "sample" and report.rule in ("too few", "unmoved"):  # a new task's initial model often passes rarely
+        say(
+            "whileai: the initial model's groups are too few to judge the grader on: gate it on rows of your own "
+            "instead (spread.rows: rollouts whose groups mix passes and failures, a stronger model's say), or train "
+            "anyway with --skip-spread-gate"
+        )
     return _gate_record(source, report.verdict, report.as_dict(), sampled=sampled_rate)
 
 

@@ -239,3 +239,17 @@ def test_train_on_logged_rows_says_how_it_read_them_and_a_refusal_comes_before_g
 def test_spread_s_human_output_counts_the_hacks() -> None:
     found = invoke("spread", ROWS, "--recipe", REPO / "recipes" / "refund_scripted.yaml")
     assert found.exit_code == 0 and "hacks confirmed: 1 in 1 group(s) (refund-22), zeroed" in found.stderr
+
+
+@pytest.mark.slow
+def test_a_gate_on_an_initial_model_that_never_passes_names_spread_rows(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    never = ["verifier.function=null", "verifier.builtin=word_problems", f"output_dir={tmp_path / 'run'}"]
+    result = invoke("train", recipe, *never)  # the tiny model never writes a boxed answer
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1 and "spread: too few scores to judge" in said, said
+    assert "gate it on rows of your own instead (spread.rows:" in said and "--skip-spread-gate" in said
