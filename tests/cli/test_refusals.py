@@ -199,3 +199,10 @@ def test_an_alias_that_contains_itself_is_refused_in_an_override_as_in_a_recipe(
     recipe = tmp_path / "r.yaml"
     recipe.write_text(JUDGE.read_text() + "comparison_arm: &a [*a]\n")
     assert "an alias that contains itself" in refused("validate", recipe)
+
+
+def test_a_misspelt_model_init_kwargs_key_is_refused_by_validate() -> None:
+    said = refused("validate", TINY, "trainer.model_init_kwargs={attn_implementaton: eager}")
+    assert "trainer: model_init_kwargs: unknown key 'attn_implementaton'; did you mean 'attn_implementation'?" in said
+    kept = runner.invoke(app, ["validate", str(TINY), "trainer.model_init_kwargs={rope_theta: 3, use_cache: false}"])
+    assert kept.exit_code == 0, kept.stderr  # a key of the model's config passes
