@@ -17,6 +17,8 @@ import errno
 import fcntl
 import json
 import os
+import resource
+import shutil
 import socket
 import stat
 import tempfile
@@ -35,12 +37,14 @@ __all__ = [
     "EVAL_FORMAT",
     "HOLDER_FILE",
     "GradingLog",
+    "begin_record",
     "eval_file",
     "forget_after",
     "last_checkpoint",
     "mark_run",
     "read_grading_log",
     "rebuild_record",
+    "refused_write",
     "run_lock",
     "training_output",
     "write_json",
@@ -298,6 +302,17 @@ def rebuild_record(out: Path, recipe: str, steps: int) -> None:
     write_json(out / "whileai_run.json", {**rebuilt, "spread": gate if isinstance(gate, dict) else None})
 
 
+def begin_record(out: Path, summary: dict[str, Any]) -> None:
+    """``whileai_run.json`` as training starts (``status``: ``training``), so that a disk that fills later still has
+    a record to rewrite (:func:`mark_run`); a finished run's record stays, as a failed attempt on it leaves it."""
+    try:
+        finished = json.loads((out / "whileai_run.json").read_text()).get("status") == "finished"
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    if not finished:
+        write_json(out / "whileai_run.json", {**summary, "status": "training"})
+
+
 def mark_run(out: Path, status: str, **fields: Any) -> None:
     """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted).
 
@@ -315,7 +330,36 @@ def mark_run(out: Path, status: str, **fields: Any) -> None:
         summary["last_attempt"] = {"status": status, **fields}
     else:
         summary.update(status=status, **fields)
-    write_json(path, summary)
+    try:
+        write_json(path, summary)
+    except OSError:  # a full disk: the record training began with rewritten in the blocks it already holds
+        with contextlib.suppress(OSError), path.open("r+") as record:
+            record.write(json.dumps(summary, default=str) + "\n")
+            record.truncate()
+
+
+# A disk that refuses a write: full, over a quota, or past the process's file size limit (ulimit -f).
+_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def refused_write(out: Path, error: BaseException) -> str | None:
+    """Why a run failed writing into ``out``, when it did: an ``OSError`` of a refused write anywhere behind
+    ``error``, or any error while a checkpoint was being saved (torch's writer keeps no errno), named by its cause
+    (the disk's free space, the file size limit); None for any other error."""
+    chain: list[BaseException] = []
+    while error is not None and len(chain) < 8:
+        chain.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    refused = next((e.errno for e in chain if isinstance(e, OSError) and e.errno in _REFUSED), None)
+    cut = [p for p in out.glob("checkpoint-*") if p.is_dir() and not (p / "trainer_state.json").is_file()]
+    where = f"saving {max(cut, key=lambda p: p.stat().st_mtime).name}" if cut else "writing into it"
+    free, limit = shutil.disk_usage(out).free, resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    again = "then continue with --resume"
+    if (refused is not None or cut) and free < 64 * 2**20:
+        return f"{where} failed: the disk is full ({free / 2**20:.0f} MB free); free space, {again}"
+    if (refused is not None or cut) and limit != resource.RLIM_INFINITY:
+        return f"{where} failed: this process may write files of {limit} bytes at most (ulimit -f); raise it, {again}"
+    return None if refused is None else f"{where} failed: {os.strerror(refused)}; make room, {again}"
 
 
 class GradingLog(WatchLog):

@@ -34,7 +34,7 @@ from typing import Any
 
 from whileai.config.build import TrainSetup
 from whileai.config.machine import check_hub
-from whileai.errors import BadInput, GraderUnavailable
+from whileai.errors import BadInput, GraderUnavailable, describe
 from whileai.grading.gate import unavailable_report
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.tally import mostly_fell_back
@@ -43,12 +43,14 @@ from whileai.tasks.load import check_verifier, task_and_verifier
 from whileai.training.folder import (
     GradingLog,
     arm_changes,
+    begin_record,
     finished_steps,
     forget_after,
     last_checkpoint,
     mark_run,
     rebuild_record,
     recorded_gate,
+    refused_write,
     run_lock,
     training_output,
     write_json,
@@ -307,8 +309,11 @@ def _run_in_folder(
             mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
         raise RunInterrupted(checkpoint) from None
     except Exception as error:
+        disk = refused_write(out, error)
         if first_process():
-            mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
+            mark_run(out, "failed", error=f"{type(error).__name__}: {error}", **({"disk": disk} if disk else {}))
+        if disk is not None:
+            raise BadInput(f"{out}: {disk} (the error: {describe(error)})") from error
         raise
     # Outside the try: the run's folder already says how it ended, and a peer lost here does not undo that.
     _end_process_group()
@@ -509,6 +514,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     resume goes on) and ``whileai_run.json``, and say how it went."""
     out, grading, checkpoint = run.out, run.grading, run.checkpoint
     started = time.perf_counter()
+    if run.main:
+        begin_record(out, run.summary)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
     if run.watch is not None and run.main and not stopped:  # a check due at the last step whose batches came early

@@ -32,6 +32,49 @@ def test_a_full_disk_leaves_the_record_as_it_was(tmp_path: Path, monkeypatch: py
     assert [p.name for p in tmp_path.iterdir()] == ["whileai_run.json"]  # no partial left behind
 
 
+def test_a_full_disk_rewrites_the_record_training_began_with_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_json(tmp_path / "whileai_run.json", {"status": "training", "spread": {"verdict": "yes"}})
+
+    def full(_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(folder.os, "fsync", full)  # no new file can be written whole
+    folder.mark_run(tmp_path, "failed", error="RuntimeError: file write failed")
+    record = json.loads((tmp_path / "whileai_run.json").read_text())
+    assert record == {"status": "failed", "spread": {"verdict": "yes"}, "error": "RuntimeError: file write failed"}
+
+
+@pytest.mark.slow
+def test_a_disk_that_refuses_a_checkpoint_is_named_and_the_record_says_so(tmp_path: Path) -> None:
+    import resource
+    import shutil
+    import sys
+
+    import child_processes
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "recipes" / "my_task", tmp_path / "my_task")
+    (tmp_path / "r.yaml").write_text((repo / "recipes" / "my_task_gar.yaml").read_text())
+    out = tmp_path / "run"
+    # The tiny model (343 kB) fits under the limit, a checkpoint's optimizer state (699 kB) does not.
+    limit = 500 * 1024
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    whileai = Path(sys.executable).parent / "whileai"
+    overrides = [f"output_dir={out}", "trainer.max_steps=2", "trainer.save_steps=2", "spread.sample=null"]
+    done = child_processes.run([str(whileai), "train", "r.yaml", *overrides], cwd=tmp_path, preexec_fn=limited)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, said
+    assert f"{out}: saving checkpoint-2 failed: this process may write files of {limit} bytes at most" in said
+    assert "then continue with --resume" in said and "rerun with whileai --debug" not in said
+    record = json.loads((out / "whileai_run.json").read_text())
+    assert record["status"] == "failed" and record["disk"].startswith("saving checkpoint-2 failed")
+
+
 def _finished_run(out: Path, record: str) -> None:
     state = {"global_step": 4, "max_steps": 4}
     (out / "checkpoint-4").mkdir(parents=True)
