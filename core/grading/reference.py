@@ -7,6 +7,7 @@ imported normally. Every failure is a ``BadInput`` that names the reference and 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -58,7 +59,9 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise BadInput(f"{what} {reference!r}: {target} has no attribute {part!r}")
+            close = difflib.get_close_matches(part, [n for n in dir(value) if not n.startswith("__")], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BadInput(f"{what} {reference!r}: {target} has no attribute {part!r}{hint}")
         value = getattr(value, part)
     if not callable(value):
         raise BadInput(f"{what} {reference!r}: {attribute} is not callable")

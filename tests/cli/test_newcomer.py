@@ -117,7 +117,7 @@ def test_validate_resolves_the_functions_a_recipe_names(tmp_path: Path) -> None:
     recipe.write_text("grader: {kind: python, function: 'grader.py:rnak'}\n")
     result = invoke("validate", recipe)
     assert result.exit_code == 2 and "grader.function 'grader.py:rnak'" in result.stderr
-    assert "has no attribute 'rnak'" in result.stderr
+    assert "has no attribute 'rnak'; did you mean 'rank'?" in result.stderr
     recipe.write_text("grader: {kind: python, function: 'grader.py:rank'}\n")
     assert invoke("validate", recipe).exit_code == 0
 
