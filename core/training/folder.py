@@ -351,9 +351,12 @@ def refused_write(out: Path, error: BaseException) -> str | None:
         chain.append(error)
         error = error.__cause__ or error.__context__  # type: ignore[assignment]
     refused = next((e.errno for e in chain if isinstance(e, OSError) and e.errno in _REFUSED), None)
-    cut = [p for p in out.glob("checkpoint-*") if p.is_dir() and not (p / "trainer_state.json").is_file()]
-    where = f"saving {max(cut, key=lambda p: p.stat().st_mtime).name}" if cut else "writing into it"
-    free, limit = shutil.disk_usage(out).free, resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    try:
+        cut = [p for p in out.glob("checkpoint-*") if p.is_dir() and not (p / "trainer_state.json").is_file()]
+        where = f"saving {max(cut, key=lambda p: p.stat().st_mtime).name}" if cut else "writing into it"
+        free, limit = shutil.disk_usage(out).free, resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except OSError:  # the folder gone: nothing to tell from it, and the error stays the run's own
+        return None
     again = "then continue with --resume"
     if (refused is not None or cut) and free < 64 * 2**20:
         return f"{where} failed: the disk is full ({free / 2**20:.0f} MB free); free space, {again}"
