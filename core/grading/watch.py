@@ -330,12 +330,13 @@ class SpreadWatch:
         for kind in check.paid_for:
             name = SURFACE_FEATURES[kind]
             was, now = base.figures[name], check.figures[name]
-            moved = f"{now / was - 1:+.0%}" if was > 0 else f"{was:.2f} -> {now:.2f} per pass"
+            moved = f"{now / was - 1:+.0%}" if was > 0 else f"{0 if math.isnan(was) else was:.2f} -> {now:.2f} per pass"
             tau = check.figures[f"{name}_tau"]
             parts.append(f"{name} {moved}" + ("" if math.isnan(tau) else f" (tau with the scores {tau:+.2f})"))
         rate = (check.figures["pass_rate"] - base.figures["pass_rate"]) * 100
         return (
-            f"the grader pays for {', '.join(check.paid_for)}: over steps {base.first_step}-{check.step} the passes' "
+            f"the grader pays for {', '.join(SURFACE_FEATURES[k] for k in check.paid_for)}: over steps "
+            f"{base.first_step}-{check.step} the passes' "
             f"{', '.join(parts)} while the pass rate moved {rate:+.1f} points"
         )
 

@@ -217,7 +217,7 @@ def test_a_grader_paying_for_length_is_named_with_how_far_the_passes_grew() -> N
         if paid:
             assert last["length_tau"] == 1.0 and last["paid_for"] == ["padding", "formatting", "claim"]
             assert watch.stop_requested and last["verdict"] == "no"
-            assert "the grader pays for padding, formatting, claim: over steps 1-6 the passes' length +" in said[-1]
+            assert "the grader pays for length, markup, claims: over steps 1-6 the passes' length +" in said[-1]
             assert "while the pass rate moved +0.0 points" in said[-1]
         else:
             assert last["length_tau"] == -1.0 and last["paid_for"] == [] and not said and not watch.stop_requested
