@@ -1,5 +1,5 @@
-"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stop the
-spread watch asks for.
+"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stops the
+spread watch and a broken verifier ask for.
 
 The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest pass rate and the
 run's grader calls and fallbacks so far, within 80 columns; each logging step also prints one table row (step,
@@ -10,6 +10,7 @@ reward, pass rate, length, grader calls, fallbacks, hacks), so a log file reads 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from transformers import TrainerCallback
 
 from whileai.progress import STDERR
 
-__all__ = ["RichProgress", "WatchStop"]
+__all__ = ["RichProgress", "VerifierStop", "WatchStop"]
 
 _COLUMNS = (
     ("step", "step", "{:>5.0f}"),
@@ -113,6 +114,31 @@ class WatchStop(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.watch.stop_requested and self.stopped_at is None:
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+
+
+class VerifierStop(TrainerCallback):
+    """Ends training at a checkpoint once the verifier has scored none of ``VERIFIER_BROKEN_BATCHES`` batches in a row
+    (``whileai.rows.verdicts.VerifierFailures.broken``): a sandbox that is down trains on zero advantage, and a
+    verifier that never scores is broken, not a model that never passes. Under several processes, each learns whether
+    any stops."""
+
+    def __init__(self, failures: Any) -> None:
+        self.failures = failures
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        broken = self.failures.broken
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            import torch
+
+            flag = torch.tensor([float(broken)], device=args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            broken = bool(flag.item())
+        if broken and self.stopped_at is None:
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
