@@ -191,3 +191,34 @@ def test_a_user_s_file_imports_the_modules_beside_it(tmp_path: Path, monkeypatch
     assert "fell back" not in spread.stdout, spread.stdout
     for name in ("beside_first", "beside_later"):
         sys.modules.pop(name, None)
+
+
+RAISING = """
+def _lookup(table, key):
+    return table[key]
+
+
+def check(prompts, completions, **kwargs):
+    table = {}
+    return [_lookup(table, c) for c in completions]
+
+
+def grade(group):
+    table = {}
+    return {"ranking": [_lookup(table, "x")]}
+"""
+
+
+def test_a_user_s_function_is_named_by_the_line_that_raised(tmp_path: Path) -> None:
+    """Not the ``def`` line: the innermost line of the user's file in the traceback (here a helper of theirs), for a
+    verifier in its forked batch and for a grader in its worker."""
+    from whileai.grading.reference import load_callable
+
+    (tmp_path / "raising.py").write_text(RAISING)
+    verifier = load_callable(f"{tmp_path / 'raising.py'}:check")
+    lines: list[str] = []
+    verifier_rewards(verifier, ["p"] * 2, ["a", "b"], {}, VerifierFailures(lines.append, verifier))
+    assert f"check ({tmp_path / 'raising.py'}, line 3): it raised KeyError: 'a'" in lines[0], lines
+    rows = REPO / "recipes" / "refund_rows.jsonl"
+    result = runner.invoke(app, ["spread", str(rows), "--grader", f"{tmp_path / 'raising.py'}:grade"])
+    assert result.exit_code == 4 and f"grade ({tmp_path / 'raising.py'}, line 3) failed on" in result.stdout
