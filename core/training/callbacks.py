@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from whileai.progress import STDERR
 
-__all__ = ["RichProgress", "VerifierStop", "WatchStop"]
+__all__ = ["RichProgress", "StopAtCheckpoint"]
 
 _COLUMNS = (
     ("step", "step", "{:>5.0f}"),
@@ -104,41 +104,26 @@ def _cell(fmt: str, value: Any) -> str:
     return "\u2013".rjust(len(fmt.format(0)))
 
 
-class WatchStop(TrainerCallback):
-    """Ends training at a checkpoint once the spread watch asks to stop (``spread.watch.on_fail: stop``), on every
-    process: each reads the decision from the figures the grading process logged (``SpreadWatch.note``)."""
+class StopAtCheckpoint(TrainerCallback):
+    """Ends training at a checkpoint once ``asked()`` says so, on every process: the spread watch's stop
+    (``spread.watch.on_fail: stop``: each process reads the decision from the figures the grading process logged), or
+    a verifier that scored none of ``VERIFIER_BROKEN_BATCHES`` batches in a row (``shared``: each process scores its
+    own slice, so each tells the others)."""
 
-    def __init__(self, watch: Any) -> None:
-        self.watch = watch
+    def __init__(self, asked: Callable[[], bool], shared: bool = False) -> None:
+        self.asked, self.shared = asked, shared
         self.stopped_at: int | None = None
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.watch.stop_requested and self.stopped_at is None:
-            self.stopped_at = state.global_step
-            control.should_save = True
-            control.should_training_stop = True
-
-
-class VerifierStop(TrainerCallback):
-    """Ends training at a checkpoint once the verifier has scored none of ``VERIFIER_BROKEN_BATCHES`` batches in a row
-    (``whileai.rows.verdicts.VerifierFailures.broken``): a sandbox that is down trains on zero advantage, and a
-    verifier that never scores is broken, not a model that never passes. Under several processes, each learns whether
-    any stops."""
-
-    def __init__(self, failures: Any) -> None:
-        self.failures = failures
-        self.stopped_at: int | None = None
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        broken = self.failures.broken
+        stop = self.asked()
         dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
+        if self.shared and dist is not None and dist.is_available() and dist.is_initialized():
             import torch
 
-            flag = torch.tensor([float(broken)], device=args.device)
+            flag = torch.tensor([float(stop)], device=args.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            broken = bool(flag.item())
-        if broken and self.stopped_at is None:
+            stop = bool(flag.item())
+        if stop and self.stopped_at is None:
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

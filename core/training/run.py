@@ -317,7 +317,8 @@ class _Run:
     summary: dict[str, Any] = field(default_factory=dict)
     watch: Any = None  # the spread watch (whileai.grading.watch.SpreadWatch), for a grader arm
     watch_stop: Any = None  # its callback, which ends training when the watch asks
-    verifier_stop: Any = None  # the callback that ends training when the verifier scores nothing (its failures)
+    verifier_failures: Any = None  # the verifier's failures (whileai.rows.verdicts.VerifierFailures)
+    verifier_stop: Any = None  # the callback that ends training when the verifier scores nothing
 
     @property
     def out(self) -> Path:
@@ -435,7 +436,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
     from whileai.grading.trl import TorchGather
     from whileai.integrations.trl_trainer import grpo_trainer
-    from whileai.training.callbacks import RichProgress, VerifierStop
+    from whileai.training.callbacks import RichProgress, StopAtCheckpoint
 
     grading = run.grading
     watching: list[Any] = []
@@ -445,10 +446,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
         log = GradingLog(run.out / "grading.jsonl")
         run.watch = _watch(run, args)
-        if run.watch is not None:
-            from whileai.training.callbacks import WatchStop
-
-            run.watch_stop = WatchStop(run.watch)
+        if (watch := run.watch) is not None:
+            run.watch_stop = StopAtCheckpoint(lambda: watch.stop_requested)
             watching.append(run.watch_stop)
         reward = grading.trl_reward(
             verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch,
@@ -456,7 +455,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         )  # fmt: skip
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
-    run.verifier_stop = VerifierStop(reward.verifier_failures)
+    failures = run.verifier_failures = reward.verifier_failures
+    run.verifier_stop = StopAtCheckpoint(lambda: failures.broken, shared=True)
     path, model = model_path(run.setup), run.setup.model
     tokenizer = None
     if model.tiny is not None:
@@ -501,7 +501,7 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
-    failures, broken = run.verifier_stop.failures, run.verifier_stop.stopped_at is not None
+    failures, broken = run.verifier_failures, run.verifier_stop.stopped_at is not None
     if run.watch is not None and run.main and not (stopped or broken):  # a check due at the last step
         run.watch.check_through(trainer.state.global_step)
     if not (stopped or broken):
