@@ -136,6 +136,10 @@ def test_train_names_a_verifier_that_never_gave_a_reward_before_the_first_step(t
     message = " ".join(result.stderr.split())
     assert "the verifier gave no reward for any of the 16 completions sampled; the first: raises (" in message
     assert "raised KeyError: 'oops' on a batch of 8" in message and "Traceback" not in result.stderr
+    line = FUNCTIONS.splitlines().index('    return {}["oops"]') + 1
+    assert f"the first: raises ({tmp_path / 'mine.py'}, line {line}):" in message  # the line that raised
+    debug = runner.invoke(app, ["--debug", "train", str(path), "data.num_prompts=8", "trainer.max_steps=1"])
+    assert debug.exit_code == 2 and f'File "{tmp_path / "mine.py"}", line {line}, in raises' in debug.stderr
 
 
 def test_a_rule_file_s_misspelt_key_gets_the_recipe_s_did_you_mean(tmp_path: Path) -> None:
