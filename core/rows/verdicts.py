@@ -120,10 +120,16 @@ class VerifierFailures(Recurring):
     def broken(self) -> bool:
         return self.in_a_row >= VERIFIER_BROKEN_BATCHES
 
-    def figures(self) -> dict[str, Any]:
-        """What a run's record keeps: failures, their kinds, the first, and the completions left unscored."""
-        return {"failures": self.count, "kinds": self.kinds, "first": self.first, "unscored": self.unscored,
-                "completions": self.responses}  # fmt: skip
+    def figures(self, before: Any = None) -> dict[str, Any]:
+        """What a run's record keeps: failures, their kinds, the first, and the completions left unscored; added to
+        ``before``, the figures a resumed run recorded up to its checkpoint."""
+        before = before if isinstance(before, Mapping) else {}
+        kinds = dict(before.get("kinds") or {})
+        for kind, responses in self.kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + responses
+        return {"failures": self.count + before.get("failures", 0), "kinds": kinds,
+                "first": before.get("first") or self.first, "unscored": self.unscored + before.get("unscored", 0),
+                "completions": self.responses + before.get("completions", 0)}  # fmt: skip
 
     def _name(self, line: int | None = None) -> str:
         return "" if self.verifier is None else f"{function_label(self.verifier, line)}: "

@@ -23,6 +23,7 @@ datasets are imported inside ``run_training``, never by importing this module.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -319,6 +320,7 @@ class _Run:
     watch_stop: Any = None  # its callback, which ends training when the watch asks
     verifier_failures: Any = None  # the verifier's failures (whileai.rows.verdicts.VerifierFailures)
     verifier_stop: Any = None  # the callback that ends training when the verifier scores nothing
+    verifier_before: Any = None  # the verifier's figures a resumed run recorded
 
     @property
     def out(self) -> Path:
@@ -378,6 +380,8 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         else:
             say(f"whileai: resuming from {run.checkpoint[0].name}")
         run.graded_before = forget_after(out, 0 if run.checkpoint is None else run.checkpoint[1], say)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # the verifier's failures up to the checkpoint
+            run.verifier_before = json.loads((out / "whileai_run.json").read_text()).get("verifier")
     run.summary = {
         "recipe": setup.where,
         "skip_spread_gate": skip_spread_gate,
@@ -515,8 +519,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
         run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": why}
     if broken:
         run.summary["stopped_by_verifier"] = {"step": run.verifier_stop.stopped_at, "why": failures.why}
-    if failures.count or failures.unscored:
-        run.summary["verifier"] = failures.figures()
+    if failures.count or failures.unscored or run.verifier_before:
+        run.summary["verifier"] = failures.figures(run.verifier_before)
     run.summary.update(
         status="stopped by the verifier" if broken else "stopped by the watch" if stopped else "finished",
         started=True,

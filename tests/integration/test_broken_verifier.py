@@ -98,6 +98,10 @@ def test_a_verifier_that_never_scores_stops_at_a_checkpoint_and_resumes_once_men
     (tmp_path / "down").unlink()  # the sandbox is back
     code, stdout, stderr = _train(path, "--skip-spread-gate", "--resume")
     assert code == 0, (stdout + stderr)[-4000:]
-    assert f"resuming from checkpoint-{step}" in stderr and "whileai: trained 5 steps; the run is in" in stdout
+    assert f"resuming from checkpoint-{step}" in stderr
+    unscored, completions = 32 * step, 32 * 5  # the failures before the checkpoint are the run's too
+    said = f"trained 5 steps, {unscored} of {completions} completions unscored by the verifier ({unscored} failed);"
+    assert said in stdout
     run = json.loads((out / "whileai_run.json").read_text())
     assert run["status"] == "finished" and run["steps"] == 5 and (out / "final").is_dir()
+    assert run["verifier"]["kinds"] == {"RuntimeError": unscored} and run["verifier"]["completions"] == completions
