@@ -257,7 +257,7 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
             rows.append(["pass rate (95% CI)", *(_rate(r) for r in rates)])
             rows.append(["", *(f"n={r['n']} in {r['groups']} groups" for r in rates)])
         elif any(w["unscored"] for w in windows):  # logged, and none of a window's completions scored
-            rows.append(["pass rate", *("" if r else "none scored" for r in rates)])
+            rows.append(["pass rate", *(_rate(r) if r else "none scored" for r in rates)])
         elif any(w["logged_pass_rate"] is not None for w in windows):
             logged = [w["logged_pass_rate"] for w in windows]
             rows.append(["pass rate", *("" if p is None else f"{p:.2f} as logged" for p in logged)])
