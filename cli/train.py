@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -108,18 +108,10 @@ def _outcome(result: TrainingResult) -> tuple[str, int]:
             f"training stopped at step {step}: {result.verifier_stopped['why']}; checkpoint-{step} is in "
             f"{result.output_dir}. Fix the verifier, then continue with --resume"
         ), GraderUnavailable.exit_code
-    unscored = _unscored(result.verifier)
-    if result.plain:  # the grader failed on most groups: said where the run's outcome is said
-        return (
-            f"whileai: trained {result.steps} steps, {result.plain}{unscored}; the run is in {result.output_dir}. To "
-            "stop such a run at a checkpoint instead: spread.watch.on_fail=stop"
-        ), 0
-    return f"whileai: trained {result.steps} steps{unscored}; the run is in {result.output_dir}", 0
-
-
-def _unscored(verifier: dict[str, Any] | None) -> str:
-    """The share of completions the verifier left unscored, for the closing line of a run with any."""
-    if not verifier or not verifier["unscored"]:
-        return ""
-    share = f"{verifier['unscored']} of {verifier['completions']} completions unscored by the verifier"
-    return f", {share} ({verifier['failures']} failed)" if verifier["failures"] else f", {share}"
+    # The grader failed on most groups, the verifier left completions unscored: said where the outcome is said.
+    how = f", {result.plain}" if result.plain else ""
+    if (verifier := result.verifier or {}).get("unscored"):
+        how += f", {verifier['unscored']} of {verifier['completions']} completions unscored by the verifier"
+        how += f" ({verifier['failures']} failed)" if verifier["failures"] else ""
+    stop = ". To stop such a run at a checkpoint instead: spread.watch.on_fail=stop" if result.plain else ""
+    return f"whileai: trained {result.steps} steps{how}; the run is in {result.output_dir}{stop}", 0
