@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whileai.errors import GraderUnavailable, NoSpread, function_label, raised_line
-from whileai.grading.controls import ControlsTally, with_injection
+from whileai.grading.controls import ControlsTally, changed_member
 from whileai.grading.group import GradedGroup, grade_request
 from whileai.grading.verdict import SpreadReport, spread_report
 from whileai.methods import positive_passes
@@ -278,8 +278,7 @@ class _GateRun:
                     self.moving += graded.scores
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
-                    inject = lambda m, kind: (m[0], m[1], with_injection(m[2], kind))  # noqa: E731
-                    again.append(grade_request(task, control.shown(members, inject)))
+                    again.append(grade_request(task, control.shown(members, changed_member)))
             if self.on_graded is not None:
                 self.on_graded(graded)
         if again:
