@@ -110,8 +110,7 @@ class _SayHandler(logging.Handler):
 
 
 _LOG = _SayHandler(logging.WARNING)
-if not any(isinstance(h, _SayHandler) for h in logging.getLogger("whileai").handlers):
-    logging.getLogger("whileai").addHandler(_LOG)
+logging.getLogger("whileai").addHandler(_LOG)
 
 
 @contextlib.contextmanager

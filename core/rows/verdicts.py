@@ -263,22 +263,16 @@ def _read_batch(
         output = verifier(prompts=prompts, completions=completions, **kwargs)
         if hasattr(output, "__await__"):  # an async verifier, as TRL takes them: run to its answer here
             output = _awaited(output)
+        listed = hasattr(output, "__iter__") and not isinstance(output, (str, bytes, Mapping))
+        answers = list(output) if listed else []  # a generator may raise on its way
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # sys.exit too: a verifier's misdeed is its batch's, never the caller's end
         failures(f"{raised(error).error} on a batch of {expected}; fix it, or have it return None where it cannot "
                  "score", expected, type(error).__name__, raised_line(verifier, error), format_exc())  # fmt: skip
         return [math.nan] * expected
-    if not hasattr(output, "__iter__") or isinstance(output, (str, bytes, Mapping)):
+    if not listed:
         failures(f"it answered {type(output).__name__}, not a list of rewards; {one_each}", expected)
-        return [math.nan] * expected
-    try:
-        answers = list(output)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:  # a generator that raises on its way
-        failures(f"{raised(error).error} on a batch of {expected}", expected, type(error).__name__,
-                 raised_line(verifier, error), format_exc())  # fmt: skip
         return [math.nan] * expected
     if len(answers) != expected:
         failures(f"it answered {len(answers)} rewards for {expected} completions; {one_each}", expected)
