@@ -4,8 +4,8 @@ A verifier may answer a number (Python, numpy or a one-element torch tensor, a b
 with a ``score`` and any other keys (verl's convention), something that is no reward at all, or raise. None of these
 stops a training step: :func:`read_verdict` turns an answer into a :class:`Verdict`, its reward NaN ("unscorable":
 advantage 0, out of its group's mean) whenever it is not a reward, with the reason; :class:`VerifierFailures` counts
-the reasons and says the first and every hundredth, so a verifier that is broken is said at once and one that fails
-now and then does not flood the log.
+the reasons and says the first and every hundredth (a verifier that fails now and then does not flood the log), and
+finds one that scored none of a few batches in a row: broken, for training to stop on.
 """
 
 from __future__ import annotations
