@@ -230,7 +230,7 @@ class Groups:
         self.verifier_failures = 0
         self.actor_lost = 0
         size, wait = settings.group_size, settings.group_wait_s
-        print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
+        _say(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
 
     async def reward(
         self,
@@ -266,7 +266,7 @@ class Groups:
         try:
             self.log.write_figures()
         except OSError as error:  # a full disk must not stop training
-            print(f"whileai: could not write {self.log.summary}: {describe(error)}")
+            _say(f"whileai: could not write {self.log.summary}: {describe(error)}")
 
     def figures(self) -> dict[str, Any]:
         figures = self.collector.figures()
