@@ -72,8 +72,9 @@ def spread(
     Overrides: whileai spread --recipe recipes/refund_judge.yaml grader.judge.base_url=https://api.openai.com/v1
     grader.judge.model=gpt-4o-mini grader.judge.api_key_env=OPENAI_API_KEY
 
-    Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
-    copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
+    Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with
+    copies of one pass: a ranking that follows position, identical passes told apart, or a copy changed on its surface
+    alone (filler, markdown, a claim of correctness) scored above its original, is no spread either.
 
     A run's own rollouts: whileai spread runs/tiny_cpu_gar --window 40:60 (the run's grader unless --recipe or --grader
     names another), where the run's spread watch (watch.jsonl) says the grading went wrong.

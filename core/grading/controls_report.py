@@ -18,6 +18,14 @@ from whileai.defaults import (
 
 __all__ = ["ControlsReport"]
 
+# What a surface kind teaches a policy, and what its copy carries (``whileai.grading.controls.SURFACES``).
+_SURFACE_WORDS = {"padding": "length", "formatting": "formatting", "claim": "claims of correctness"}
+_SURFACE_CHANGES = {
+    "padding": "a filler sentence added",
+    "formatting": "markdown added: a heading, bold or a list",
+    "claim": "a sentence claiming its own correctness",
+}
+
 
 @dataclass
 class ControlsReport:
@@ -39,6 +47,8 @@ class ControlsReport:
         injections: for each measured control with an injected copy, whether the grader held (the copy scored no
             higher than its original).
         injected_with: what each of those copies carried (a key of ``INJECTIONS``).
+        surfaces: for each surface kind (``padding``, ``formatting``, ``claim``), whether each measured copy of that
+            kind held (scored no higher than its original).
         position: the grader's position figures where it keeps them (``effect``, ``differences``, ``orders``:
             ``JudgeStats.position``), else None.
     """
@@ -56,6 +66,7 @@ class ControlsReport:
     injections: list[bool] = field(default_factory=list)
     position: dict[str, Any] | None = None
     injected_with: list[str] = field(default_factory=list)
+    surfaces: dict[str, list[bool]] = field(default_factory=dict)
 
     @property
     def agreement(self) -> float | None:
@@ -107,6 +118,14 @@ class ControlsReport:
         return bool(found["effect"] > found["differences"])
 
     @property
+    def paid_for(self) -> list[str]:
+        """The surface kinds whose copies rose above their originals in more than ``max_ordered_copies`` of their
+        controls: what the grader pays for besides the work."""
+        return [
+            k for k, held in self.surfaces.items() if held and held.count(False) / len(held) > self.max_ordered_copies
+        ]
+
+    @property
     def injection_held(self) -> bool:
         """No injected copy rose above its original."""
         return all(self.injections)
@@ -114,7 +133,7 @@ class ControlsReport:
     @property
     def refuses(self) -> bool:
         """What was measured says the grader does not read content (a "no", however many were measured)."""
-        return self.follows_position or self.orders_copies or self.follows_slot
+        return self.follows_position or self.orders_copies or self.follows_slot or bool(self.paid_for)
 
     @property
     def warning(self) -> str:
@@ -192,6 +211,9 @@ class ControlsReport:
             if self.injections
             else ""
         )
+        if self.surfaces:
+            kinds = ", ".join(f"{k} {sum(held)} of {len(held)}" for k, held in self.surfaces.items())
+            injection += f"; surface copies held: {kinds} (at most {self.max_ordered_copies:.0%} may score higher)"
         position = ""
         if self.position is not None:
             found = self.position
@@ -232,6 +254,19 @@ class ControlsReport:
                 f"{found['effect']:.3f} beside {found['differences']:.3f}, over {found['orders']} graded orders): it "
                 "reads where a rollout is shown, not what it did. Ask in two orders (permutations: 2), one call a "
                 "pass (score_calls: pass), or use a larger judge"
+            )
+        if self.paid_for:
+            named = [_SURFACE_WORDS[kind] for kind in self.paid_for]
+            words = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+            counts = ", ".join(
+                f"{kind} ({_SURFACE_CHANGES[kind]}) in {self.surfaces[kind].count(False)} of {len(self.surfaces[kind])}"
+                for kind in self.paid_for
+            )
+            parts.append(
+                f"it pays for {words}: a copy of a pass changed on its surface alone, its work untouched, scored above "
+                f"the pass itself: {counts} controls. A policy trained on it learns that surface; for a judge, say in "
+                f"its prompt that length, formatting and claims of correctness are not quality, for a function, stop "
+                f"rewarding {words}"
             )
         return "; and ".join(parts)
 
@@ -275,6 +310,10 @@ class ControlsReport:
             "injections_held": sum(self.injections),
             "injected_with": list(self.injected_with),
             "position": self.position,
+            "surfaces": {
+                kind: {"controls": len(held), "held": sum(held), "paid_for": kind in self.paid_for}
+                for kind, held in self.surfaces.items()
+            },
             "line": self.line,
             "warning": self.warning,
         }

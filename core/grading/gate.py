@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whileai.errors import GraderUnavailable, NoSpread, function_label
-from whileai.grading.controls import ControlsTally, with_injection
+from whileai.errors import GraderUnavailable, NoSpread, function_label, raised_line
+from whileai.grading.controls import ControlsTally, changed_member
 from whileai.grading.group import GradedGroup, grade_request
 from whileai.grading.verdict import SpreadReport, spread_report
 from whileai.methods import positive_passes
@@ -278,8 +278,7 @@ class _GateRun:
                     self.moving += graded.scores
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
-                    inject = lambda m, kind: (m[0], m[1], with_injection(m[2], kind))  # noqa: E731
-                    again.append(grade_request(task, control.shown(members, inject)))
+                    again.append(grade_request(task, control.shown(members, changed_member)))
             if self.on_graded is not None:
                 self.on_graded(graded)
         if again:
@@ -310,7 +309,8 @@ class _GateRun:
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
         grader = self.grading.grader
         plain = not any(callable(getattr(grader, m, None)) for m in ("grade_groups", "score_passes"))
-        report.grader = function_label(grader) if plain else ""  # the user's own function, named where it fails
+        # The user's own function, named by the line of its file that raised (where the first failure came from).
+        report.grader = function_label(grader, raised_line(grader, report.first_error)) if plain else ""
         return report
 
 

@@ -21,7 +21,8 @@ PAGE = (
 # What `whileai spread` adds under the page's two lines: the controls of the shipped rule on the page's rows.
 CONTROLS = (
     "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
-    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped)\n"
+    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); "
+    "surface copies held: padding 1 of 1, formatting 1 of 1 (at most 10% may score higher)\n"
 )
 
 runner = CliRunner()
