@@ -130,6 +130,10 @@ GRADER_TIMEOUT_S: Final[float] = 60.0
 # takes seconds; five minutes leaves room for a large batch and sets the bound.
 VERIFIER_TIMEOUT_S: Final[float] = 300.0
 
+# How many batches in a row a verifier may score none of before training stops at a checkpoint (exit 4): one such
+# batch is a sandbox down for a step, three are a verifier that is broken (a run of a few steps still finds it out).
+VERIFIER_BROKEN_BATCHES: Final[int] = 3
+
 # How many groups a grader that declares ``thread_safe = True`` is called on at once.
 GRADER_CONCURRENCY: Final[int] = 8
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whileai.errors import GraderUnavailable, NoSpread, function_label
+from whileai.errors import GraderUnavailable, NoSpread, function_label, raised_line
 from whileai.grading.controls import ControlsTally, changed_member
 from whileai.grading.group import GradedGroup, grade_request
 from whileai.grading.verdict import SpreadReport, spread_report
@@ -309,7 +309,8 @@ class _GateRun:
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
         grader = self.grading.grader
         plain = not any(callable(getattr(grader, m, None)) for m in ("grade_groups", "score_passes"))
-        report.grader = function_label(grader) if plain else ""  # the user's own function, named where it fails
+        # The user's own function, named by the line of its file that raised (where the first failure came from).
+        report.grader = function_label(grader, raised_line(grader, report.first_error)) if plain else ""
         return report
 
 

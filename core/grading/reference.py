@@ -1,7 +1,8 @@
 """Loading a function named in a recipe: ``package.module:function`` or ``path/to/file.py:function``.
 
-A path is resolved against the recipe's folder and loaded as a module under a private name; a dotted module is
-imported normally. Every failure is a ``BadInput`` that names the reference and what went wrong.
+A path is resolved against the recipe's folder and loaded as a module under a private name, its folder on
+``sys.path`` as ``python file.py`` has it (so that it imports the modules beside it); a dotted module is imported
+normally. Every failure is a ``BadInput`` that names the reference and what went wrong.
 """
 
 from __future__ import annotations
@@ -41,12 +42,20 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
             raise BadInput(f"{what} {reference!r}: cannot load {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        # Its folder first while it is imported, as `python file.py` has it, then last: a module imported later by
+        # the function (or by whileai) is found beside it unless an installed one has its name.
+        folder = str(path.resolve().parent)
+        sys.path.insert(0, folder)
         try:
             with contextlib.redirect_stdout(sys.stderr):  # what the module prints is never a command's result
                 spec.loader.exec_module(module)
         except (Exception, SystemExit) as err:  # a sys.exit at import is the module's failure, not whileai's exit
             sys.modules.pop(name, None)
             raise BadInput(f"{what} {reference!r}: importing {path} failed: {type(err).__name__}: {err}") from err
+        finally:
+            sys.path.remove(folder)
+            if folder not in sys.path:
+                sys.path.append(folder)
     else:
         try:
             with contextlib.redirect_stdout(sys.stderr):

@@ -23,6 +23,7 @@ datasets are imported inside ``run_training``, never by importing this module.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -69,6 +70,9 @@ class TrainingResult:
     spread_verdict: str | None = None
     finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
     watch_stopped: dict[str, Any] | None = None  # the spread watch ended training: its step and why
+    verifier_stopped: dict[str, Any] | None = None  # the verifier scored nothing for a few batches: its step and why
+    verifier: dict[str, Any] | None = None  # the verifier's failures and unscored completions, when it had any
+    verifier_trace: str = ""  # the latest failure's traceback (whileai --debug)
     plain: str = ""  # how the run trained when most of its graded groups fell back (mostly_fell_back), else empty
 
 
@@ -314,6 +318,9 @@ class _Run:
     summary: dict[str, Any] = field(default_factory=dict)
     watch: Any = None  # the spread watch (whileai.grading.watch.SpreadWatch), for a grader arm
     watch_stop: Any = None  # its callback, which ends training when the watch asks
+    verifier_failures: Any = None  # the verifier's failures (whileai.rows.verdicts.VerifierFailures)
+    verifier_stop: Any = None  # the callback that ends training when the verifier scores nothing
+    verifier_before: Any = None  # the verifier's figures a resumed run recorded
 
     @property
     def out(self) -> Path:
@@ -373,6 +380,8 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         else:
             say(f"whileai: resuming from {run.checkpoint[0].name}")
         run.graded_before = forget_after(out, 0 if run.checkpoint is None else run.checkpoint[1], say)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # the verifier's failures up to the checkpoint
+            run.verifier_before = json.loads((out / "whileai_run.json").read_text()).get("verifier")
     run.summary = {
         "recipe": setup.where,
         "skip_spread_gate": skip_spread_gate,
@@ -431,7 +440,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
     from whileai.grading.trl import TorchGather
     from whileai.integrations.trl_trainer import grpo_trainer
-    from whileai.training.callbacks import RichProgress
+    from whileai.training.callbacks import RichProgress, StopAtCheckpoint
 
     grading = run.grading
     watching: list[Any] = []
@@ -441,10 +450,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
         log = GradingLog(run.out / "grading.jsonl")
         run.watch = _watch(run, args)
-        if run.watch is not None:
-            from whileai.training.callbacks import WatchStop
-
-            run.watch_stop = WatchStop(run.watch)
+        if (watch := run.watch) is not None:
+            run.watch_stop = StopAtCheckpoint(lambda: watch.stop_requested)
             watching.append(run.watch_stop)
         reward = grading.trl_reward(
             verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch,
@@ -452,6 +459,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         )  # fmt: skip
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
+    failures = run.verifier_failures = reward.verifier_failures
+    run.verifier_stop = StopAtCheckpoint(lambda: failures.broken, shared=True)
     path, model = model_path(run.setup), run.setup.model
     tokenizer = None
     if model.tiny is not None:
@@ -466,7 +475,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         eval_rows=task.eval_rows,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
-        callbacks=[RichProgress(run.say), *watching, *callbacks],
+        callbacks=[RichProgress(run.say), *watching, run.verifier_stop, *callbacks],
         where=run.setup.where,
         say=run.say if run.main else None,
         tool_calls=model.tool_calls,
@@ -490,15 +499,16 @@ def _watch(run: _Run, args: Any) -> Any:
 
 
 def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any]) -> TrainingResult:
-    """Step 6: train, save the final model (not after a stop the watch asked for: the checkpoint it saved is where a
-    resume goes on) and ``whileai_run.json``, and say how it went."""
+    """Step 6: train, save the final model (not after a stop the watch or a broken verifier asked for: the checkpoint
+    it saved is where a resume goes on) and ``whileai_run.json``, and say how it went."""
     out, grading, checkpoint = run.out, run.grading, run.checkpoint
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
-    if run.watch is not None and run.main and not stopped:  # a check due at the last step whose batches came early
+    failures, broken = run.verifier_failures, run.verifier_stop.stopped_at is not None
+    if run.watch is not None and run.main and not (stopped or broken):  # a check due at the last step
         run.watch.check_through(trainer.state.global_step)
-    if not stopped:
+    if not (stopped or broken):
         trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     if run.watch is not None and (watched := run.watch.summary()) is not None:
@@ -507,8 +517,12 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
         assert run.watch is not None
         why = run.watch.checks[-1].why if run.watch.checks else "the grading process's watch asked to stop"
         run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": why}
+    if broken:
+        run.summary["stopped_by_verifier"] = {"step": run.verifier_stop.stopped_at, "why": failures.why}
+    if failures.count or failures.unscored or run.verifier_before:
+        run.summary["verifier"] = failures.figures(run.verifier_before)
     run.summary.update(
-        status="stopped by the watch" if stopped else "finished",
+        status="stopped by the verifier" if broken else "stopped by the watch" if stopped else "finished",
         started=True,
         steps=trainer.state.global_step,
         seconds=round(time.perf_counter() - started, 1),
@@ -527,6 +541,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     steps = trainer.state.global_step
     result = TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
     result.watch_stopped = run.summary.get("stopped_by_watch")
+    result.verifier_stopped, result.verifier = run.summary.get("stopped_by_verifier"), run.summary.get("verifier")
+    result.verifier_trace = failures.trace
     result.plain = "" if run.summary.get("trained_as", "groupwise") == "groupwise" else run.summary["trained_as"]
     return result
 

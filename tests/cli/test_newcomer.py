@@ -132,9 +132,10 @@ def judge_url_unreachable() -> str:
     return f"http://127.0.0.1:{port}/v1?team=a&x=1"
 
 
-def test_json_output_is_unchanged_by_overrides() -> None:
-    data = json.loads(invoke("spread", ROWS, "--json", "spread.controls=4").stdout)
-    assert data["controls"]["agreement_groups"] == 2
+def test_json_output_takes_the_overrides_after_it() -> None:
+    assert json.loads(invoke("spread", ROWS, "--json").stdout)["controls"]["sent"] == 2
+    data = json.loads(invoke("spread", ROWS, "--json", "spread.controls=1").stdout)
+    assert data["controls"]["sent"] == 1 and data["controls"]["agreement_groups"] == 1
 
 
 # ---------------------------------------------------------------- quiet input handling, plain TRL logs
