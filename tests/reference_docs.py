@@ -198,7 +198,9 @@ def _param_row(param: Any) -> str:
         name = ", ".join(f"`{opt}`" for opt in [*param.opts, *param.secondary_opts])
     if param.required:
         default = "required"
-    elif param.default is None or ((param.nargs == -1 or param.multiple) and not param.default):
+    elif (
+        param.default is None or not param.expose_value or ((param.nargs == -1 or param.multiple) and not param.default)
+    ):
         default = ""
     else:
         default = _value(param.default)
