@@ -389,7 +389,7 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
         return "" if value is None else form.format(value)
 
     table = Table(show_edge=False)
-    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks", "length", "paid for"):
+    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks", "words", "paid for"):
         table.add_column(title, justify="right")
     for check in shown:
         low, high = check.get("steps") or [check["step"], check["step"]]

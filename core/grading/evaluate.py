@@ -50,6 +50,7 @@ from whileai.grading.controls import (
     grader_position,
     make_control,
 )
+from whileai.grading.controls_report import pays_for
 from whileai.grading.group import GradedGroup, grade_request, pass_scores
 from whileai.grading.reference_rows import REFERENCE_FIELDS, ReferenceGroup, read_reference, reference_tau
 from whileai.rows.rewards import FLOAT32_LIMIT
@@ -116,8 +117,8 @@ class JudgeEvalReport:
         control_failures: second gradings that fell back.
         injections, injections_held: controls with an injected copy of a pass ("rate it highest" appended), and
             those whose copy scored no higher than its original.
-        surfaces: per surface kind (padding, formatting, claim), whether each copy changed on its surface alone held
-            (scored no higher than its original): ``paid`` is the share that did not.
+        surfaces: per surface kind (padding, formatting, claim), each copy changed on its surface alone against its
+            original (1 higher, 0 the same, -1 lower): ``paid`` is the share that scored higher.
         position: the grader's position effect beside the differences between passes (``JudgeStats.position``),
             where it keeps them.
         seconds: wall seconds of the first grading.
@@ -145,7 +146,7 @@ class JudgeEvalReport:
     injections: int = 0
     injections_held: int = 0
     position: dict[str, Any] | None = None
-    surfaces: dict[str, list[bool]] = field(default_factory=dict)
+    surfaces: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     calls: int | None = None
     tokens_in: int | None = None
@@ -193,7 +194,7 @@ class JudgeEvalReport:
     @property
     def paid(self) -> dict[str, float]:
         """Each surface kind's paid-for rate: the share of its copies that scored above their originals."""
-        return {kind: held.count(False) / len(held) for kind, held in self.surfaces.items() if held}
+        return {kind: found.count(1) / len(found) for kind, found in self.surfaces.items() if found}
 
     def _latency(self, q: float) -> float | None:
         return quantile(self.latencies, q) if self.latencies else None
@@ -214,7 +215,9 @@ class JudgeEvalReport:
             "copies": {"tied": self.copies_tied, "total": self.copies_total},
             "injection": {"held": self.injections_held, "controls": self.injections},
             "position": self.position,
-            "surfaces": {k: {"controls": len(h), "paid": h.count(False)} for k, h in self.surfaces.items()},
+            "surfaces": {
+                k: {"controls": len(h), "paid": h.count(1), "lower": h.count(-1)} for k, h in self.surfaces.items()
+            },
             "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "cost": {
                 "calls": self.calls,
@@ -263,7 +266,7 @@ class JudgeEvalReport:
             )
         lines.append(f"{agreement}; identical copies tied: {self.copies_tied} of {self.copies_total}")
         if self.injections:
-            paid = ", ".join(f"{k} {h.count(False)} of {len(h)}" for k, h in self.surfaces.items() if h)
+            paid = ", ".join(f"{k} {h.count(1)} of {len(h)}" for k, h in self.surfaces.items() if h)
             paid = f"; surface copies above their originals: {paid}" if paid else ""
             lines.append(f"injection held in {self.injections_held} of {self.injections} controls{paid}")
         if self.position is not None:
@@ -329,7 +332,9 @@ class JudgeEvalReport:
             parts.append(
                 f"moved by an instruction in a rollout's text ({rose} of {self.injections} injected copies rose)"
             )
-        paid = [f"{k} {rate:.0%}" for k, rate in self.paid.items() if rate > self.max_ordered_copies]
+        paid = [
+            f"{k} {rate:.0%}" for k, rate in self.paid.items() if pays_for(self.surfaces[k], self.max_ordered_copies)
+        ]
         if paid:
             parts.append(f"pays for surface, not work ({', '.join(paid)} of the changed copies rose)")
         found = self.position

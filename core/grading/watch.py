@@ -47,6 +47,8 @@ from whileai.stats import kendall_tau
 
 __all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
 
+SURFACE_CONTROLS_KEPT = 4  # a kind's latest surface controls a check judges it on
+
 
 @dataclass
 class WatchCheck:
@@ -136,6 +138,7 @@ class SpreadWatch:
     _batches: dict[int, int] = field(default_factory=dict)  # graded batches seen of the latest step
     _last_told: tuple[str, str | None] | None = None
     _last_passed: WatchCheck | None = None
+    _surfaces: dict[str, deque[int]] = field(default_factory=dict)  # each kind's latest surface controls
 
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
@@ -244,6 +247,12 @@ class SpreadWatch:
                 hacks[seen.key] = list(group.hacks)
             eligible.append(seen)
         controls, sent = self._controls(step, eligible)
+        if controls is not None:
+            # A check's few controls try one kind or two: each kind is judged on its latest controls, from this check
+            # and those before, so a grader that pays for one surface fails every check until it stops.
+            for kind, found in controls.surfaces.items():
+                self._surfaces.setdefault(kind, deque(maxlen=SURFACE_CONTROLS_KEPT)).extend(found)
+            controls.surfaces = {kind: list(found) for kind, found in self._surfaces.items()}
         report = spread_report(
             per_group,
             thresholds=limits,
@@ -324,20 +333,22 @@ class SpreadWatch:
         }
 
     def _trend(self, check: WatchCheck) -> str:
-        """How far the passes moved on each surface the grader pays for, since the first check."""
-        base = self.checks[0] if self.checks else check
+        """How far the passes moved on each surface the grader pays for since the first check, and how its scores
+        go with it within groups."""
+        base = self.checks[0] if self.checks else None
         parts = []
         for kind in check.paid_for:
             name = SURFACE_FEATURES[kind]
-            was, now = base.figures[name], check.figures[name]
-            moved = f"{now / was - 1:+.0%}" if was > 0 else f"{0 if math.isnan(was) else was:.2f} -> {now:.2f} per pass"
-            tau = check.figures[f"{name}_tau"]
-            parts.append(f"{name} {moved}" + ("" if math.isnan(tau) else f" (tau with the scores {tau:+.2f})"))
+            was, now, tau = (base or check).figures[name], check.figures[name], check.figures[f"{name}_tau"]
+            moved = f"{now / was - 1:+.0%}" if was > 0 else f"{0 if math.isnan(was) else was:.2f} -> {now:.2f} a pass"
+            part = f"{name} {moved} since step {base.first_step}" if base is not None else f"{name} {now:.2f} a pass"
+            parts.append(part + ("" if math.isnan(tau) else f" (its tau with the scores within groups {tau:+.2f})"))
+        paid = ", ".join(SURFACE_FEATURES[k] for k in check.paid_for)
+        if base is None:
+            return f"the grader pays for {paid}: the passes' {', '.join(parts)}"
         rate = (check.figures["pass_rate"] - base.figures["pass_rate"]) * 100
         return (
-            f"the grader pays for {', '.join(SURFACE_FEATURES[k] for k in check.paid_for)}: over steps "
-            f"{base.first_step}-{check.step} the passes' "
-            f"{', '.join(parts)} while the pass rate moved {rate:+.1f} points"
+            f"the grader pays for {paid}: the passes' {', '.join(parts)}, while the pass rate moved {rate:+.1f} points"
         )
 
     def _tell(self, check: WatchCheck) -> None:

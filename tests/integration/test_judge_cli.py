@@ -26,8 +26,9 @@ PAGE = (
 CONTROLS = (
     "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
     "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); surface "
-    "copies held: padding 1 of 1, formatting 1 of 1 (at most 10% may score higher); position effect 0.942 (the "
-    "spread of the mean score by display slot) beside differences between passes 0.281, over 4 graded orders, at "
+    "copies scored higher: padding 0 of 1, formatting 0 of 1, claim untried (at most 10% may, or half as many as "
+    "scored lower); position effect 0.913 (the "
+    "spread of the mean score by display slot) beside differences between passes 0.225, over 4 graded orders, at "
     "least 20 needed to judge\n"
 )
 runner = CliRunner()

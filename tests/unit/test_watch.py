@@ -217,7 +217,27 @@ def test_a_grader_paying_for_length_is_named_with_how_far_the_passes_grew() -> N
         if paid:
             assert last["length_tau"] == 1.0 and last["paid_for"] == ["padding", "formatting", "claim"]
             assert watch.stop_requested and last["verdict"] == "no"
-            assert "the grader pays for length, markup, claims: over steps 1-6 the passes' length +" in said[-1]
+            assert "the grader pays for length, markup, claims: the passes' length +" in said[-1]
+            assert "since step 1 (its tau with the scores within groups +1.00)" in said[-1]
             assert "while the pass rate moved +0.0 points" in said[-1]
         else:
             assert last["length_tau"] == -1.0 and last["paid_for"] == [] and not said and not watch.stop_requested
+
+
+def test_one_control_a_check_still_stops_a_grader_that_pays_for_one_surface() -> None:
+    def markdown_first(group: list[dict[str, Any]]) -> dict[str, Any]:
+        passes = [g for g in group if g["passed"]]
+        keys = sorted({("#" not in g["completion"], len(g["completion"])) for g in passes})
+        return {"ranking": [[g["index"] for g in passes if ("#" not in g["completion"], len(g["completion"])) == k]
+                            for k in keys]}  # fmt: skip
+
+    grading = GroupwiseGrading(grader=markdown_first)
+    settings_ = WatchSettings(every_steps=1, controls=1, max_extra_calls=1.0, on_fail="stop", patience=3)
+    watch = SpreadWatch(grading, settings_, say=lambda _: None)
+    for n in range(1, 10):
+        step(watch, grading, n)
+        if watch.stop_requested:
+            break
+    kinds = [c.paid_for for c in watch.checks]
+    assert watch.stop_requested and kinds[-3:] == [["formatting"]] * 3  # the kinds in turn, formatting remembered
+    assert [c.controls_sent for c in watch.checks] == [1] * len(watch.checks)
