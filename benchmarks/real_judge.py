@@ -70,6 +70,7 @@ COLUMNS = (
     "std",
     "tau reorder (n)",
     "copies tied",
+    "surface paid (pad/fmt/claim)",
     "reference tau [95% CI]",
     "hack recall (flagged/ref)",
     "unusable",
@@ -289,6 +290,11 @@ def table_row(model: str, size_mb: float | None, run: dict[str, Any]) -> dict[st
     wall = sum(float(r.get("seconds") or 0.0) for r in (run["spread"], run["judge_eval"]))
     errors = [r["error"] for r in (run["spread"], run["judge_eval"]) if r.get("error")]
     tau = controls.get("agreement_tau")
+    surfaces = evaluation.get("surfaces") or {}
+    paid = " ".join(
+        f"{surfaces[k]['paid']}/{surfaces[k]['controls']}" if k in surfaces else "-"
+        for k in ("padding", "formatting", "claim")
+    )
 
     return {
         "model": model,
@@ -300,6 +306,7 @@ def table_row(model: str, size_mb: float | None, run: dict[str, Any]) -> dict[st
         "std": _number(spread.get("std")),
         "tau reorder (n)": "-" if tau is None else f"{_number(tau, 2)} ({controls.get('agreement_groups')})",
         "copies tied": tied,
+        "surface paid (pad/fmt/claim)": paid if surfaces else "-",
         "reference tau [95% CI]": ref,
         "hack recall (flagged/ref)": recall,
         "unusable": _number(unusable),
@@ -343,6 +350,8 @@ def render_table(records: list[dict[str, Any]]) -> str:
         "Written by `benchmarks/real_judge.py` (its docstring and benchmarks/README.md say how it runs); the raw JSON",
         "of every run is in the `.json` beside this file. verdict and std: `whileai spread`; tau reorder: the spread",
         "controls' agreement under reordering (groups); copies tied: identical passes given equal places (tied/total);",
+        "surface paid: `whileai judge-eval`'s copies changed on their surface alone (padding, formatting, a claim of",
+        "correctness) that scored above their originals, of those measured;",
         "reference tau, hack recall, unusable: `whileai judge-eval`; calls: both commands' HTTP calls (one answer",
         "cache shared); p50/p95: call latency; tok/s: completion tokens (the server's usage, or the streamed pieces",
         "where a stream reports none) over both commands' wall seconds.",

@@ -104,8 +104,16 @@ def say(message: str) -> None:
 
 
 class _SayHandler(logging.Handler):
+    """whileai's log lines, said as every message is (:func:`say`: a verifier's exception quoting a model's text is
+    shown as text); warnings always, the rest under ``--verbose``."""
+
     def emit(self, record: logging.LogRecord) -> None:
-        say(f"whileai: {record.getMessage()}")
+        text = record.getMessage()
+        say(text if text.startswith("whileai: ") else f"whileai: {text}")
+
+
+_LOG = _SayHandler(logging.WARNING)
+logging.getLogger("whileai").addHandler(_LOG)
 
 
 @contextlib.contextmanager
@@ -116,14 +124,14 @@ def show_log(shown: bool = True) -> Iterator[None]:
     if not shown:
         yield
         return
-    logger, handler = logging.getLogger("whileai"), _SayHandler(logging.INFO)
+    logger = logging.getLogger("whileai")
     level = logger.level
-    logger.addHandler(handler)
+    _LOG.setLevel(logging.INFO)
     logger.setLevel(logging.INFO if level == logging.NOTSET else min(level, logging.INFO))
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        _LOG.setLevel(logging.WARNING)
         logger.setLevel(level)
 
 

@@ -18,8 +18,13 @@ def eval_run(
         str | None, typer.Option(help="A checkpoint-N folder of the run instead of its final model.")
     ] = None,
     prompts: Annotated[
-        int, typer.Option(min=1, help="Held-out prompts when the recipe holds none out (data.eval_prompts).")
-    ] = 32,
+        int | None,
+        typer.Option(
+            help="Held-out prompts when the recipe holds none out (data.eval_prompts); by default 32, or the rows "
+            "the dataset has past the trained ones when fewer.",
+            show_default=False,
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="torch's seed for the sampling.")] = 0,
     initial: Annotated[
         bool, typer.Option("--initial", help="The model the run started from, on the same prompts (eval-initial.json).")
@@ -32,10 +37,10 @@ def eval_run(
     Example: whileai eval runs/tiny_cpu_gar && whileai report runs/tiny_cpu_binary runs/tiny_cpu_gar
 
     The prompts are the recipe's data.eval_prompts, or the next --prompts prompts of its task after those it trained
-    on; each gets the run's num_generations completions, sampled as training samples them. The figures go to
-    RUN/eval.json, which whileai report shows beside the run's training figures. --initial measures the model the
-    run started from on the same prompts, with the same seed (RUN/eval-initial.json). A multi-turn task runs through
-    TRL's own evaluation loop with its tools.
+    on (32, or the rows a dataset has left); each gets the run's num_generations completions, sampled as training
+    samples them. The figures go to RUN/eval.json, which whileai report shows beside the run's training figures.
+    --initial measures the model the run started from on the same prompts, with the same seed
+    (RUN/eval-initial.json). A multi-turn task runs through TRL's own evaluation loop with its tools.
 
     Exit codes: 0 evaluated; 2 bad input (no run, no saved model, no held-out prompt left); 3 torch/trl missing
     (pip install 'whileai-grpo[train]'); 130 interrupted (Ctrl-C).

@@ -46,7 +46,8 @@ def judge_eval(
 
     Prints Kendall's tau-b between the grader's scores of the passes and the reference per group (mean, 95% bootstrap
     interval over groups, n), hack recall and precision, its agreement with itself when each group is shown again
-    shuffled with a copy of one pass, the cost per group (calls, tokens and latency for a judge), and its failures.
+    shuffled with copies of one pass (how often an injected copy or one changed on its surface alone rose above it), the
+    cost per group (calls, tokens and latency for a judge), and its failures.
 
     Exit codes: 0 report printed; 2 bad input (no reference field in the rows); 3 missing install; 4 grader
     unavailable (down, or failing on at least spread.broken_fraction of the groups, 90%); 130 interrupted (Ctrl-C).

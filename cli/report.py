@@ -186,6 +186,21 @@ def _gate_rows(run: Any) -> list[tuple[str, str]]:
     return [("spread gate", shown)]
 
 
+def _verifier_rows(run: Any) -> list[tuple[str, str]]:
+    """The verifier's failures in ``whileai_run.json``: how many, by kind, the first, and a stop they caused."""
+    verifier = run.get("verifier") if isinstance(run, dict) else None
+    if not isinstance(verifier, dict) or not verifier.get("failures"):
+        return []
+    kinds = ", ".join(f"{kind} x{count}" for kind, count in (verifier.get("kinds") or {}).items())
+    rows = [
+        ("verifier failures", f"{verifier['failures']} ({kinds})"),
+        ("first verifier failure", str(verifier.get("first"))),
+    ]
+    if isinstance(stopped := run.get("stopped_by_verifier"), dict):
+        rows.append(("stopped", f"at step {stopped.get('step')}: the verifier scored nothing"))
+    return rows
+
+
 def _grader_rows(grader: dict[str, Any] | None, figures: dict[str, Any]) -> list[tuple[str, str]]:
     """The grader's figures (from grading.jsonl) and, from whileai_run.json, the first failure of each kind and the
     judge's figures."""
@@ -231,7 +246,7 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
     _heading(f"run {item.path}", f"{summary['steps']} logged steps{shape}")
 
     figures = (item.extra.get("grader") or {}) if isinstance(item.extra, dict) else {}
-    grader_rows = [*_gate_rows(item.extra), *_grader_rows(entry["grader"], figures)]
+    grader_rows = [*_gate_rows(item.extra), *_verifier_rows(item.extra), *_grader_rows(entry["grader"], figures)]
     label_width = min(30, max([_LABEL_WIDTH] + [len(label) for label, _ in grader_rows]))
     first, last = summary["first"], summary["last"]
     if first is not None:
@@ -241,12 +256,16 @@ def _print_summary(item: Any, entry: dict[str, Any]) -> None:
         if all(r is not None for r in rates):
             rows.append(["pass rate (95% CI)", *(_rate(r) for r in rates)])
             rows.append(["", *(f"n={r['n']} in {r['groups']} groups" for r in rates)])
+        elif any(w["unscored"] for w in windows):  # logged, and none of a window's completions scored
+            rows.append(["pass rate", *(_rate(r) if r else "none scored" for r in rates)])
         elif any(w["logged_pass_rate"] is not None for w in windows):
             logged = [w["logged_pass_rate"] for w in windows]
             rows.append(["pass rate", *("" if p is None else f"{p:.2f} as logged" for p in logged)])
             rows.append(["", *("no completion logs, no interval" for _ in windows)])
         else:
             rows.append(["pass rate", *("no completion logs" for _ in windows)])
+        if any(w["unscored"] for w in windows):
+            rows.append(["unscored", *(f"{w['unscored']} completions" for w in windows)])
         lengths = [w["mean_length"] for w in windows]
         if any(length is not None for length in lengths):
             rows.append(["mean length", *("" if x is None else f"{x:.1f} tokens" for x in lengths)])
@@ -370,7 +389,7 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
         return "" if value is None else form.format(value)
 
     table = Table(show_edge=False)
-    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks"):
+    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks", "words", "paid for"):
         table.add_column(title, justify="right")
     for check in shown:
         low, high = check.get("steps") or [check["step"], check["step"]]
@@ -383,6 +402,8 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
             number(check.get("copies_tied"), "{:.0%}"),
             number(check.get("fallback_rate"), "{:.0%}"),
             number(check.get("hack_rate"), "{:.0%}"),
+            number(check.get("length"), "{:.1f}"),
+            ", ".join(check.get("paid_for") or []),
         )
     out.print(table)
     for check in failed[:3]:

@@ -72,8 +72,9 @@ def spread(
     Overrides: whileai spread --recipe recipes/refund_judge.yaml grader.judge.base_url=https://api.openai.com/v1
     grader.judge.model=gpt-4o-mini grader.judge.api_key_env=OPENAI_API_KEY
 
-    Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with a
-    copy of one pass: a ranking that follows position, or identical passes told apart, is no spread either.
+    Besides the spread of the scores, up to spread.controls groups (32) are graded again in a shuffled order with
+    copies of one pass: a ranking that follows position, identical passes told apart, or a copy changed on its surface
+    alone (filler, markdown, a claim of correctness) scored above its original, is no spread either.
 
     A run's own rollouts: whileai spread runs/tiny_cpu_gar --window 40:60 (the run's grader unless --recipe or --grader
     names another), where the run's spread watch (watch.jsonl) says the grading went wrong.
@@ -112,6 +113,9 @@ def spread(
         for table in tables:
             out.print(table)
         out.print(str(run.report), markup=False)
+        hacks = run.report.hacks
+        found = f" in {len(hacks)} group(s) ({', '.join(map(str, list(hacks)[:3]))}{', ...' if len(hacks) > 3 else ''})"
+        say(f"whileai: hacks confirmed: {sum(map(len, hacks.values()))}{found if hacks else ''}, zeroed before scoring")
     if run.report.first_error is not None and is_debug():
         err.print("whileai: the first failure's traceback:", markup=False)
         _print_traceback(run.report.first_error)
@@ -184,7 +188,7 @@ def _check(
 def say_rows(read: Any, rows: Path) -> None:
     """How the reader read the rows, and what it left out, dropped or skipped, on stderr."""
     if read.read_as:
-        say(f"whileai: {rows}: {read.read_as}")
+        say(f"whileai: {rows}: {read.read_as} (--group-key, --text-key and --reward-key name others)")
     if read.left_out:
         shown = ", ".join(read.left_out[:4])
         more = f", and {len(read.left_out) - 4} more" if len(read.left_out) > 4 else ""

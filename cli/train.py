@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from whileai.cli.console import guarded, is_debug, out, say
+from whileai.cli.console import err, guarded, is_debug, out, say
 from whileai.cli.validate import Overrides
+from whileai.defaults import VERIFIER_BROKEN_BATCHES
 from whileai.errors import GraderUnavailable, WatchStopped
 from whileai.isolation import end_all
 
@@ -35,8 +36,9 @@ def train(
     Example: whileai train recipes/tiny_cpu_gar.yaml trainer.max_steps=5
 
     Exit codes: 0 trained; 1 no spread; 2 bad recipe; 3 torch/trl missing (pip install 'whileai-grpo[train]');
-    4 grader unavailable; 5 the spread watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C:
-    the message says how to resume); 143 SIGTERM, as Ctrl-C.
+    4 grader unavailable, or the verifier scored none of 3 batches in a row (stopped at a checkpoint); 5 the spread
+    watch stopped training (spread.watch.on_fail: stop); 130 interrupted (Ctrl-C: the message says how to resume);
+    143 SIGTERM, as Ctrl-C.
     """
     from whileai.config import load_recipe
     from whileai.config.build import train_setup
@@ -73,6 +75,8 @@ def train(
     # (the result; the progress above it went to stderr).
     message, code = _outcome(result)
     if first_process():
+        if result.verifier_trace and is_debug():
+            err.print(f"whileai: the verifier's latest failure:\n{result.verifier_trace}", markup=False, end="")
         out.print(message, markup=False)
     if code:
         raise typer.Exit(code)
@@ -100,9 +104,17 @@ def _outcome(result: TrainingResult) -> tuple[str, int]:
             f"whileai: the spread watch stopped training at step {step} ({result.watch_stopped['why']}); "
             f"checkpoint-{step} is in {result.output_dir}. Change the recipe's grader, then continue with --resume"
         ), WatchStopped.exit_code
-    if result.plain:  # the grader failed on most groups: said where the run's outcome is said
+    if result.verifier_stopped is not None:
+        step = result.verifier_stopped["step"]
         return (
-            f"whileai: trained {result.steps} steps, {result.plain}; the run is in {result.output_dir}. To stop such "
-            "a run at a checkpoint instead: spread.watch.on_fail=stop"
-        ), 0
-    return f"whileai: trained {result.steps} steps; the run is in {result.output_dir}", 0
+            f"whileai: the verifier scored none of the completions of {VERIFIER_BROKEN_BATCHES} batches in a row, "
+            f"training stopped at step {step}: {result.verifier_stopped['why']}; checkpoint-{step} is in "
+            f"{result.output_dir}. Fix the verifier, then continue with --resume"
+        ), GraderUnavailable.exit_code
+    # The grader failed on most groups, the verifier left completions unscored: said where the outcome is said.
+    how = f", {result.plain}" if result.plain else ""
+    if (verifier := result.verifier or {}).get("unscored"):
+        how += f", {verifier['unscored']} of {verifier['completions']} completions unscored by the verifier"
+        how += f" ({verifier['failures']} failed)" if verifier["failures"] else ""
+    stop = ". To stop such a run at a checkpoint instead: spread.watch.on_fail=stop" if result.plain else ""
+    return f"whileai: trained {result.steps} steps{how}; the run is in {result.output_dir}{stop}", 0

@@ -135,6 +135,10 @@ VERIFIER_TIMEOUT_S: Final[float] = 300.0
 # leaves room for a cold disk. ``WHILEAI_IMPORT_TIMEOUT_S`` sets another.
 IMPORT_TIMEOUT_S: Final[float] = 120.0
 
+# How many batches in a row a verifier may score none of before training stops at a checkpoint (exit 4): one such
+# batch is a sandbox down for a step, three are a verifier that is broken (a run of a few steps still finds it out).
+VERIFIER_BROKEN_BATCHES: Final[int] = 3
+
 # How many groups a grader that declares ``thread_safe = True`` is called on at once.
 GRADER_CONCURRENCY: Final[int] = 8
 

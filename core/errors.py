@@ -8,8 +8,11 @@ counted (``whileai.grading``).
 from __future__ import annotations
 
 import functools
+import re
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = [
     "DISTRIBUTION",
@@ -25,6 +28,7 @@ __all__ = [
     "function_label",
     "json_problem",
     "needs_extra",
+    "raised_line",
 ]
 
 
@@ -136,15 +140,8 @@ class Recurring:
         return before == 0 or before // self.EVERY != self.count // self.EVERY
 
 
-def function_label(function: object) -> str:
-    """A user's function as a message names it: its name and where it is defined (a ``functools.partial`` or a
-    ``functools.wraps`` wrapper by the function it wraps; a callable object by its class).
-
-    Example:
-        >>> function_label(function_label).startswith("function_label (") and "errors.py, line " in function_label(
-        ...     function_label)
-        True
-    """
+def _code_of(function: object) -> tuple[str, Any]:
+    """A user's function's name and code object (None for a callable without one), through partials and wrappers."""
     for _ in range(16):  # through partials and wrappers (functools.wraps) to the user's own function
         if isinstance(function, functools.partial):
             function = function.func
@@ -152,8 +149,43 @@ def function_label(function: object) -> str:
             function = function.__wrapped__  # type: ignore[attr-defined]
     name = getattr(function, "__qualname__", None) or type(function).__qualname__
     call = vars(type(function)).get("__call__")  # a callable object's method, where its code is
-    code = getattr(function, "__code__", None) or getattr(call, "__code__", None)
-    return f"{name} ({code.co_filename}, line {code.co_firstlineno})" if code is not None else name
+    return name, getattr(function, "__code__", None) or getattr(call, "__code__", None)
+
+
+def function_label(function: object, line: int | None = None) -> str:
+    """A user's function as a message names it: its name and where it is defined, or the ``line`` of its file that
+    raised (:func:`raised_line`) (a ``functools.partial`` or a ``functools.wraps`` wrapper by the function it wraps; a
+    callable object by its class).
+
+    Example:
+        >>> function_label(function_label).startswith("function_label (") and "errors.py, line " in function_label(
+        ...     function_label)
+        True
+    """
+    name, code = _code_of(function)
+    return f"{name} ({code.co_filename}, line {line or code.co_firstlineno})" if code is not None else name
+
+
+def raised_line(function: object, error: BaseException | None) -> int | None:
+    """The innermost line of ``function``'s file in ``error``'s traceback (for an error from another process, in the
+    traceback's text it carries as its cause), or None when none is there.
+
+    Example:
+        >>> def broken():
+        ...     return {}["key"]
+        >>> try:
+        ...     broken()
+        ... except KeyError as error:
+        ...     raised_line(broken, error) == broken.__code__.co_firstlineno + 1
+        True
+    """
+    code = _code_of(function)[1]
+    if code is None or error is None:
+        return None
+    lines = [n for frame, n in traceback.walk_tb(error.__traceback__) if frame.f_code.co_filename == code.co_filename]
+    text = str(error.__cause__ or "") if error.__cause__ is not None and not lines else ""
+    lines += [int(n) for n in re.findall(rf'File "{re.escape(code.co_filename)}", line (\d+)', text)]
+    return lines[-1] if lines else None
 
 
 def describe(exc: BaseException) -> str:

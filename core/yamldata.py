@@ -23,7 +23,8 @@ __all__ = ["TooMuchYaml", "YamlBudget", "read_yaml", "read_yaml_file"]
 
 
 class TooMuchYaml(BadInput):
-    """YAML that expands to more values than it may: an alias bomb, or parts past their shared budget."""
+    """YAML that expands to more values than it may: an alias bomb, one that contains itself, or parts past their
+    shared budget."""
 
 
 class YamlBudget:
@@ -161,12 +162,12 @@ def _check_expansion(root: yaml.Node, where: str, limit: int) -> int:
         if key in sizes:
             continue
         if key in on_path:
-            raise BadInput(f"{where}{_place(node.start_mark)}: an alias that contains itself")
+            raise TooMuchYaml(f"{where}{_place(node.start_mark)}: an alias that contains itself")
         on_path.add(key)
         stack.append((node, True))
         for child in children:
             if id(child) in on_path:
-                raise BadInput(f"{where}{_place(child.start_mark)}: an alias that contains itself")
+                raise TooMuchYaml(f"{where}{_place(child.start_mark)}: an alias that contains itself")
             if id(child) not in sizes:
                 stack.append((child, False))
     return sizes[id(root)]

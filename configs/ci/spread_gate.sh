@@ -93,6 +93,7 @@ case "$status:$verdict" in
   0:*) outcome="passed: the grader tells passes apart" ;;
   "1:too few") outcome="failed: too few scores, groups or controls to judge" ;;
   1:*) outcome="failed: no spread" ;;
+  3:*) outcome="failed: an optional install is missing (named above; .parquet rows need whileai-grpo[parquet]: WHILEAI=./whileai[parquet])" ;;
   4:*) outcome="failed: the grader is broken or unreachable" ;;
   *) outcome="failed: exit $status" ;;
 esac

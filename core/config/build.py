@@ -341,7 +341,7 @@ class TaskSetup:
         """A path of the recipe's, made absolute against the recipe's folder (absolute paths stay)."""
         return resolve_path(self.base_dir, relative)
 
-    def with_prompts(self, prompts: int) -> TaskSetup:
+    def with_prompts(self, prompts: int | None) -> TaskSetup:
         """This setup with ``data.num_prompts`` set to ``prompts`` (``whileai eval`` draws the prompts past the
         trained ones from the wider task)."""
         return dataclasses.replace(self, data=self.data.model_copy(update={"num_prompts": prompts}))

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.errors import BadInput
-from whileai.http.secrets import masked_override, masked_url
+from whileai.http.secrets import masked_text
 from whileai.yamldata import TooMuchYaml, YamlBudget, read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
@@ -256,9 +256,7 @@ def _format_error(error: Mapping[str, Any]) -> str:
         and not isinstance(shown_input, (dict, list))
         and kind not in ("model_type", "union_tag_invalid")
     ):
-        if isinstance(shown_input, str) and "://" in shown_input:  # a URL's password is never echoed
-            shown_input = masked_url(shown_input)
-        got = repr(shown_input)
+        got = masked_text(repr(shown_input))  # a URL's password is never echoed
         return f"{path}: {message} (got {got if len(got) <= 100 else got[:96] + '...' + got[-1]})"
     return f"{path}: {message}"
 
@@ -279,7 +277,7 @@ def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[st
 
 def _quoted(item: str, limit: int = 100) -> str:
     """An override as a message quotes it: a URL's password masked, a value past ``limit`` characters cut."""
-    shown = repr(masked_override(item))
+    shown = masked_text(repr(item))
     return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[-1]}"
 
 

@@ -166,8 +166,9 @@ class SpreadSection(RecipeThresholds, Section):
     controls: int = Field(
         SPREAD_CONTROL_GROUPS,
         ge=0,
-        description="Graded groups shown to the grader again, shuffled and with a copy of one pass, to check that it "
-        "reads content, not position (one extra grader call each; 0: no controls).",
+        description="Graded groups shown to the grader again, shuffled and with copies of one pass (identical, with an "
+        "injection, changed on its surface), to check that it reads the work, not position or surface (one extra "
+        "grader call each; 0: no controls).",
     )
     seed: int = Field(0, description="Seed of the controls' shuffles.")
     watch: WatchSettings = Field(

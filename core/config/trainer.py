@@ -88,6 +88,24 @@ def _check_counts(extra: dict[str, Any]) -> None:
             raise ValueError(f"{name!r} must be above 0 (got {value})")
 
 
+# transformers' from_pretrained arguments a recipe may give through model_init_kwargs. Any other key goes to the
+# model's config, whose names vary by model: only one a letter or two off a name here is taken for a misspelling.
+_FROM_PRETRAINED = (
+    "attn_implementation", "cache_dir", "device_map", "dtype", "force_download", "ignore_mismatched_sizes",
+    "local_files_only", "low_cpu_mem_usage", "max_memory", "offload_folder", "quantization_config", "revision",
+    "subfolder", "token", "torch_dtype", "trust_remote_code", "use_cache", "use_safetensors", "variant",
+)  # fmt: skip
+
+
+def _check_init_kwargs(kwargs: Any) -> None:
+    """``model_init_kwargs``: a mapping whose keys are no misspelling of a ``from_pretrained`` argument (the model's
+    constructor would refuse it only once training starts)."""
+    for key in kwargs if isinstance(kwargs, dict) else ():  # TRL reads a string as JSON itself
+        close = difflib.get_close_matches(str(key), _FROM_PRETRAINED, n=1, cutoff=0.85)
+        if close and key not in _FROM_PRETRAINED:
+            raise ValueError(f"model_init_kwargs: unknown key {key!r}; did you mean {close[0]!r}?")
+
+
 class TrainerSection(BaseModel):
     """TRL ``GRPOConfig`` fields, under TRL's own names, handed over as ``GRPOConfig(**trainer)``.
 
@@ -131,6 +149,7 @@ class TrainerSection(BaseModel):
                 raise ValueError(f"{name!r} is not a field of TRL's GRPOConfig{hint}")
             extra[name] = _of_kind(name, GRPO_CONFIG_KINDS[name], value)
         _check_counts(extra)
+        _check_init_kwargs(extra.get("model_init_kwargs"))
         return self
 
     @model_validator(mode="after")

@@ -26,6 +26,7 @@ from whileai.config.build import build_grading
 from whileai.config.load import load_recipe
 from whileai.errors import BadInput, describe
 from whileai.integrations.verl import Groups, GroupwiseRewardManager, VerlSettings, check_config
+from whileai.progress import visible
 
 __all__ = ["Preflight", "RecipeGroups", "WhileaiRewardManager"]
 
@@ -66,9 +67,9 @@ class Preflight(Callback):
             settings = check_config(config)
             load_recipe(Path(settings.recipe), [])
         except BadInput as error:
-            print(f"whileai: {error}", file=sys.stderr)
+            print(visible(f"whileai: {error}"), file=sys.stderr)
             raise SystemExit(error.exit_code) from None
         except Exception as error:  # a config OmegaConf cannot read (an interpolation, a bad value)
-            print(f"whileai: verl's config could not be checked: {describe(error)}", file=sys.stderr)
+            print(visible(f"whileai: verl's config could not be checked: {describe(error)}"), file=sys.stderr)
             raise SystemExit(BadInput.exit_code) from None
-        print(f"whileai: verl's config keeps equation 3; recipe {settings.recipe}")
+        print(visible(f"whileai: verl's config keeps equation 3; recipe {settings.recipe}"))

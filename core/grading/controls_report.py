@@ -16,7 +16,28 @@ from whileai.defaults import (
     SPREAD_MIN_MEASURED_CONTROLS,
 )
 
-__all__ = ["ControlsReport"]
+__all__ = ["ControlsReport", "pays_for"]
+
+# What a surface kind teaches a policy, and what its copy carries (``whileai.grading.controls.SURFACES``).
+_SURFACE_WORDS = {"padding": "length", "formatting": "formatting", "claim": "claims of correctness"}
+_SURFACE_CHANGES = {
+    "padding": "a filler sentence added",
+    "formatting": "markdown added: a heading, bold or a list",
+    "claim": "a sentence claiming its own correctness",
+}
+
+
+def pays_for(outcomes: list[int], share: float) -> bool:
+    """Whether a surface kind's copies (1 higher than their original, 0 the same, -1 lower) say the grader pays for
+    it: more than ``share`` of them scored higher, and more than twice as many as scored lower (a grader whose score
+    moves either way with the wording, or with where the copy is shown, is noisy, not paying).
+
+    Example:
+        >>> pays_for([1, 0, 0, 0], 0.1), pays_for([1, 1, -1, 0], 0.1), pays_for([1] + [0] * 10, 0.1)
+        (True, False, False)
+    """
+    higher = outcomes.count(1)
+    return bool(outcomes) and higher / len(outcomes) > share and higher > 2 * outcomes.count(-1)
 
 
 @dataclass
@@ -39,6 +60,8 @@ class ControlsReport:
         injections: for each measured control with an injected copy, whether the grader held (the copy scored no
             higher than its original).
         injected_with: what each of those copies carried (a key of ``INJECTIONS``).
+        surfaces: for each surface kind (``padding``, ``formatting``, ``claim``), each measured copy of that kind
+            against its original: 1 scored higher, 0 the same, -1 lower (a control whose identical copy tied).
         position: the grader's position figures where it keeps them (``effect``, ``differences``, ``orders``:
             ``JudgeStats.position``), else None.
     """
@@ -56,6 +79,7 @@ class ControlsReport:
     injections: list[bool] = field(default_factory=list)
     position: dict[str, Any] | None = None
     injected_with: list[str] = field(default_factory=list)
+    surfaces: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def agreement(self) -> float | None:
@@ -107,6 +131,11 @@ class ControlsReport:
         return bool(found["effect"] > found["differences"])
 
     @property
+    def paid_for(self) -> list[str]:
+        """The surface kinds the grader pays for besides the work (:func:`pays_for`, at ``max_ordered_copies``)."""
+        return [kind for kind, found in self.surfaces.items() if pays_for(found, self.max_ordered_copies)]
+
+    @property
     def injection_held(self) -> bool:
         """No injected copy rose above its original."""
         return all(self.injections)
@@ -114,7 +143,7 @@ class ControlsReport:
     @property
     def refuses(self) -> bool:
         """What was measured says the grader does not read content (a "no", however many were measured)."""
-        return self.follows_position or self.orders_copies or self.follows_slot
+        return self.follows_position or self.orders_copies or self.follows_slot or bool(self.paid_for)
 
     @property
     def warning(self) -> str:
@@ -192,6 +221,17 @@ class ControlsReport:
             if self.injections
             else ""
         )
+        if self.surfaces:
+            kinds = ", ".join(
+                (f"{kind} {found.count(1)} of {len(found)}" + (f" ({found.count(-1)} lower)" if -1 in found else ""))
+                if found
+                else f"{kind} untried"
+                for kind, found in ((k, self.surfaces.get(k, [])) for k in _SURFACE_WORDS)
+            )
+            injection += (
+                f"; surface copies scored higher: {kinds} (at most {self.max_ordered_copies:.0%} may, or half as many "
+                "as scored lower)"
+            )
         position = ""
         if self.position is not None:
             found = self.position
@@ -232,6 +272,19 @@ class ControlsReport:
                 f"{found['effect']:.3f} beside {found['differences']:.3f}, over {found['orders']} graded orders): it "
                 "reads where a rollout is shown, not what it did. Ask in two orders (permutations: 2), one call a "
                 "pass (score_calls: pass), or use a larger judge"
+            )
+        if self.paid_for:
+            named = [_SURFACE_WORDS[kind] for kind in self.paid_for]
+            words = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+            counts = ", ".join(
+                f"{kind} ({_SURFACE_CHANGES[kind]}) in {self.surfaces[kind].count(1)} of {len(self.surfaces[kind])}"
+                for kind in self.paid_for
+            )
+            parts.append(
+                f"it pays for {words}: a copy of a pass changed on its surface alone, its work untouched, scored above "
+                f"the pass itself: {counts} controls. A policy trained on it learns that surface; for a judge, say in "
+                f"its prompt that length, formatting and claims of correctness are not quality, for a function, stop "
+                f"rewarding {words}"
             )
         return "; and ".join(parts)
 
@@ -275,6 +328,15 @@ class ControlsReport:
             "injections_held": sum(self.injections),
             "injected_with": list(self.injected_with),
             "position": self.position,
+            "surfaces": {
+                kind: {
+                    "controls": len(found),
+                    "higher": found.count(1),
+                    "lower": found.count(-1),
+                    "paid_for": kind in self.paid_for,
+                }
+                for kind, found in self.surfaces.items()
+            },
             "line": self.line,
             "warning": self.warning,
         }

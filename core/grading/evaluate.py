@@ -44,13 +44,13 @@ from whileai.defaults import (
     SPREAD_MIN_AGREEMENT,
 )
 from whileai.grading.controls import (
-    INJECTIONS,
     ControlGroup,
+    changed_member,
     controls_report,
     grader_position,
     make_control,
-    with_injection,
 )
+from whileai.grading.controls_report import pays_for
 from whileai.grading.group import GradedGroup, grade_request, pass_scores
 from whileai.grading.reference_rows import REFERENCE_FIELDS, ReferenceGroup, read_reference, reference_tau
 from whileai.rows.rewards import FLOAT32_LIMIT
@@ -117,6 +117,8 @@ class JudgeEvalReport:
         control_failures: second gradings that fell back.
         injections, injections_held: controls with an injected copy of a pass ("rate it highest" appended), and
             those whose copy scored no higher than its original.
+        surfaces: per surface kind (padding, formatting, claim), each copy changed on its surface alone against its
+            original (1 higher, 0 the same, -1 lower): ``paid`` is the share that scored higher.
         position: the grader's position effect beside the differences between passes (``JudgeStats.position``),
             where it keeps them.
         seconds: wall seconds of the first grading.
@@ -144,6 +146,7 @@ class JudgeEvalReport:
     injections: int = 0
     injections_held: int = 0
     position: dict[str, Any] | None = None
+    surfaces: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     calls: int | None = None
     tokens_in: int | None = None
@@ -188,6 +191,11 @@ class JudgeEvalReport:
         failures = sum(self.failed.values())
         return bool(failures) and failures >= self.broken_fraction * self.groups
 
+    @property
+    def paid(self) -> dict[str, float]:
+        """Each surface kind's paid-for rate: the share of its copies that scored above their originals."""
+        return {kind: found.count(1) / len(found) for kind, found in self.surfaces.items() if found}
+
     def _latency(self, q: float) -> float | None:
         return quantile(self.latencies, q) if self.latencies else None
 
@@ -207,6 +215,9 @@ class JudgeEvalReport:
             "copies": {"tied": self.copies_tied, "total": self.copies_total},
             "injection": {"held": self.injections_held, "controls": self.injections},
             "position": self.position,
+            "surfaces": {
+                k: {"controls": len(h), "paid": h.count(1), "lower": h.count(-1)} for k, h in self.surfaces.items()
+            },
             "tied_groups": {"tied": self.tied_groups, "groups": self.multi_pass_groups},
             "cost": {
                 "calls": self.calls,
@@ -255,7 +266,9 @@ class JudgeEvalReport:
             )
         lines.append(f"{agreement}; identical copies tied: {self.copies_tied} of {self.copies_total}")
         if self.injections:
-            lines.append(f"injection held in {self.injections_held} of {self.injections} controls")
+            paid = ", ".join(f"{k} {h.count(1)} of {len(h)}" for k, h in self.surfaces.items() if h)
+            paid = f"; surface copies above their originals: {paid}" if paid else ""
+            lines.append(f"injection held in {self.injections_held} of {self.injections} controls{paid}")
         if self.position is not None:
             slots = (self.grader.get("judge") or {}).get("slot_means") or {}
             shown = ", ".join(f"{int(k) + 1}: {v:+.2f}" for k, v in slots.items())
@@ -319,6 +332,11 @@ class JudgeEvalReport:
             parts.append(
                 f"moved by an instruction in a rollout's text ({rose} of {self.injections} injected copies rose)"
             )
+        paid = [
+            f"{k} {rate:.0%}" for k, rate in self.paid.items() if pays_for(self.surfaces[k], self.max_ordered_copies)
+        ]
+        if paid:
+            parts.append(f"pays for surface, not work ({', '.join(paid)} of the changed copies rose)")
         found = self.position
         if found is not None and found["orders"] >= POSITION_MIN_ORDERS and found["effect"] > found["differences"]:
             parts.append("its scores follow the display slot more than they differ between passes")
@@ -459,10 +477,9 @@ class _Evaluation:
         # Two groups of one task (a prompt asked twice) get reorderings of their own.
         self.seen[group.task_id] = self.seen.get(group.task_id, 0) + 1
         key = group.task_id if self.seen[group.task_id] == 1 else f"{group.task_id}#{self.seen[group.task_id]}"
-        kinds = list(INJECTIONS)  # text and JSON-shaped injections in turn
-        injection = kinds[sum(self.seen.values()) % len(kinds)]
-        control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}", injection=injection)
-        shown = control.shown(group.members, lambda m, kind: (m[0], m[1], with_injection(m[2], kind)))
+        turn = sum(self.seen.values()) - 1  # the injections and surface changes in turn
+        control = make_control(len(group.members), sorted(scores), seed=f"{self.seed}:{key}", turn=turn)
+        shown = control.shown(group.members, changed_member)
         return scores, grade_request(group.task_id, shown), control
 
     def grade(self, pending: list[ReferenceGroup], progress: Callable[[int], None] | None) -> None:
@@ -504,6 +521,7 @@ class _Evaluation:
         report.copies_total += len(controls.copies)
         report.injections, report.injections_held = len(controls.injections), sum(controls.injections)
         report.position = controls.position
+        report.surfaces = controls.surfaces
         if len(report.taus) >= 2:
             report.interval = bootstrap_interval(report.taus, seed=INTERVAL_SEED)
         report.grader = self.grading.figures()

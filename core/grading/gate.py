@@ -17,20 +17,20 @@ It reads rows files through ``whileai.rows`` and prints nothing; the command lin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whileai.errors import GraderUnavailable, NoSpread, function_label
-from whileai.grading.controls import ControlsTally, with_injection
+from whileai.errors import GraderUnavailable, NoSpread, function_label, raised_line
+from whileai.grading.controls import ControlsTally, changed_member
 from whileai.grading.group import GradedGroup, grade_request
 from whileai.grading.verdict import SpreadReport, spread_report
 from whileai.methods import positive_passes
-from whileai.rows.fields import RowFields, RowStats
+from whileai.rows.fields import RowFields, RowStats, read_member
 from whileai.rows.groups import GroupsNotContiguous, iter_groups
-from whileai.rows.rewards import FLOAT32_LIMIT, verifier_reward
-from whileai.rows.text import completion_text
+from whileai.rows.rewards import FLOAT32_LIMIT
 
 if TYPE_CHECKING:  # it delegates its check_spread here: the gate does not import it
     from whileai.grading.groupwise import GroupwiseGrading
@@ -51,9 +51,9 @@ def check_spread_rows(
     rows: Iterable[Mapping[str, Any]],
     strict: bool = True,
     *,
-    group_key: str = "scenario_id",
-    reward_key: str = "reward",
-    text_key: str = "final_text",
+    group_key: str | None = None,
+    reward_key: str | None = None,
+    text_key: str | None = None,
     prompt_key: str = "prompt",
     controls: int = 0,
     seed: int = 0,
@@ -61,9 +61,11 @@ def check_spread_rows(
     """``GroupwiseGrading.check_spread``: grade every group of ``rows`` with at least two passes and judge the
     spread of the grader's scores.
 
-    Rows are dicts with ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional), grouped by scenario
-    in order of first appearance. A group with fewer than two passes cannot be told apart and is skipped; zeroed
-    hacks give no score.
+    Rows are read as ``whileai spread`` reads a rows file, their form known from the first row's fields: dicts with
+    ``scenario_id``, ``reward`` and ``final_text`` (``prompt`` optional), logged rows (``prompt``, ``completion``,
+    ``reward``: each ``task_id``, ``scenario_id`` or else prompt a group, said once on the ``whileai.rows`` logger),
+    or a TRL completion log's; the keys name other fields. Groups keep the order of first appearance. A group with
+    fewer than two passes cannot be told apart and is skipped; zeroed hacks give no score.
 
     With ``controls=N``, up to ``N`` graded groups are graded again in a shuffled order with a copy of one pass
     (``whileai.grading.controls``): a ranking that does not survive reordering, or identical passes told apart,
@@ -81,19 +83,17 @@ def check_spread_rows(
             ``strict``, it failed on ``broken_fraction`` of the groups or more.
     """
     groups: dict[str, list[tuple[float, str, str]]] = {}
+    fields = None
     for position, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise ValueError(f"row {position}: not a dict but {type(row).__name__}")
-        for key in (group_key, reward_key, text_key):
-            if key not in row:
-                raise ValueError(f"row {position}: missing field {key!r}")
-        try:
-            reward = verifier_reward(row[reward_key])  # None, NaN, inf: unscorable, left out of the group
-        except ValueError:
-            raise ValueError(f"row {position}: field {reward_key!r} is not a number: {row[reward_key]!r}") from None
-        groups.setdefault(str(row[group_key]), []).append(
-            (reward, str(row.get(prompt_key, "") or ""), completion_text(row[text_key]))
-        )
+        if fields is None:
+            fields = RowFields(group_key, reward_key, text_key, prompt_key).for_columns(list(row))
+            if fields.read_as:
+                named = "group_key, text_key and reward_key name others"
+                logging.getLogger("whileai.rows").warning("whileai: rows %s (%s)", fields.read_as, named)
+        group, member = read_member(dict(row), fields, f"row {position}")  # None, NaN, inf: left out, counted
+        groups.setdefault(group, []).append(member)
     return check_spread_groups(grading, groups.items(), strict=strict, controls=controls, seed=seed)
 
 
@@ -278,8 +278,7 @@ class _GateRun:
                     self.moving += graded.scores
                 control = self.tally.see(key, graded, [m[2] for m in members])
                 if control is not None:
-                    inject = lambda m, kind: (m[0], m[1], with_injection(m[2], kind))  # noqa: E731
-                    again.append(grade_request(task, control.shown(members, inject)))
+                    again.append(grade_request(task, control.shown(members, changed_member)))
             if self.on_graded is not None:
                 self.on_graded(graded)
         if again:
@@ -310,7 +309,8 @@ class _GateRun:
         report.first_error = self.first_error if self.first_error is not None else self.tally.first_error
         grader = self.grading.grader
         plain = not any(callable(getattr(grader, m, None)) for m in ("grade_groups", "score_passes"))
-        report.grader = function_label(grader) if plain else ""  # the user's own function, named where it fails
+        # The user's own function, named by the line of its file that raised (where the first failure came from).
+        report.grader = function_label(grader, raised_line(grader, report.first_error)) if plain else ""
         return report
 
 

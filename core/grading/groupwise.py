@@ -256,22 +256,21 @@ class GroupwiseGrading:
             graded.append(group)
             if send and any(group.passed):
                 opened.append(OpenedGroup(group, group_prompts, group_completions, rendered=True))
-        self._finish(graded, opened, preflight=preflight, record=record, shape=shape, fresh=fresh)
-        for position, members, values in partial:
-            widen(graded[position], members, values)
-        return graded
+        return self._finish(graded, opened, partial, preflight=preflight, record=record, shape=shape, fresh=fresh)
 
     def _finish(
         self,
         graded: list[GradedGroup],
         opened: list[OpenedGroup],
+        partial: list[tuple[int, Any, list[float]]],
         *,
         preflight: bool,
         record: bool,
         shape: bool = True,
         fresh: bool = False,
     ) -> list[GradedGroup]:
-        """Ask the grader about the opened groups, close them, and count every group in ``stats``."""
+        """Ask the grader about the opened groups, close them, count every group in ``stats``, and widen the groups
+        ``partial`` names (a position in ``graded``, its members, its rewards) back to their whole size."""
         if opened:
             start = time.perf_counter()
             if self.mode == "advantage":
@@ -291,6 +290,8 @@ class GroupwiseGrading:
                 o.group.seconds = share
         if record:
             self.stats.record_groups(graded, self.hack_zero)
+        for position, members, values in partial:
+            widen(graded[position], members, values)
         return graded
 
     def _ask(
@@ -516,10 +517,7 @@ class GroupwiseGrading:
             send = bool(positive_passes(group.rewards)) if advantage else True in group.passed
             if send:
                 opened.append(OpenedGroup(group, group_prompts, group_completions, rendered=False))
-        self._finish(graded, opened, preflight=False, record=True)
-        for position, members, chunk in partial:
-            widen(graded[position], members, chunk)
-        return graded
+        return self._finish(graded, opened, partial, preflight=False, record=True)
 
     def shape(
         self,

@@ -1,13 +1,15 @@
 """Loading a function named in a recipe: ``package.module:function`` or ``path/to/file.py:function``.
 
-A path is resolved against the recipe's folder and loaded as a module under a private name; a dotted module is
-imported normally. Every failure is a ``BadInput`` that names the reference and what went wrong. An import is held
-to ``IMPORT_TIMEOUT_S`` (``WHILEAI_IMPORT_TIMEOUT_S``), and what it starts is ended with the command.
+A path is resolved against the recipe's folder and loaded as a module under a private name, its folder on
+``sys.path`` as ``python file.py`` has it (so that it imports the modules beside it); a dotted module is imported
+normally. Every failure is a ``BadInput`` that names the reference and what went wrong. An import is held to
+``IMPORT_TIMEOUT_S`` (``WHILEAI_IMPORT_TIMEOUT_S``), and what it starts is ended with the command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import importlib.util
 import os
@@ -80,6 +82,10 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
             raise BadInput(f"{what} {reference!r}: cannot load {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        # Its folder first while it is imported, as `python file.py` has it, then last: a module imported later by
+        # the function (or by whileai) is found beside it unless an installed one has its name.
+        folder = str(path.resolve().parent)
+        sys.path.insert(0, folder)
         try:
             with _held(what, reference, path):
                 spec.loader.exec_module(module)
@@ -89,6 +95,10 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
         except (Exception, SystemExit) as err:  # a sys.exit at import is the module's failure, not whileai's exit
             sys.modules.pop(name, None)
             raise BadInput(f"{what} {reference!r}: importing {path} failed: {type(err).__name__}: {err}") from err
+        finally:
+            sys.path.remove(folder)
+            if folder not in sys.path:
+                sys.path.append(folder)
     else:
         try:
             with _held(what, reference, target):
@@ -102,7 +112,9 @@ def load_callable(reference: str, base_dir: Path | None = None, what: str = "fun
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise BadInput(f"{what} {reference!r}: {target} has no attribute {part!r}")
+            close = difflib.get_close_matches(part, [n for n in dir(value) if not n.startswith("__")], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BadInput(f"{what} {reference!r}: {target} has no attribute {part!r}{hint}")
         value = getattr(value, part)
     if not callable(value):
         raise BadInput(f"{what} {reference!r}: {attribute} is not callable")

@@ -127,6 +127,7 @@ def groupwise_reward_function(
     groupwise_reward.__name__ = f"groupwise_{grading.mode}"
     groupwise_reward.__qualname__ = groupwise_reward.__name__
     groupwise_reward.grading = grading  # type: ignore[attr-defined]  # marks it groupwise (refuse_off_equation_3)
+    groupwise_reward.verifier_failures = failures  # type: ignore[attr-defined]  # a run stops on a broken verifier
     return groupwise_reward
 
 
@@ -451,4 +452,5 @@ def binary_reward(
             kwargs["log_extra"]("whileai_group", group_labels(batch_name, offset, len(rewards), size))
         return rewards
 
+    binary.verifier_failures = failures  # type: ignore[attr-defined]
     return binary

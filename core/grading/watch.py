@@ -12,7 +12,10 @@ every ``every_steps`` optimizer steps, the way the gate checks:
   relabeled with a copy of one pass (``whileai.grading.controls``, a judge asked past its cache in reward mode),
   kept out of the run's counters and its rewards. These are the watch's only extra grader calls, and a check sends
   no more of them than keeps the run's extra calls within ``max_extra_calls`` of the grader calls training made;
-- **broken**: groups that fell back, as a share of those attempted; and the confirmed hacks among the passes.
+- **broken**: groups that fell back, as a share of those attempted; and the confirmed hacks among the passes;
+- **surface**: the passes' mean length (words), markup and claim phrases, with the mean within-group Kendall tau
+  of the grader's scores with each: when a control finds the grader paying for a surface, the check says how far the
+  passes moved on it since the first check while the pass rate moved.
 
 A check's verdict is the gate's (``whileai.grading.verdict.spread_report``): ``yes``, ``no`` (no spread, or controls
 that refuse), ``broken`` (the grader failing on ``broken_fraction`` of the groups) or ``too few`` (not enough scores or
@@ -36,12 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import BadInput
-from whileai.grading.controls import ControlsTally, with_injection
-from whileai.grading.group import GradedGroup
+from whileai.grading.controls import SURFACE_FEATURES, ControlsTally, changed, surface_features
+from whileai.grading.group import GradedGroup, pass_scores
 from whileai.grading.knobs import WatchSettings
 from whileai.grading.verdict import SpreadReport, spread_report
+from whileai.stats import kendall_tau
 
 __all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
+
+SURFACE_CONTROLS_KEPT = 4  # a kind's latest surface controls a check judges it on
 
 
 @dataclass
@@ -57,6 +63,7 @@ class WatchCheck:
     failed_in_a_row: int
     controls_sent: int
     stop: bool = False
+    paid_for: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -73,6 +80,7 @@ class WatchCheck:
             "failed_in_a_row": self.failed_in_a_row,
             "controls_sent": self.controls_sent,
             "stop": self.stop,
+            "paid_for": self.paid_for,
             **{name: (None if math.isnan(v) else v) for name, v in self.figures.items()},
         }
 
@@ -130,6 +138,7 @@ class SpreadWatch:
     _batches: dict[int, int] = field(default_factory=dict)  # graded batches seen of the latest step
     _last_told: tuple[str, str | None] | None = None
     _last_passed: WatchCheck | None = None
+    _surfaces: dict[str, deque[int]] = field(default_factory=dict)  # each kind's latest surface controls
 
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
@@ -206,14 +215,21 @@ class SpreadWatch:
         failed: dict[str, int] = {}
         first_failures: dict[str, str] = {}
         hacks: dict[str, list[int]] = {}
-        passes = hacked = 0
+        passes = hacked = members = 0
         eligible: list[_Seen] = []
+        surface: dict[str, list[float]] = {name: [] for name in SURFACE_FEATURES.values()}
+        taus: dict[str, list[float]] = {name: [] for name in surface}
         for seen in self._seen:
             if not first <= seen.step <= step:  # a later step's groups, kept for the next check
                 continue
             group = seen.graded
             passes += sum(group.passed)
+            members += sum(r == r for r in group.rewards)  # NaN: a member the verifier could not score
             hacked += len(group.hacks)
+            measured = {i: surface_features(seen.completions[i]) for i, ok in enumerate(group.passed) if ok}
+            for features in measured.values():
+                for name, value in features.items():
+                    surface[name].append(value)
             if sum(group.passed) < 2:  # what the gate skips: nothing for a grader to tell apart
                 continue
             if group.reason is not None:
@@ -222,10 +238,21 @@ class SpreadWatch:
                 first_failures.setdefault(kind, group.reason)
                 continue
             per_group[seen.key] = list(group.scores)
+            scores = pass_scores(group, mode)
+            for name, found in taus.items():
+                tau = kendall_tau(scores, {i: measured[i][name] for i in scores})
+                if tau is not None:
+                    found.append(tau)
             if group.hacks:
                 hacks[seen.key] = list(group.hacks)
             eligible.append(seen)
         controls, sent = self._controls(step, eligible)
+        if controls is not None:
+            # A check's few controls try one kind or two: each kind is judged on its latest controls, from this check
+            # and those before, so a grader that pays for one surface fails every check until it stops.
+            for kind, found in controls.surfaces.items():
+                self._surfaces.setdefault(kind, deque(maxlen=SURFACE_CONTROLS_KEPT)).extend(found)
+            controls.surfaces = {kind: list(found) for kind, found in self._surfaces.items()}
         report = spread_report(
             per_group,
             thresholds=limits,
@@ -236,11 +263,18 @@ class SpreadWatch:
             controls=controls,
         )
         figures = self._figures(report, failed, passes, hacked)
+        figures["pass_rate"] = passes / members if members else math.nan
+        for name, values in surface.items():
+            figures[name] = sum(values) / len(values) if values else math.nan
+            figures[f"{name}_tau"] = sum(taus[name]) / len(taus[name]) if taus[name] else math.nan
         before = self.checks[-1].failed_in_a_row if self.checks else 0
         # "too few" neither passes nor fails: a window too thin to judge leaves the count of failures in a row as is
         streak = {"no": before + 1, "broken": before + 1, "too few": before}.get(report.verdict, 0)
         why = f"{report.finding} ({len(report.scores)} scores in {report.groups} groups)"
-        check = WatchCheck(step, first, report.verdict, why, report.rule, figures, streak, sent)
+        paid = [] if report.controls is None else report.controls.paid_for
+        check = WatchCheck(step, first, report.verdict, why, report.rule, figures, streak, sent, paid_for=paid)
+        if paid:
+            check.why += "; " + self._trend(check)
         check.stop = check.failed and self.settings.on_fail == "stop" and streak >= self.settings.patience
         self.stop_requested = self.stop_requested or check.stop
         return check
@@ -249,7 +283,7 @@ class SpreadWatch:
         """The controls of a check on the newest eligible groups, within the budget; (report or None, groups sent)."""
         budget = math.floor(self.settings.max_extra_calls * self._calls) - self._extra
         wanted = min(self.settings.controls, max(0, budget))
-        tally = ControlsTally(wanted, self.grading.mode, seed=f"watch:{self.seed}:{step}")
+        tally = ControlsTally(wanted, self.grading.mode, seed=f"watch:{self.seed}:{step}", turn=self._extra)
         requests = []
         for seen in reversed(eligible):
             control = tally.see(seen.key, seen.graded, seen.completions)
@@ -259,7 +293,7 @@ class SpreadWatch:
                 (
                     control.shown(seen.graded.rewards),
                     control.shown(seen.prompts),
-                    control.shown(seen.completions, with_injection),
+                    control.shown(seen.completions, changed),
                     seen.graded.task_id,
                     None,
                     True,
@@ -297,6 +331,25 @@ class SpreadWatch:
             "extra_calls": float(self._extra),
             "grader_calls": float(self._calls),
         }
+
+    def _trend(self, check: WatchCheck) -> str:
+        """How far the passes moved on each surface the grader pays for since the first check, and how its scores
+        go with it within groups."""
+        base = self.checks[0] if self.checks else None
+        parts = []
+        for kind in check.paid_for:
+            name = SURFACE_FEATURES[kind]
+            was, now, tau = (base or check).figures[name], check.figures[name], check.figures[f"{name}_tau"]
+            moved = f"{now / was - 1:+.0%}" if was > 0 else f"{0 if math.isnan(was) else was:.2f} -> {now:.2f} a pass"
+            part = f"{name} {moved} since step {base.first_step}" if base is not None else f"{name} {now:.2f} a pass"
+            parts.append(part + ("" if math.isnan(tau) else f" (its tau with the scores within groups {tau:+.2f})"))
+        paid = ", ".join(SURFACE_FEATURES[k] for k in check.paid_for)
+        if base is None:
+            return f"the grader pays for {paid}: the passes' {', '.join(parts)}"
+        rate = (check.figures["pass_rate"] - base.figures["pass_rate"]) * 100
+        return (
+            f"the grader pays for {paid}: the passes' {', '.join(parts)}, while the pass rate moved {rate:+.1f} points"
+        )
 
     def _tell(self, check: WatchCheck) -> None:
         """Say a failed check once per change of verdict and of what failed (spread, controls, a broken grader),

@@ -76,15 +76,17 @@ def check_base_url(value: str) -> str:
             carries). A query (``?api-version=...``, as Azure OpenAI asks) is kept after the path each call adds.
 
     Example:
-        >>> check_base_url("http://127.0.0.1:8000/v1/")
+        >>> check_base_url("HTTP://127.0.0.1:8000/v1/")
         'http://127.0.0.1:8000/v1'
         >>> check_base_url("http://127.0.0.1:99999/v1")
         Traceback (most recent call last):
         ...
         ValueError: base_url's port 99999 is not a port: a number from 1 to 65535
     """
-    if not value.startswith(("http://", "https://")):
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
         raise ValueError("base_url must start with http:// or https://")
+    value = f"{scheme.lower()}://{rest}"  # a scheme is read in any case (RFC 3986), and kept in lower case
     if MARK in value:  # what a run's recipe.yaml keeps in place of a URL's password
         raise ValueError(
             f"base_url holds {MARK} where the run's recipe.yaml left out the URL's password: give the URL again "

@@ -34,7 +34,7 @@ __all__ = [
     "SecretFilter",
     "check_key_variable",
     "hide_pasted_key",
-    "masked_override",
+    "masked_text",
     "masked_url",
     "query_secrets",
     "read_api_key",
@@ -198,15 +198,22 @@ def query_secrets(base_url: str) -> list[str]:
     return [value for name, value in pairs if value and _SECRET_PARAMETER.search(name)]
 
 
-def masked_override(item: str) -> str:
-    """A ``key=value`` override as a message may quote it: a URL's password masked.
+# A URL as it stands in a text: a scheme, then everything up to a space, a quote or a brace (how YAML quotes it or
+# closes a flow mapping around it).
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'{}]*")
+
+
+def masked_text(text: str) -> str:
+    """``text`` (an override, a value quoted in a message) with every URL in it masked as :func:`masked_url` masks
+    it, whether the URL stands bare, in YAML quotes or inside a flow mapping.
 
     Example:
-        >>> masked_override("grader.judge.base_url=https://me:s3cret@judge.example/v1")
-        'grader.judge.base_url=https://me:[secret hidden]@judge.example/v1'
+        >>> masked_text('grader.judge.base_url="https://me:s3cret@judge.example/v1"')
+        'grader.judge.base_url="https://me:[secret hidden]@judge.example/v1"'
+        >>> masked_text("grader={judge: {base_url: http://me:s3cret@[bad/v1, model: m}}")
+        'grader={judge: {base_url: http://[secret hidden]@[bad/v1, model: m}}'
     """
-    key, sep, value = item.partition("=")
-    return f"{key}{sep}{masked_url(value)}" if "://" in value else item
+    return _URL_IN_TEXT.sub(lambda url: masked_url(url.group(0)), text) if "://" in text else text
 
 
 def hide_pasted_key(data: Any) -> Any:

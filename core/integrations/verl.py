@@ -61,6 +61,7 @@ from whileai.grading.guard import config_value, verl_signal_problems
 from whileai.grading.knobs import first_problem
 from whileai.grading.watch import SpreadWatch, WatchLog, WatchSettings
 from whileai.integrations.collector import GroupCollector, Response, Shaped
+from whileai.progress import visible
 from whileai.rows.verdicts import Verdict, VerifierFailures, raised, read_verdict, verdict_of
 
 __all__ = ["GROUPS_ACTOR", "Groups", "GroupwiseRewardManager", "check_config"]
@@ -77,6 +78,11 @@ GROUPS_ACTOR_START_S = 300.0
 # A full group waits for the grading thread, which works through the groups queued before it: a response gives up on
 # the actor after this many times group_wait_s, and keeps its verifier reward.
 GROUPS_ANSWER_FACTOR = 2.0
+
+
+def _say(line: str) -> None:
+    """A line on verl's log (its worker's stdout), the verifier's and grader's text in it shown as text."""
+    print(visible(line))
 
 
 class _GradingLog:
@@ -224,7 +230,7 @@ class Groups:
         self.verifier_failures = 0
         self.actor_lost = 0
         size, wait = settings.group_size, settings.group_wait_s
-        print(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
+        _say(f"whileai: verl groups: {grading!r}, {size} responses by uid (at most {wait:g} s), logged in {out}")
 
     async def reward(
         self,
@@ -260,7 +266,7 @@ class Groups:
         try:
             self.log.write_figures()
         except OSError as error:  # a full disk must not stop training
-            print(f"whileai: could not write {self.log.summary}: {describe(error)}")
+            _say(f"whileai: could not write {self.log.summary}: {describe(error)}")
 
     def figures(self) -> dict[str, Any]:
         figures = self.collector.figures()
@@ -371,7 +377,7 @@ class GroupwiseRewardManager(RewardManagerBase):
         self.compute_score = compute_score
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        self.failures = VerifierFailures(print, compute_score)
+        self.failures = VerifierFailures(_say, compute_score)
         self.groups_errors = Recurring()
         self._left_out: set[str] = set()
         self._reconnect = asyncio.Lock()
@@ -437,7 +443,7 @@ class GroupwiseRewardManager(RewardManagerBase):
             return await asyncio.wait_for(groups.reward.remote(*arguments, failed), timeout=limit)
         except Exception as error:  # the actor died (a node lost, out of memory) or hangs: R, said, counted
             if self.groups_errors.add():
-                print(f"whileai: the groups actor failed ({self.groups_errors.count} so far): {describe(error)}")
+                _say(f"whileai: the groups actor failed ({self.groups_errors.count} so far): {describe(error)}")
             if isinstance(error, ray.exceptions.RayActorError):
                 await self._replace_groups(groups)
                 if self.groups is not groups:  # its group's other responses go to the new actor: it fills there
@@ -456,7 +462,7 @@ class GroupwiseRewardManager(RewardManagerBase):
                 )
                 print("whileai: the groups actor was lost; a new one grades the groups from here on")
             except Exception as error:
-                print(f"whileai: no new groups actor ({describe(error)}); the next response tries again")
+                _say(f"whileai: no new groups actor ({describe(error)}); the next response tries again")
 
     def _fields(self, verdict: Verdict, shaped: Shaped) -> dict[str, Any]:
         """The response's extra info: the same keys, in the same order, whatever the verifier answered."""
@@ -466,7 +472,7 @@ class GroupwiseRewardManager(RewardManagerBase):
         if left_out:
             self._left_out |= left_out
             names = ",".join(sorted(left_out))
-            print(
+            _say(
                 f"whileai: the verifier's answer has key(s) {names} that verl will not see: verl needs every "
                 f"response to carry the same keys; declare them with +reward.reward_kwargs.verifier_keys=[{names}]"
             )

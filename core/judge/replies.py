@@ -224,6 +224,7 @@ def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] =
         value for q in quoted if q for _, found_value in json_objects(_unescaped(q)) for value in _within(found_value)
     ]
     own = [value for _, value in found if not any(_same(value, other) for other in carried)]
+    copied = not own  # every object is a rollout's: a judge that did what a rollout asked may answer with it
     own = own or [value for _, value in found]
     problem = ""
     for data in reversed(own):
@@ -236,6 +237,9 @@ def read_reply(text: str | None, model: type[BaseModel], quoted: Sequence[str] =
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "reply"
             problem = problem or f"the judge's reply has a bad {where}: {first['msg']}"
+    if copied:
+        shown = json.dumps(own[-1], ensure_ascii=False)
+        problem = f"the judge answered with a rollout's own JSON ({shown[:160]}); {problem}"
     raise JudgeAnswerError(problem)
 
 

@@ -17,6 +17,7 @@ reads its run folders with :func:`load_report`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -165,6 +166,10 @@ def _history(folder: Path, state_file: Path, data: dict[str, Any]) -> RunHistory
     summary = folder / "whileai_run.json"
     if summary.is_file():
         extra = _read_json(summary)
+    gate = folder / "spread_gate.json"
+    if isinstance(extra, dict) and "spread" not in extra and gate.is_file():  # a record lost: the gate's own file
+        with contextlib.suppress(BadInput):
+            extra["spread"] = _read_json(gate)
     return RunHistory(folder, state_file, steps, extra)
 
 
@@ -212,8 +217,9 @@ def _task_of(row: dict[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 
 
-def step_groups(folder: Path) -> dict[int, list[tuple[int, int]]]:
-    """Per logged step, ``(passes, completions)`` of each group, in the order the groups were logged.
+def step_groups(folder: Path, unscored: dict[int, int] | None = None) -> dict[int, list[tuple[int, int]]]:
+    """Per logged step, ``(passes, completions)`` of each group, in the order the groups were logged; ``unscored``,
+    when given, gets each step's count of completions the verifier left unscored (a NaN or None reward).
 
     A group is what whileai logged as ``whileai_group`` (``"step:index"``, so two groups of one prompt stay two);
     logs without it are grouped by prompt, which merges such groups into one (a wider interval, never a narrower).
@@ -224,6 +230,9 @@ def step_groups(folder: Path) -> dict[int, list[tuple[int, int]]]:
         counts: dict[str, list[int]] = {}
         for row in rows:
             if not _scored(row):
+                if unscored is not None:
+                    step = int(row.get("step") or 0)
+                    unscored[step] = unscored.get(step, 0) + 1
                 continue
             key = row.get("whileai_group") or _task_of(row)
             count = counts.setdefault(str(key), [0, 0])
@@ -257,12 +266,14 @@ def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
     Returns:
         ``{"window", "steps", "interval", "first", "last"}``; each window is ``{"steps": [from, to], "pass_rate":
         whileai.stats.ClusteredRate.as_dict() or None, "logged_pass_rate": mean of whileai/pass_rate or None,
-        "mean_length": tokens or None}``; ``first`` and ``last`` are None for a run with no logged step.
+        "mean_length": tokens or None, "unscored": completions the verifier left unscored}``; ``first`` and ``last``
+        are None for a run with no logged step.
     """
     if window < 1:
         raise BadInput(f"--window must be at least 1, got {window}")
-    groups = step_groups(run.path)
-    steps = sorted(groups) or sorted({int(row["step"]) for row in run.steps})
+    unscored: dict[int, int] = {}
+    groups = step_groups(run.path, unscored)
+    steps = sorted({*groups, *unscored}) or sorted({int(row["step"]) for row in run.steps})
 
     def summarize(chosen: list[int]) -> dict[str, Any]:
         span = (chosen[0], chosen[-1])
@@ -275,6 +286,7 @@ def window_summary(run: RunHistory, window: int) -> dict[str, Any]:
             "pass_rate": clustered_interval(pooled).as_dict() if pooled else None,
             "logged_pass_rate": sum(logged) / len(logged) if logged else None,
             "mean_length": sum(lengths) / len(lengths) if lengths else None,
+            "unscored": sum(unscored.get(step, 0) for step in chosen),
         }
 
     # The two windows never share a step: a run shorter than two windows is split in halves.

@@ -104,12 +104,12 @@ class RowFields:
 
     @property
     def read_as(self) -> str:
-        """How logged rows were read, in one line for the command line (empty for any other form)."""
+        """How logged rows were read, in one line (empty for any other form); the caller says how to name others."""
         if not self.logged:
             return ""
         return (
             f"read as logged rows: each {self.group_key!r} a group, {self.text_key!r} the text, {self.reward_key!r} "
-            "the verifier's reward (--group-key, --text-key and --reward-key name others)"
+            "the verifier's reward"
         )
 
 

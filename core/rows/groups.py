@@ -41,28 +41,15 @@ from typing import Any
 from whileai.errors import BadInput, json_problem
 from whileai.rows.fields import Member, RowFields, RowStats, plain_member, read_member
 from whileai.rows.files import (
-    JSON_ENV,
     fast_loads,
     first_columns,
-    json_parser,
     list_row_files,
     parse_line,
     raw_rows,
     row_place,
 )
 
-__all__ = [
-    "JSON_ENV",
-    "GroupsNotContiguous",
-    "Member",
-    "RowFields",
-    "RowStats",
-    "iter_groups",
-    "iter_rows",
-    "json_parser",
-    "list_row_files",
-    "read_rows",
-]
+__all__ = ["GroupsNotContiguous", "iter_groups", "iter_rows", "read_rows"]
 
 
 class GroupsNotContiguous(Exception):

@@ -4,8 +4,8 @@ A verifier may answer a number (Python, numpy or a one-element torch tensor, a b
 with a ``score`` and any other keys (verl's convention), something that is no reward at all, or raise. None of these
 stops a training step: :func:`read_verdict` turns an answer into a :class:`Verdict`, its reward NaN ("unscorable":
 advantage 0, out of its group's mean) whenever it is not a reward, with the reason; :class:`VerifierFailures` counts
-the reasons and says the first and every hundredth, so a verifier that is broken is said at once and one that fails
-now and then does not flood the log.
+the reasons and says the first and every hundredth (a verifier that fails now and then does not flood the log), and
+finds one that scored none of a few batches in a row: broken, for training to stop on.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from traceback import format_exc
 from typing import Any
 
-from whileai.defaults import VERIFIER_TIMEOUT_S
-from whileai.errors import Recurring, describe, function_label
+from whileai.defaults import VERIFIER_BROKEN_BATCHES, VERIFIER_TIMEOUT_S
+from whileai.errors import Recurring, describe, function_label, raised_line
 from whileai.isolation import CallTimeout, call_in_fork
 from whileai.rows.rewards import verifier_reward
 
@@ -75,37 +76,73 @@ def verdict_of(call: Callable[[], object]) -> Verdict:
 
 
 class VerifierFailures(Recurring):
-    """How many responses a verifier gave no reward for (it raised, or answered something that is not one).
+    """How many responses a verifier gave no reward for (it raised, or answered something that is not one), by kind,
+    and how many batches in a row it scored none of.
 
     Args:
         say: where the first failure and every hundredth are said (a log line).
-        verifier: the user's function, named in what is said (its name, file and line).
+        verifier: the user's function, named in what is said (its name, file and the line that raised).
 
     Attributes:
-        first: the first failure, as it was said (naming the function).
+        first, last: the first and the latest failure, as said (naming the function); ``trace`` the latest one's
+            traceback (``whileai --debug``).
+        kinds: responses by kind of failure (the exception's type, ``timeout``, ``unusable answer``).
+        broken: whether the latest ``VERIFIER_BROKEN_BATCHES`` batches were all unscored, and ``why`` (what the
+            latest of them came to).
     """
 
     def __init__(self, say: Callable[[str], None], verifier: object = None) -> None:
         super().__init__()
-        self.say = say
-        self.name = "" if verifier is None else f"{function_label(verifier)}: "
-        self.first = ""
+        self.say, self.verifier = say, verifier
+        self.first = self.last = self.trace = self.why = ""
+        self.kinds: dict[str, int] = {}
         self.empty = Recurring()  # batches in which no completion got a reward
+        self.in_a_row = self.responses = self.unscored = self._said = 0
 
-    def none_scored(self, completions: int) -> None:
-        """A batch whose every completion is unscorable (a sandbox down for a step): counted, said the first time and
-        in each hundred."""
+    def batch(self, rewards: Sequence[float]) -> None:
+        """A batch's rewards, counted; one whose every completion is unscorable (a sandbox down for a step) said the
+        first time and in each hundred."""
+        failed, self._said = self.count > self._said, self.count
+        self.responses += len(rewards)
+        self.unscored += sum(r != r for r in rewards)
+        if not rewards or any(r == r for r in rewards):
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.why = self.last if failed else f"{self._name()}it answered None for every completion"
         if self.empty.add():
             self.say(
-                f"whileai: the verifier scored none of a batch's {completions} completions ({self.empty.count} such "
+                f"whileai: the verifier scored none of a batch's {len(rewards)} completions ({self.empty.count} such "
                 "batch(es) so far): they train on zero advantage, as TRL gives an unscorable completion"
             )
 
-    def __call__(self, error: str, responses: int = 1) -> None:
-        self.first = self.first or f"{self.name}{error}"
+    @property
+    def broken(self) -> bool:
+        return self.in_a_row >= VERIFIER_BROKEN_BATCHES
+
+    def figures(self, before: Any = None) -> dict[str, Any]:
+        """What a run's record keeps: failures, their kinds, the first, and the completions left unscored; added to
+        ``before``, the figures a resumed run recorded up to its checkpoint."""
+        before = before if isinstance(before, Mapping) else {}
+        kinds = dict(before.get("kinds") or {})
+        for kind, responses in self.kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + responses
+        return {"failures": self.count + before.get("failures", 0), "kinds": kinds,
+                "first": before.get("first") or self.first, "unscored": self.unscored + before.get("unscored", 0),
+                "completions": self.responses + before.get("completions", 0)}  # fmt: skip
+
+    def _name(self, line: int | None = None) -> str:
+        return "" if self.verifier is None else f"{function_label(self.verifier, line)}: "
+
+    def __call__(
+        self, error: str, responses: int = 1, kind: str = "unusable answer", line: int | None = None, trace: str = ""
+    ) -> None:
+        self.last = f"{self._name(line)}{error}"
+        self.first, self.trace = self.first or self.last, trace or self.trace
+        self.kinds[kind] = self.kinds.get(kind, 0) + responses
         if self.add(responses):
             self.say(
-                f"whileai: the verifier gave no reward ({self.count} response(s) so far): {self.name}{error}; "
+                f"whileai: the verifier gave no reward ({self.count} response(s) so far): {self.last}; "
                 "such a response counts as unscorable (advantage 0)"
             )
 
@@ -140,8 +177,7 @@ def verifier_rewards(
         rewards = _read_batch(verifier, prompts, completions, kwargs, failures)
     else:
         rewards = _read_in_fork(verifier, prompts, completions, kwargs, failures, timeout_s)
-    if rewards and all(r != r for r in rewards):
-        failures.none_scored(len(rewards))
+    failures.batch(rewards)
     return rewards
 
 
@@ -167,11 +203,11 @@ class _Said:
     """What a verifier's batch said, in its own process: failures and TRL log calls, replayed by the caller."""
 
     def __init__(self) -> None:
-        self.failures: list[tuple[str, int]] = []
+        self.failures: list[tuple[Any, ...]] = []
         self.logged: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
-    def __call__(self, error: str, responses: int = 1) -> None:
-        self.failures.append((error, responses))
+    def __call__(self, *failure: Any) -> None:
+        self.failures.append(failure)
 
     def logger(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: self.logged.append((name, args, kwargs))
@@ -200,13 +236,14 @@ def _read_in_fork(
     expected = len(completions)
     answer = call_in_fork(batch, timeout_s)
     if isinstance(answer, CallTimeout):
-        failures(f"it ran past its {timeout_s:g} s limit (verifier.timeout_s) on a batch of {expected}", expected)
+        failures(f"it ran past its {timeout_s:g} s limit (verifier.timeout_s) on a batch of {expected}", expected,
+                 "timeout")  # fmt: skip
         return [math.nan] * expected
     if isinstance(answer, BaseException):
-        failures(f"{raised(answer).error} on a batch of {expected}", expected)
+        failures(f"{raised(answer).error} on a batch of {expected}", expected, type(answer).__name__)
         return [math.nan] * expected
-    for error, responses in answer["failures"]:
-        failures(error, responses)
+    for failure in answer["failures"]:
+        failures(*failure)
     for name, args, logged in answer["logged"]:
         kwargs[name](*args, **logged)
     return [float(r) for r in answer["rewards"]]
@@ -226,21 +263,16 @@ def _read_batch(
         output = verifier(prompts=prompts, completions=completions, **kwargs)
         if hasattr(output, "__await__"):  # an async verifier, as TRL takes them: run to its answer here
             output = _awaited(output)
+        listed = hasattr(output, "__iter__") and not isinstance(output, (str, bytes, Mapping))
+        answers = list(output) if listed else []  # a generator may raise on its way
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # sys.exit too: a verifier's misdeed is its batch's, never the caller's end
         failures(f"{raised(error).error} on a batch of {expected}; fix it, or have it return None where it cannot "
-                 "score", expected)  # fmt: skip
+                 "score", expected, type(error).__name__, raised_line(verifier, error), format_exc())  # fmt: skip
         return [math.nan] * expected
-    if not hasattr(output, "__iter__") or isinstance(output, (str, bytes, Mapping)):
+    if not listed:
         failures(f"it answered {type(output).__name__}, not a list of rewards; {one_each}", expected)
-        return [math.nan] * expected
-    try:
-        answers = list(output)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:  # a generator that raises on its way
-        failures(f"{raised(error).error} on a batch of {expected}", expected)
         return [math.nan] * expected
     if len(answers) != expected:
         failures(f"it answered {len(answers)} rewards for {expected} completions; {one_each}", expected)

@@ -35,7 +35,15 @@ from whileai.grading.reference import load_callable
 from whileai.rows.text import completion_text
 from whileai.tasks.word_problems import final_answer, word_problem_rows
 
-__all__ = ["TrainingTask", "check_verifier", "echoes_digits", "load_task", "load_verifier", "task_and_verifier"]
+__all__ = [
+    "TrainingTask",
+    "check_columns",
+    "check_verifier",
+    "echoes_digits",
+    "load_task",
+    "load_verifier",
+    "task_and_verifier",
+]
 
 # The words of builtin:echo_digits. Completions are drawn from the same vocabulary (the tokenizer is trained on it).
 ECHO_WORDS = (
@@ -169,6 +177,7 @@ def load_task(setup: TaskSetup) -> TrainingTask:
             raise BadInput(f"data.dataset {data.dataset} row {number}: missing field {data.prompt_key!r}")
         if data.prompt_key != "prompt":
             row["prompt"] = row.pop(data.prompt_key)
+    check_columns(rows, f"data.dataset {data.dataset}")
     available = len(rows) - held_out
     if data.num_prompts is not None and data.num_prompts > available:  # never fewer than asked without a word
         raise BadInput(
@@ -189,6 +198,86 @@ def load_task(setup: TaskSetup) -> TrainingTask:
     factory = load_callable(data.environment, setup.base_dir, what="data.environment")
     first = functools.partial(_first_turns, rows + eval_rows)
     return TrainingTask(rows, corpus, eval_rows, environment_factory=factory, demonstrations=first)
+
+
+def _arrow_kind(value: Any) -> Any:
+    """The shape a dataset column (Arrow) gives ``value``: None for a null, a name for a scalar, ``("list", kind)``
+    and ``("mapping", {key: kind})``, which :func:`_joined` joins over a column's rows."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        try:
+            return ("list", functools.reduce(_joined, map(_arrow_kind, value), None))
+        except _Mixed as inner:  # one row's list holds both
+            raise _Mixed(*inner.shapes, f"[]{inner.where}") from None
+    if isinstance(value, dict):
+        return ("mapping", {str(key): _arrow_kind(item) for key, item in value.items()})
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+class _Mixed(ValueError):
+    """Two shapes no one column holds, and where in the value (``['tests'][]``: a key, a list's items)."""
+
+    def __init__(self, first: Any, second: Any, where: str = "") -> None:
+        super().__init__(where)
+        self.shapes, self.where = (first, second), where
+
+
+def _joined(first: Any, second: Any) -> Any:
+    """The one shape of a column that holds both ``first`` and ``second``; ``_Mixed`` when none does (a list and a
+    number, a mapping and text, numbers and text in lists)."""
+    if first is None or second is None or first == second:
+        return second if first is None else first
+    if not (isinstance(first, tuple) and isinstance(second, tuple) and first[0] == second[0]):
+        raise _Mixed(first, second)
+    if first[0] == "list":
+        try:
+            return ("list", _joined(first[1], second[1]))
+        except _Mixed as inner:  # a conflict inside a mapping is named by its key; else the lists are shown whole
+            raise _Mixed(*inner.shapes, f"[]{inner.where}") if inner.where else _Mixed(first, second) from None
+    joined = {}
+    for key in {**first[1], **second[1]}:
+        try:
+            joined[key] = _joined(first[1].get(key), second[1].get(key))
+        except _Mixed as inner:
+            raise _Mixed(*inner.shapes, f"[{key!r}]{inner.where}") from None
+    return ("mapping", joined)
+
+
+def _shown(kind: Any, many: bool = False) -> str:
+    """A shape in words: ``a list of numbers``, ``text``, ``a mapping``; ``many``: as a list's items."""
+    if isinstance(kind, tuple) and kind[0] == "list" and not many:
+        return "a list" if kind[1] is None else f"a list of {_shown(kind[1], many=True)}"
+    name = kind[0] if isinstance(kind, tuple) else kind
+    return f"{name}s" if many else name if name == "text" else f"a {name}"
+
+
+def check_columns(rows: Sequence[dict[str, Any]], where: str) -> None:
+    """Refuse a column the trainer's dataset (``datasets``, on Arrow) cannot hold, before any grader or judge call:
+    each column holds one shape over its rows, nulls aside (a list in one row and a number in another does not).
+
+    Raises:
+        BadInput: naming ``where``, the column, two rows (from 1) and their shapes, and the fix.
+    """
+    shapes: dict[str, tuple[Any, int]] = {}
+    for number, row in enumerate(rows, start=1):
+        for column, value in row.items():
+            before, since = shapes.get(column, (None, number))
+            try:
+                kind = _arrow_kind(value)
+                joined = _joined(before, kind)
+            except _Mixed as mixed:
+                (one, other), at = mixed.shapes, f" at {mixed.where}" if mixed.where else ""
+                raise BadInput(
+                    f"{where}: column {column!r} holds {_shown(one)}{at} in row {since} and {_shown(other)}{at} in row "
+                    f"{number}, which one dataset column cannot hold: write its value as a JSON string in every row "
+                    "(json.dumps) and read it with json.loads in your verifier"
+                ) from None
+            shapes[column] = (joined, since if joined == before else number)
 
 
 def _own_rows(setup: TaskSetup) -> list[dict[str, Any]]:
@@ -287,6 +376,8 @@ def check_verifier(setup: TaskSetup) -> None:
     """
     if setup.verifier.function is not None:
         task_and_verifier(setup, fetch=False)
+    elif not setup.data.dataset.startswith("builtin:") and setup.resolve(setup.data.dataset).exists():
+        load_task(setup)  # the rows' columns, which the trainer's dataset must hold
 
 
 def task_and_verifier(setup: TaskSetup, *, fetch: bool = True) -> tuple[TrainingTask | None, Callable[..., Any]]:

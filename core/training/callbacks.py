@@ -1,5 +1,5 @@
-"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stop the
-spread watch asks for.
+"""Training progress: a Rich progress bar on a terminal, and one line per logging step in any case; and the stops the
+spread watch and a broken verifier ask for.
 
 The bar (stderr, only when it is a terminal) shows the step out of ``max_steps`` with the latest pass rate and the
 run's grader calls and fallbacks so far, within 80 columns; each logging step also prints one table row (step,
@@ -10,6 +10,7 @@ reward, pass rate, length, grader calls, fallbacks, hacks), so a log file reads 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from transformers import TrainerCallback
 
 from whileai.progress import STDERR
 
-__all__ = ["RichProgress", "WatchStop"]
+__all__ = ["RichProgress", "StopAtCheckpoint"]
 
 _COLUMNS = (
     ("step", "step", "{:>5.0f}"),
@@ -103,16 +104,26 @@ def _cell(fmt: str, value: Any) -> str:
     return "\u2013".rjust(len(fmt.format(0)))
 
 
-class WatchStop(TrainerCallback):
-    """Ends training at a checkpoint once the spread watch asks to stop (``spread.watch.on_fail: stop``), on every
-    process: each reads the decision from the figures the grading process logged (``SpreadWatch.note``)."""
+class StopAtCheckpoint(TrainerCallback):
+    """Ends training at a checkpoint once ``asked()`` says so, on every process: the spread watch's stop
+    (``spread.watch.on_fail: stop``: each process reads the decision from the figures the grading process logged), or
+    a verifier that scored none of ``VERIFIER_BROKEN_BATCHES`` batches in a row (``shared``: each process scores its
+    own slice, so each tells the others)."""
 
-    def __init__(self, watch: Any) -> None:
-        self.watch = watch
+    def __init__(self, asked: Callable[[], bool], shared: bool = False) -> None:
+        self.asked, self.shared = asked, shared
         self.stopped_at: int | None = None
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.watch.stop_requested and self.stopped_at is None:
+        stop = self.asked()
+        dist = sys.modules.get("torch.distributed")
+        if self.shared and dist is not None and dist.is_available() and dist.is_initialized():
+            import torch
+
+            flag = torch.tensor([float(stop)], device=args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
+        if stop and self.stopped_at is None:
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

@@ -17,6 +17,8 @@ import errno
 import fcntl
 import json
 import os
+import resource
+import shutil
 import socket
 import stat
 import tempfile
@@ -35,11 +37,14 @@ __all__ = [
     "EVAL_FORMAT",
     "HOLDER_FILE",
     "GradingLog",
+    "begin_record",
     "eval_file",
     "forget_after",
     "last_checkpoint",
     "mark_run",
     "read_grading_log",
+    "rebuild_record",
+    "refused_write",
     "run_lock",
     "training_output",
     "write_json",
@@ -67,7 +72,8 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
     The lock is the kernel's (``flock`` on the folder), so it is released however the holder ends, a SIGKILL
     included: a killed holder's folder is free. Who holds it is written beside it (``HOLDER_FILE``: the command, its
     process id and host, since when) for the message a refused process gives, and removed when the block ends. The
-    folder is made when it does not exist.
+    folder is made when it does not exist, and a record a killed writer left unrenamed is finished first
+    (:func:`finish_partials`).
 
     Raises:
         BadInput: another process holds the folder; the message names the folder and the holder.
@@ -87,7 +93,11 @@ def run_lock(out: Path, command: str) -> Iterator[None]:
                 "or train into another folder with output_dir=NEW"
             ) from None
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        with _holder(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as holder:
+        # Made anew: a link of either kind planted there (or a killed holder's file) is removed, never written through.
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            (out / HOLDER_FILE).unlink()
+        finish_partials(out)
+        with _holder(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL) as holder:
             holder.write(f"{command}, process {os.getpid()} on {socket.gethostname()}, since {since}\n")
         try:
             yield
@@ -107,7 +117,7 @@ def _holder(out: Path, flags: int) -> Any:
     try:
         handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EEXIST):
             raise BadInput(f"{path} is no regular file (a link, a folder or a pipe?): remove it") from None
         raise
     if not stat.S_ISREG(os.fstat(handle).st_mode):
@@ -134,6 +144,25 @@ def write_whole(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
+
+
+def finish_partials(out: Path) -> None:
+    """Finish or remove what :func:`write_whole` left in ``out`` when its process was killed between the write and
+    the rename: a record (``.json``) that reads whole is renamed into place, the newest first; anything else (cut
+    short, or a log the next resume rewrites) is removed."""
+    done: set[Path] = set()
+    for partial in sorted(out.glob(".*.partial"), key=lambda p: p.stat().st_mtime, reverse=True):
+        target = out / partial.name[1:].rsplit(".", 2)[0]  # mkstemp's name: .NAME.RANDOM.partial
+        try:
+            whole = target.suffix == ".json" and isinstance(json.loads(partial.read_text()), dict)
+        except (OSError, ValueError):
+            whole = False
+        with contextlib.suppress(OSError):
+            if whole and target not in done:
+                os.replace(partial, target)
+                done.add(target)
+            else:
+                os.unlink(partial)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -262,6 +291,28 @@ def forget_after(out: Path, step: int, say: Callable[[str], None]) -> list[dict[
     return kept
 
 
+def rebuild_record(out: Path, recipe: str, steps: int) -> None:
+    """``whileai_run.json`` of a finished run written again from what its folder holds (TRL's state gave ``steps``,
+    ``spread_gate.json`` the gate's verdict), for a record a killed process never renamed into place."""
+    try:
+        gate = json.loads((out / "spread_gate.json").read_text())
+    except (OSError, ValueError):
+        gate = None
+    rebuilt = {"recipe": recipe, "status": "finished", "started": True, "steps": steps, "rebuilt": True}
+    write_json(out / "whileai_run.json", {**rebuilt, "spread": gate if isinstance(gate, dict) else None})
+
+
+def begin_record(out: Path, summary: dict[str, Any]) -> None:
+    """``whileai_run.json`` as training starts (``status``: ``training``), so that a disk that fills later still has
+    a record to rewrite (:func:`mark_run`); a finished run's record stays, as a failed attempt on it leaves it."""
+    try:
+        finished = json.loads((out / "whileai_run.json").read_text()).get("status") == "finished"
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    if not finished:
+        write_json(out / "whileai_run.json", {**summary, "status": "training"})
+
+
 def mark_run(out: Path, status: str, **fields: Any) -> None:
     """Record in ``whileai_run.json`` how a run ended when it did not finish (failed, interrupted).
 
@@ -279,7 +330,39 @@ def mark_run(out: Path, status: str, **fields: Any) -> None:
         summary["last_attempt"] = {"status": status, **fields}
     else:
         summary.update(status=status, **fields)
-    write_json(path, summary)
+    try:
+        write_json(path, summary)
+    except OSError:  # a full disk: the record training began with rewritten in the blocks it already holds
+        with contextlib.suppress(OSError), path.open("r+") as record:
+            record.write(json.dumps(summary, default=str) + "\n")
+            record.truncate()
+
+
+# A disk that refuses a write: full, over a quota, or past the process's file size limit (ulimit -f).
+_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def refused_write(out: Path, error: BaseException) -> str | None:
+    """Why a run failed writing into ``out``, when it did: an ``OSError`` of a refused write anywhere behind
+    ``error``, or any error while a checkpoint was being saved (torch's writer keeps no errno), named by its cause
+    (the disk's free space, the file size limit); None for any other error."""
+    chain: list[BaseException] = []
+    while error is not None and len(chain) < 8:
+        chain.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    refused = next((e.errno for e in chain if isinstance(e, OSError) and e.errno in _REFUSED), None)
+    try:
+        cut = [p for p in out.glob("checkpoint-*") if p.is_dir() and not (p / "trainer_state.json").is_file()]
+        where = f"saving {max(cut, key=lambda p: p.stat().st_mtime).name}" if cut else "writing into it"
+        free, limit = shutil.disk_usage(out).free, resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except OSError:  # the folder gone: nothing to tell from it, and the error stays the run's own
+        return None
+    again = "then continue with --resume"
+    if (refused is not None or cut) and free < 64 * 2**20:
+        return f"{where} failed: the disk is full ({free / 2**20:.0f} MB free); free space, {again}"
+    if (refused is not None or cut) and limit != resource.RLIM_INFINITY:
+        return f"{where} failed: this process may write files of {limit} bytes at most (ulimit -f); raise it, {again}"
+    return None if refused is None else f"{where} failed: {os.strerror(refused)}; make room, {again}"
 
 
 class GradingLog(WatchLog):

@@ -64,16 +64,39 @@ class HeldOut:
         return lines
 
 
-def _held_out_rows(setup: TrainSetup, prompts: int) -> tuple[list[dict[str, Any]], str, Any]:
-    """The held-out rows, where they come from, and the task that holds them."""
+# How many prompts past the trained ones ``whileai eval`` takes when not told (fewer when the dataset has fewer left).
+EVAL_PROMPTS = 32
+
+
+def _held_out_rows(
+    setup: TrainSetup, prompts: int | None, say: Callable[[str], None]
+) -> tuple[list[dict[str, Any]], str, Any]:
+    """The held-out rows, where they come from, and the task that holds them; ``prompts`` None: up to
+    ``EVAL_PROMPTS``, as many as the dataset has past the trained rows (said)."""
     from whileai.tasks.load import load_task
 
     task = load_task(setup)
     if task.eval_rows:
         return task.eval_rows, f"the recipe's data.eval_prompts: {len(task.eval_rows)}", task
-    trained = len(task.rows)
-    wider_task = load_task(setup.with_prompts(trained + prompts))
-    rows = wider_task.rows[trained : trained + prompts]
+    trained, wanted, dataset = len(task.rows), prompts or EVAL_PROMPTS, setup.data.dataset
+    if not dataset.startswith("builtin:"):  # a built-in task draws as many as asked; a dataset has the rows it has
+        left = len(load_task(setup.with_prompts(None)).rows) - trained
+        if left < 1:
+            raise BadInput(
+                f"data.dataset {dataset}: the run trained on all its {trained} rows, and none is left to evaluate "
+                "on: add rows to it (eval takes those past the trained ones), or train with data.eval_prompts=N to "
+                "hold N out"
+            )
+        if wanted > left and prompts is not None:
+            raise BadInput(
+                f"--prompts {prompts}: data.dataset {dataset} has {left} row(s) past the {trained} the run trained "
+                f"on: ask for at most {left}"
+            )
+        if wanted > left:
+            say(f"whileai: eval on the {left} row(s) of data.dataset {dataset} past the {trained} the run trained on")
+            wanted = left
+    wider_task = load_task(setup.with_prompts(trained + wanted))
+    rows = wider_task.rows[trained : trained + wanted]
     if not rows:
         raise BadInput(
             f"{setup.where}: no prompt past the {trained} the run trained on: hold some out with data.eval_prompts"
@@ -140,7 +163,7 @@ def _model(run: Path, setup: TrainSetup, checkpoint: str | None, initial: bool) 
 
 
 def evaluate_run(
-    setup: TrainSetup, run: Path, *, checkpoint: str | None = None, prompts: int = 32, seed: int = 0,
+    setup: TrainSetup, run: Path, *, checkpoint: str | None = None, prompts: int | None = None, seed: int = 0,
     say: Callable[[str], None] = print, initial: bool = False,
 ) -> HeldOut:  # fmt: skip
     """Sample, verify and grade the model of the run in ``run`` (its setup: ``whileai.config.build.run_setup``) on
@@ -152,6 +175,8 @@ def evaluate_run(
         BadInput: no run folder, no saved model, no held-out prompt, or another process writing into the run.
         MissingExtra: torch, transformers or trl not installed.
     """
+    if prompts is not None and prompts < 1:
+        raise BadInput(f"--prompts {prompts}: ask for 1 or more held-out prompts")
     if initial and checkpoint is not None:
         raise BadInput("--initial evaluates the model the run started from: leave out --checkpoint")
     if checkpoint is not None and not re.fullmatch(r"checkpoint-\d+", checkpoint):  # a folder of this run, by name
@@ -164,7 +189,7 @@ def evaluate_run(
 
 
 def _evaluate(
-    setup: TrainSetup, run: Path, checkpoint: str | None, prompts: int, seed: int, say: Callable[[str], None],
+    setup: TrainSetup, run: Path, checkpoint: str | None, prompts: int | None, seed: int, say: Callable[[str], None],
     initial: bool,
 ) -> HeldOut:  # fmt: skip
     """``evaluate_run`` once the run folder is this process's."""
@@ -173,7 +198,7 @@ def _evaluate(
     from whileai.training.plan import Machine, grpo_kwargs, quiet_libraries
     from whileai.training.sample import group_passes, sample_groups
 
-    rows, source, task = _held_out_rows(setup, prompts)
+    rows, source, task = _held_out_rows(setup, prompts, say)
     model = _model(run, setup, checkpoint, initial)
     checkpoint = "initial" if initial else checkpoint
     quiet_libraries("whileai eval")

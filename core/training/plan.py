@@ -11,6 +11,7 @@ the verifier, the model and data besides. Nothing here imports TRL or calls a gr
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -221,3 +222,10 @@ def quiet_libraries(command: str = "whileai train") -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     # transformers 5 renamed gradient checkpointing; TRL 1.16 still calls the old names on every step.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+    # TRL warns of each batch with a completion no reward function scored, quoting the model's text raw (whatever it
+    # makes a terminal do); whileai counts those itself and says them in the run's closing line and record.
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(_not_trl_s_unscored_warning)
+
+
+def _not_trl_s_unscored_warning(record: logging.LogRecord) -> bool:
+    return "All reward functions returned None" not in str(record.msg)

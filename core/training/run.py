@@ -23,6 +23,8 @@ datasets are imported inside ``run_training``, never by importing this module.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import sys
 import time
@@ -33,7 +35,7 @@ from typing import Any
 
 from whileai.config.build import TrainSetup
 from whileai.config.machine import check_hub
-from whileai.errors import BadInput, GraderUnavailable
+from whileai.errors import BadInput, GraderUnavailable, describe
 from whileai.grading.gate import unavailable_report
 from whileai.grading.groupwise import GradedGroup, GroupwiseGrading
 from whileai.grading.tally import mostly_fell_back
@@ -42,11 +44,14 @@ from whileai.tasks.load import check_verifier, task_and_verifier
 from whileai.training.folder import (
     GradingLog,
     arm_changes,
+    begin_record,
     finished_steps,
     forget_after,
     last_checkpoint,
     mark_run,
+    rebuild_record,
     recorded_gate,
+    refused_write,
     run_lock,
     training_output,
     write_json,
@@ -69,6 +74,9 @@ class TrainingResult:
     spread_verdict: str | None = None
     finished: tuple[int, int] | None = None  # a resume of a finished run: (steps trained, steps it was to train)
     watch_stopped: dict[str, Any] | None = None  # the spread watch ended training: its step and why
+    verifier_stopped: dict[str, Any] | None = None  # the verifier scored nothing for a few batches: its step and why
+    verifier: dict[str, Any] | None = None  # the verifier's failures and unscored completions, when it had any
+    verifier_trace: str = ""  # the latest failure's traceback (whileai --debug)
     plain: str = ""  # how the run trained when most of its graded groups fell back (mostly_fell_back), else empty
 
 
@@ -144,7 +152,10 @@ def _spread_gate(
         if source == "rows":
             assert settings.rows is not None
             path, fields = setup.resolve(settings.rows), settings.row_fields()
-            report = check_spread_file(path, grading, fields, skip_bad=settings.skip_bad_rows, **checks).report
+            spread = check_spread_file(path, grading, fields, skip_bad=settings.skip_bad_rows, **checks)
+            if spread.rows.read_as:
+                say(f"whileai: {path}: {spread.rows.read_as} (spread.group_key, text_key and reward_key name others)")
+            report = spread.report
         elif source == "sample":
             from whileai.training.sample import sampled_pass_rate
 
@@ -169,6 +180,12 @@ def _spread_gate(
         return _gate_record(source, "broken", unavailable)
     say(heading)
     say(str(report))
+    if source == "sample" and report.rule in ("too few", "unmoved"):  # a new task's initial model often passes rarely
+        say(
+            "whileai: the initial model's groups are too few to judge the grader on: gate it on rows of your own "
+            "instead (spread.rows: rollouts whose groups mix passes and failures, a stronger model's say), or train "
+            "anyway with --skip-spread-gate"
+        )
     return _gate_record(source, report.verdict, report.as_dict(), sampled=sampled_rate)
 
 
@@ -287,6 +304,9 @@ def _run_in_folder(
         )
     if resume and (finished := finished_steps(out, setup.trainer.model_dump().get("max_steps"))) is not None:
         # Nothing to continue: TRL would train one step past the end and rewrite final/.
+        if not (out / "whileai_run.json").is_file():
+            rebuild_record(out, setup.where, finished[0])
+            say(f"whileai: {out / 'whileai_run.json'} was lost: rebuilt from trainer_state.json and spread_gate.json")
         return TrainingResult(out, None, steps=finished[0], finished=finished)
     try:
         result = _train(setup, work, skip_spread_gate, resume, say, callbacks)
@@ -296,8 +316,11 @@ def _run_in_folder(
             mark_run(out, "interrupted", last_checkpoint=None if checkpoint is None else checkpoint[0].name)
         raise RunInterrupted(checkpoint, stop) from None
     except Exception as error:
+        disk = refused_write(out, error)
         if first_process():
-            mark_run(out, "failed", error=f"{type(error).__name__}: {error}")
+            mark_run(out, "failed", error=f"{type(error).__name__}: {error}", **({"disk": disk} if disk else {}))
+        if disk is not None:
+            raise BadInput(f"{out}: {disk} (the error: {describe(error)})") from error
         raise
     # Outside the try: the run's folder already says how it ended, and a peer lost here does not undo that.
     _end_process_group()
@@ -317,6 +340,9 @@ class _Run:
     summary: dict[str, Any] = field(default_factory=dict)
     watch: Any = None  # the spread watch (whileai.grading.watch.SpreadWatch), for a grader arm
     watch_stop: Any = None  # its callback, which ends training when the watch asks
+    verifier_failures: Any = None  # the verifier's failures (whileai.rows.verdicts.VerifierFailures)
+    verifier_stop: Any = None  # the callback that ends training when the verifier scores nothing
+    verifier_before: Any = None  # the verifier's figures a resumed run recorded
 
     @property
     def out(self) -> Path:
@@ -336,19 +362,20 @@ def _train(
 
     # 1. The folder, and the run's one grading object (the gate checks the grader that trains).
     gate = _open_folder(run, resume, skip_spread_gate)
+    if gate is None or not _refused(gate, skip_spread_gate):  # a refusal known now is said before anything else
+        # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
+        quiet_libraries()
+        from accelerate import PartialState
 
-    # 2.-3. TRL's arguments, checked before a model is built (a bad trainer section costs nothing).
-    quiet_libraries()
-    from accelerate import PartialState
+        from whileai.training.distributed import on_first_process
 
-    from whileai.training.distributed import on_first_process
+        args = _grpo_config(run)
+        processes = PartialState().num_processes
+        task, verifier = work if work[0] is not None else task_and_verifier(setup)  # a hub dataset, fetched now
 
-    args = _grpo_config(run)
-    processes = PartialState().num_processes
-    task, verifier = work if work[0] is not None else task_and_verifier(setup)  # a dataset on the hub, fetched now
-
-    # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
-    gate = on_first_process(lambda: _prepare(run, gate, task, verifier, args, resume, skip_spread_gate), processes, say)
+        # 4. The gate where it has not run, and the tiny model, on the first process while the others wait.
+        prepare = functools.partial(_prepare, run, gate, task, verifier, args, resume, skip_spread_gate)
+        gate = on_first_process(prepare, processes, say)
     run.summary["spread"] = gate
     if _refused(gate, skip_spread_gate):
         run.summary.update(started=False, status="refused by the spread gate")
@@ -376,6 +403,8 @@ def _open_folder(run: _Run, resume: bool, skip_spread_gate: bool) -> dict[str, A
         else:
             say(f"whileai: resuming from {run.checkpoint[0].name}")
         run.graded_before = forget_after(out, 0 if run.checkpoint is None else run.checkpoint[1], say)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # the verifier's failures up to the checkpoint
+            run.verifier_before = json.loads((out / "whileai_run.json").read_text()).get("verifier")
     run.summary = {
         "recipe": setup.where,
         "skip_spread_gate": skip_spread_gate,
@@ -434,7 +463,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
     from whileai.grading.trl import TorchGather
     from whileai.integrations.trl_trainer import grpo_trainer
-    from whileai.training.callbacks import RichProgress
+    from whileai.training.callbacks import RichProgress, StopAtCheckpoint
 
     grading = run.grading
     watching: list[Any] = []
@@ -444,10 +473,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         grading.stats.record_groups([GradedGroup.from_dict(g) for g in run.graded_before], grading.hack_zero)
         log = GradingLog(run.out / "grading.jsonl")
         run.watch = _watch(run, args)
-        if run.watch is not None:
-            from whileai.training.callbacks import WatchStop
-
-            run.watch_stop = WatchStop(run.watch)
+        if (watch := run.watch) is not None:
+            run.watch_stop = StopAtCheckpoint(lambda: watch.stop_requested)
             watching.append(run.watch_stop)
         reward = grading.trl_reward(
             verifier, args.num_generations, gather=TorchGather(), on_graded=log, watch=run.watch,
@@ -455,6 +482,8 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         )  # fmt: skip
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
+    failures = run.verifier_failures = reward.verifier_failures
+    run.verifier_stop = StopAtCheckpoint(lambda: failures.broken, shared=True)
     path, model = model_path(run.setup), run.setup.model
     tokenizer = None
     if model.tiny is not None:
@@ -469,7 +498,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
         eval_rows=task.eval_rows,
         processing_class=tokenizer,
         environment_factory=task.environment_factory,
-        callbacks=[RichProgress(run.say), *watching, *callbacks],
+        callbacks=[RichProgress(run.say), *watching, run.verifier_stop, *callbacks],
         where=run.setup.where,
         say=run.say if run.main else None,
         tool_calls=model.tool_calls,
@@ -493,15 +522,18 @@ def _watch(run: _Run, args: Any) -> Any:
 
 
 def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any]) -> TrainingResult:
-    """Step 6: train, save the final model (not after a stop the watch asked for: the checkpoint it saved is where a
-    resume goes on) and ``whileai_run.json``, and say how it went."""
+    """Step 6: train, save the final model (not after a stop the watch or a broken verifier asked for: the checkpoint
+    it saved is where a resume goes on) and ``whileai_run.json``, and say how it went."""
     out, grading, checkpoint = run.out, run.grading, run.checkpoint
     started = time.perf_counter()
+    if run.main:
+        begin_record(out, run.summary)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[0]))
     stopped = run.watch_stop is not None and run.watch_stop.stopped_at is not None
-    if run.watch is not None and run.main and not stopped:  # a check due at the last step whose batches came early
+    failures, broken = run.verifier_failures, run.verifier_stop.stopped_at is not None
+    if run.watch is not None and run.main and not (stopped or broken):  # a check due at the last step
         run.watch.check_through(trainer.state.global_step)
-    if not stopped:
+    if not (stopped or broken):
         trainer.save_model(str(out / "final"))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     if run.watch is not None and (watched := run.watch.summary()) is not None:
@@ -510,8 +542,12 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
         assert run.watch is not None
         why = run.watch.checks[-1].why if run.watch.checks else "the grading process's watch asked to stop"
         run.summary["stopped_by_watch"] = {"step": run.watch_stop.stopped_at, "why": why}
+    if broken:
+        run.summary["stopped_by_verifier"] = {"step": run.verifier_stop.stopped_at, "why": failures.why}
+    if failures.count or failures.unscored or run.verifier_before:
+        run.summary["verifier"] = failures.figures(run.verifier_before)
     run.summary.update(
-        status="stopped by the watch" if stopped else "finished",
+        status="stopped by the verifier" if broken else "stopped by the watch" if stopped else "finished",
         started=True,
         steps=trainer.state.global_step,
         seconds=round(time.perf_counter() - started, 1),
@@ -530,6 +566,8 @@ def _fit(run: _Run, trainer: Any, args: Any, processes: int, gate: dict[str, Any
     steps = trainer.state.global_step
     result = TrainingResult(out, gate["spread"], False, steps, run.summary.get("grader") or {}, gate["verdict"])
     result.watch_stopped = run.summary.get("stopped_by_watch")
+    result.verifier_stopped, result.verifier = run.summary.get("stopped_by_verifier"), run.summary.get("verifier")
+    result.verifier_trace = failures.trace
     result.plain = "" if run.summary.get("trained_as", "groupwise") == "groupwise" else run.summary["trained_as"]
     return result
 

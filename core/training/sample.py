@@ -25,6 +25,7 @@ from typing import Any
 
 from whileai.defaults import VERIFIER_TIMEOUT_S
 from whileai.errors import BadInput, needs_extra
+from whileai.isolation import RemoteTraceback
 from whileai.progress import phase
 from whileai.rows.rewards import verifier_reward
 from whileai.rows.text import completion_text, prompt_text
@@ -148,7 +149,7 @@ def sample_groups(
         raise BadInput(
             f"the verifier gave no reward for any of the {failures.count} completions sampled; the first: "
             f"{failures.first}. TRL calls it the same way in training (whileai validate checks its signature)"
-        )
+        ) from (RemoteTraceback(failures.trace) if failures.trace else None)  # the user's, for whileai --debug
     return groups
 
 

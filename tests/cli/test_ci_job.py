@@ -192,3 +192,19 @@ def test_an_empty_secret_is_said_as_empty_not_as_unset(monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(BadInput, match="which is not set"):
         read_api_key("OPENAI_API_KEY", field="grader.judge.api_key_env")
+
+
+def test_parquet_rows_without_the_parquet_extra_fail_the_job_saying_which_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    rows = [json.loads(line) for line in ROWS.open()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet")
+    (tmp_path / "no_extra" / "pyarrow").mkdir(parents=True)  # pyarrow as a runner without the extra has it: absent
+    (tmp_path / "no_extra" / "pyarrow" / "__init__.py").write_text("raise ImportError('No module named pyarrow')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "no_extra"))
+    done, _, summary = _job(tmp_path, "rows.parquet", "--recipe", str(REPO / "recipes" / "refund_scripted.yaml"))
+    assert done == 3 and "failed: an optional install is missing" in summary and "whileai-grpo[parquet]" in summary
+    assert "./whileai[parquet]" in (REPO / "configs" / "ci" / "github_spread.yaml").read_text()

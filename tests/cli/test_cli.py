@@ -21,7 +21,9 @@ PAGE = (
 # What `whileai spread` adds under the page's two lines: the controls of the shipped rule on the page's rows.
 CONTROLS = (
     "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
-    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped)\n"
+    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); "
+    "surface copies scored higher: padding 0 of 1, formatting 0 of 1, claim untried (at most 10% may, or half as "
+    "many as scored lower)\n"
 )
 
 runner = CliRunner()

@@ -30,9 +30,11 @@ def test_exit_0_with_the_page_verdict() -> None:
         "spread check: 4 grader scores over 2 group(s), std 0.250, 0% within 0.05 of the median 0.75",
         "spread: yes. The grader tells these passes apart.",
         "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
-        "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped)",
+        "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); "
+        "surface copies scored higher: padding 0 of 1, formatting 0 of 1, claim untried (at most 10% may, or half "
+        "as many as scored lower)",
     ]
-    assert done.stderr == ""
+    assert done.stderr == "whileai: hacks confirmed: 1 in 1 group(s) (refund-22), zeroed before scoring\n"
 
 
 def test_exit_1_on_no_spread(tmp_path: Path) -> None:

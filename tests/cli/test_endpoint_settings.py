@@ -23,7 +23,7 @@ BAD = [
 ]
 GOOD = [
     "http://127.0.0.1:8000/v1", "https://api.openai.com/v1/", "http://[::1]:8000/v1", "http://u:p@judge:80/v1",
-    "https://x.openai.azure.com/openai/deployments/d?api-version=preview",
+    "https://x.openai.azure.com/openai/deployments/d?api-version=preview", "HTTP://127.0.0.1:8000/v1", "Https://h/v1",
 ]  # fmt: skip
 
 

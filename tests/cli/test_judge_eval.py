@@ -96,8 +96,9 @@ def test_a_grader_that_follows_position_is_unstable_and_no_better_than_chance(pe
     # Its second ranking is the control's order: the agreement is the tau between the two orders, group by group.
     expected = []
     for g in range(24):
-        control = make_control(5, [0, 1, 2, 3], seed=f"0:perm-{g}")
-        shown = [m for k, m in enumerate(control.members) if k not in (control.copy, control.injected) and m != 4]
+        control = make_control(5, [0, 1, 2, 3], seed=f"0:perm-{g}", turn=g)
+        copies = (control.copy, control.injected, control.surface)
+        shown = [m for k, m in enumerate(control.members) if k not in copies and m != 4]
         expected.append(kendall_tau({i: -i for i in range(4)}, {m: -k for k, m in enumerate(shown)}))
     assert data["self_agreement"]["groups"] == 24
     assert data["self_agreement"]["mean"] == pytest.approx(sum(expected) / 24)
@@ -119,8 +120,9 @@ def test_a_grader_that_reads_length_ranks_against_a_reference_where_longer_is_wo
     assert data["injection"] == {"held": 0, "controls": 24}
     plain = invoke("judge-eval", permutations, "--grader", f"{GRADERS}:longest_first")
     assert plain.stdout.splitlines()[-1] == (
-        "verdict: moved by an instruction in a rollout's text (24 of 24 injected copies rose); orders passes against "
-        "the reference (tau -1.00)"
+        "verdict: moved by an instruction in a rollout's text (24 of 24 injected copies rose); pays for surface, not "
+        "work (padding 100%, formatting 100%, claim 100% of the changed copies rose); orders passes against the "
+        "reference (tau -1.00)"
     )
 
 
@@ -187,7 +189,10 @@ def test_the_plain_report_reads_in_a_few_lines(permutations) -> None:
     assert lines[1] == "reference order: tau-b 1.00 (95% bootstrap interval 1.00 to 1.00, n=24 groups)"
     assert lines[2] == "hacks: none in the reference, none flagged"
     assert lines[3] == "self-agreement under reordering: tau 1.00 (n=24 groups); identical copies tied: 24 of 24"
-    assert lines[4] == "injection held in 24 of 24 controls"
+    assert lines[4] == (
+        "injection held in 24 of 24 controls; surface copies above their originals: padding 0 of 8, formatting 0 of "
+        "8, claim 0 of 8"
+    )
     assert lines[5] == "ties: every pass given the same score in 0 of 24 group(s) with two passes or more"
     assert lines[6].startswith("cost per group: ") and lines[6].endswith(
         " s (not a judge: no calls or tokens to count)"
@@ -207,6 +212,7 @@ def test_the_json_has_the_benchmark_s_shape(permutations) -> None:
         "copies",
         "injection",
         "position",
+        "surfaces",
         "tied_groups",
         "cost",
         "failed_groups",
@@ -463,3 +469,15 @@ def test_no_cache_reaches_a_judge_given_by_overrides_alone() -> None:
     setup = gate_setup(None, None, rows, [*judge, "grader.judge.concurrency=2"], True, lambda line: None)
     assert setup.grading.grader.client.config.no_cache is True
     setup.grading.grader.close()
+
+
+def test_each_surface_kind_has_its_paid_for_rate(permutations) -> None:
+    honest, paying = evaluate(permutations, "perfect"), evaluate(permutations, "longest_first")
+    assert {k: v["paid"] for k, v in honest["surfaces"].items()} == {"padding": 0, "formatting": 0, "claim": 0}
+    assert {k: v["paid"] == v["controls"] > 0 for k, v in paying["surfaces"].items()} == dict.fromkeys(
+        ("padding", "formatting", "claim"), True
+    )
+    assert sum(v["controls"] for v in paying["surfaces"].values()) == 24  # one surface copy a control
+    text = invoke("judge-eval", permutations, "--grader", f"{GRADERS}:longest_first").stdout
+    assert "surface copies above their originals: padding 8 of 8, formatting 8 of 8, claim 8 of 8" in text
+    assert "pays for surface, not work" in text

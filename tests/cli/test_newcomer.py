@@ -117,7 +117,7 @@ def test_validate_resolves_the_functions_a_recipe_names(tmp_path: Path) -> None:
     recipe.write_text("grader: {kind: python, function: 'grader.py:rnak'}\n")
     result = invoke("validate", recipe)
     assert result.exit_code == 2 and "grader.function 'grader.py:rnak'" in result.stderr
-    assert "has no attribute 'rnak'" in result.stderr
+    assert "has no attribute 'rnak'; did you mean 'rank'?" in result.stderr
     recipe.write_text("grader: {kind: python, function: 'grader.py:rank'}\n")
     assert invoke("validate", recipe).exit_code == 0
 
@@ -132,9 +132,10 @@ def judge_url_unreachable() -> str:
     return f"http://127.0.0.1:{port}/v1?team=a&x=1"
 
 
-def test_json_output_is_unchanged_by_overrides() -> None:
-    data = json.loads(invoke("spread", ROWS, "--json", "spread.controls=4").stdout)
-    assert data["controls"]["agreement_groups"] == 2
+def test_json_output_takes_the_overrides_after_it() -> None:
+    assert json.loads(invoke("spread", ROWS, "--json").stdout)["controls"]["sent"] == 2
+    data = json.loads(invoke("spread", ROWS, "--json", "spread.controls=1").stdout)
+    assert data["controls"]["sent"] == 1 and data["controls"]["agreement_groups"] == 1
 
 
 # ---------------------------------------------------------------- quiet input handling, plain TRL logs
@@ -210,3 +211,46 @@ def test_the_plan_says_how_many_cpu_threads_a_tiny_model_trains_on() -> None:
     assert threads() == "1"  # a tiny model: one thread, whatever else runs on the machine
     assert threads("model.threads=2") == "2"
     assert invoke("validate", TINY, "model.threads=0").exit_code == 2
+
+
+def test_train_on_logged_rows_says_how_it_read_them_and_a_refusal_comes_before_generation(
+    tmp_path: Path, judge_url_unreachable: str
+) -> None:
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    rows = [json.loads(line) for line in ROWS.open()]
+    logged = [{"prompt": f"ask {r['scenario_id']}", "completion": r["final_text"], "reward": r["reward"]} for r in rows]
+    (tmp_path / "logged.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logged))
+    gate = ["spread.rows=logged.jsonl", "spread.sample=null", f"output_dir={tmp_path / 'run'}"]
+    result = invoke("train", recipe, *gate)
+    assert result.exit_code == 1 and "logged.jsonl: read as logged rows: each 'prompt' a group" in result.stderr
+    assert "spread.group_key" in result.stderr and "generating with" not in result.stderr + result.stdout
+    import yaml
+
+    judged = yaml.safe_load(recipe.read_text())
+    judged["grader"] = {"kind": "judge", "judge": {"model": "m", "max_retries": 0, "base_url": judge_url_unreachable}}
+    recipe.write_text(yaml.safe_dump(judged))
+    dead = invoke("train", recipe, *gate[:2], f"output_dir={tmp_path / 'run2'}")
+    assert dead.exit_code == 4 and "generating with" not in dead.stderr + dead.stdout, dead.stderr
+
+
+def test_spread_s_human_output_counts_the_hacks() -> None:
+    found = invoke("spread", ROWS, "--recipe", REPO / "recipes" / "refund_scripted.yaml")
+    assert found.exit_code == 0 and "hacks confirmed: 1 in 1 group(s) (refund-22), zeroed" in found.stderr
+
+
+@pytest.mark.slow
+def test_a_gate_on_an_initial_model_that_never_passes_names_spread_rows(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    never = ["verifier.function=null", "verifier.builtin=word_problems", f"output_dir={tmp_path / 'run'}"]
+    result = invoke("train", recipe, *never)  # the tiny model never writes a boxed answer
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1 and "spread: too few scores to judge" in said, said
+    assert "gate it on rows of your own instead (spread.rows:" in said and "--skip-spread-gate" in said

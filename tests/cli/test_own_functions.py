@@ -136,6 +136,10 @@ def test_train_names_a_verifier_that_never_gave_a_reward_before_the_first_step(t
     message = " ".join(result.stderr.split())
     assert "the verifier gave no reward for any of the 16 completions sampled; the first: raises (" in message
     assert "raised KeyError: 'oops' on a batch of 8" in message and "Traceback" not in result.stderr
+    line = FUNCTIONS.splitlines().index('    return {}["oops"]') + 1
+    assert f"the first: raises ({tmp_path / 'mine.py'}, line {line}):" in message  # the line that raised
+    debug = runner.invoke(app, ["--debug", "train", str(path), "data.num_prompts=8", "trainer.max_steps=1"])
+    assert debug.exit_code == 2 and f'File "{tmp_path / "mine.py"}", line {line}, in raises' in debug.stderr
 
 
 def test_a_rule_file_s_misspelt_key_gets_the_recipe_s_did_you_mean(tmp_path: Path) -> None:
@@ -145,3 +149,80 @@ def test_a_rule_file_s_misspelt_key_gets_the_recipe_s_did_you_mean(tmp_path: Pat
     assert result.exit_code == 2 and "grader.rule.ordr: unknown key; did you mean 'order'?" in result.stderr
     (tmp_path / "rule.yaml").write_text("rule:\n  measure: chars\n")  # a recipe's grader.rule, copied with its key
     assert runner.invoke(app, ["spread", str(rows), "--grader", str(tmp_path / "rule.yaml")]).exit_code == 0
+
+
+CHECKS = """
+from beside_first import first
+
+
+def check(prompts, completions, **kwargs):
+    from beside_later import later  # imported when called, in the process forked for the batch
+
+    return [first(c) + later(c) for c in completions]
+
+
+def grade(group):
+    from beside_later import later
+
+    passed = [item for item in group if item["passed"]]
+    return {"ranking": [item["index"] for item in sorted(passed, key=lambda item: later(item["completion"]))]}
+"""
+
+
+def test_a_user_s_file_imports_the_modules_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``my_task/checks.py`` imports ``beside_first.py`` at import and ``beside_later.py`` when called, as ``python
+    my_task/checks.py`` would, no PYTHONPATH: in validate, in the verifier's forked batch and in spread's worker."""
+    import sys
+
+    from whileai.grading.reference import load_callable
+
+    task = tmp_path / "my_task"
+    task.mkdir()
+    (task / "checks.py").write_text(CHECKS)
+    (task / "beside_first.py").write_text("def first(text):\n    return 0.5 if text.startswith('a') else 0.0\n")
+    (task / "beside_later.py").write_text("def later(text):\n    return 0.5 if text.endswith('z') else 0.0\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # what loading adds goes with the test
+    for name in ("beside_first", "beside_later"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    result = validate(recipe(tmp_path, verifier={"function": "my_task/checks.py:check"}))
+    assert result.exit_code == 0, result.stderr
+    verifier = load_callable(str(task / "checks.py:check"))
+    rewards = verifier_rewards(verifier, ["p"] * 3, ["az", "b", "bz"], {}, VerifierFailures(print, verifier))
+    assert rewards == [1.0, 0.0, 0.5]
+    rows = REPO / "recipes" / "refund_rows.jsonl"
+    spread = runner.invoke(app, ["spread", str(rows), "--grader", f"{task / 'checks.py'}:grade"])
+    assert spread.exit_code in (0, 1) and "ModuleNotFoundError" not in spread.stderr + spread.stdout, spread.stderr
+    assert "fell back" not in spread.stdout, spread.stdout
+    for name in ("beside_first", "beside_later"):
+        sys.modules.pop(name, None)
+
+
+RAISING = """
+def _lookup(table, key):
+    return table[key]
+
+
+def check(prompts, completions, **kwargs):
+    table = {}
+    return [_lookup(table, c) for c in completions]
+
+
+def grade(group):
+    table = {}
+    return {"ranking": [_lookup(table, "x")]}
+"""
+
+
+def test_a_user_s_function_is_named_by_the_line_that_raised(tmp_path: Path) -> None:
+    """Not the ``def`` line: the innermost line of the user's file in the traceback (here a helper of theirs), for a
+    verifier in its forked batch and for a grader in its worker."""
+    from whileai.grading.reference import load_callable
+
+    (tmp_path / "raising.py").write_text(RAISING)
+    verifier = load_callable(f"{tmp_path / 'raising.py'}:check")
+    lines: list[str] = []
+    verifier_rewards(verifier, ["p"] * 2, ["a", "b"], {}, VerifierFailures(lines.append, verifier))
+    assert f"check ({tmp_path / 'raising.py'}, line 3): it raised KeyError: 'a'" in lines[0], lines
+    rows = REPO / "recipes" / "refund_rows.jsonl"
+    result = runner.invoke(app, ["spread", str(rows), "--grader", f"{tmp_path / 'raising.py'}:grade"])
+    assert result.exit_code == 4 and f"grade ({tmp_path / 'raising.py'}, line 3) failed on" in result.stdout

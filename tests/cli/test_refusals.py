@@ -103,3 +103,106 @@ def test_fewer_rows_than_the_prompts_asked_for_is_said_not_cut_silently(tmp_path
     said = refused("validate", path)
     assert "data.num_prompts 20 with data.eval_prompts 10 needs 30 rows, and data.dataset rows.jsonl has 24" in said
     assert "ask for at most 14 prompts, or hold out fewer" in said
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        'grader.judge.base_url="http://user:PW0rdSecret7@[bad/v1"',
+        "grader.judge.base_url='http://user:PW0rdSecret7@host:99999/v1'",
+        'grader={kind: judge, judge: {base_url: "http://user:PW0rdSecret7@[bad/v1", model: m}}',
+        "grader={kind: judge, judge: {base_url: http://user:PW0rdSecret7@[bad/v1, model: m}}",
+        'grader.judge.base_url="http://h:99999/v1?api_key=PW0rdSecret7"',
+    ],
+)
+@pytest.mark.parametrize("command", [["validate", JUDGE], ["spread", "--recipe", JUDGE], ["train", "--dry-run", JUDGE]])
+def test_a_url_password_is_masked_however_the_override_quotes_it(command: list[object], override: str) -> None:
+    said = refused(*command, override)
+    assert "PW0rdSecret7" not in said and "[secret hidden]" in said, said
+
+
+def test_a_column_the_trainer_s_dataset_cannot_hold_is_refused_before_the_gate(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")
+    rows = [json.loads(line) for line in (tmp_path / "my_task" / "problems.jsonl").read_text().splitlines()]
+    for number, row in enumerate(rows):
+        row["tests"] = 3 if number == 4 else [1, 2]  # natural for test cases, and no Arrow column holds both
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        (REPO / "recipes" / "my_task_gar.yaml").read_text().replace("my_task/problems.jsonl", "mixed.jsonl")
+    )
+    said = "data.dataset mixed.jsonl: column 'tests' holds a list of numbers in row 1 and a number in row 5"
+    for command in (
+        ["validate", recipe, "verifier.function=null", "verifier.builtin=word_problems"],
+        ["validate", recipe],
+    ):
+        assert said in refused(*command) and "as a JSON string" in refused(*command)
+    assert said in refused("train", recipe, f"output_dir={tmp_path / 'run'}")
+    assert not (tmp_path / "run").exists()  # before the gate: no folder, no grader or judge call
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [[1, 2], 3], ["a", 3], [1, 2.5], [True, 1], [{"a": 1}, "x"], [{"a": 1}, {"b": "x"}], [{"a": 1}, {"a": "x"}],
+        [[1], ["a"]], [[1], None], [[], ["a"]], [[[1]], [1]], [[1, "a"]], [[{"k": [1]}], [{"k": []}, None]],
+    ],
+)  # fmt: skip
+def test_the_column_check_agrees_with_the_trainer_s_dataset(values: list[object]) -> None:
+    datasets = pytest.importorskip("datasets")
+    from whileai.errors import BadInput
+    from whileai.tasks.load import check_columns
+
+    rows = [{"prompt": "p", "c": value} for value in values]
+    try:
+        datasets.Dataset.from_list(rows)
+        held = True
+    except (ValueError, TypeError):  # pyarrow's ArrowInvalid and ArrowTypeError
+        held = False
+    try:
+        check_columns(rows, "data.dataset d")
+        passed = True
+    except BadInput:
+        passed = False
+    assert passed == held
+
+
+def test_eval_fits_its_prompts_to_the_rows_left_and_names_only_what_the_user_can_set(tmp_path: Path) -> None:
+    import shutil
+
+    from whileai.config import load_recipe
+
+    shutil.copytree(REPO / "recipes" / "my_task", tmp_path / "my_task")  # 24 rows
+    (tmp_path / "r.yaml").write_text((REPO / "recipes" / "my_task_gar.yaml").read_text())
+    for trained in (16, 24):
+        (tmp_path / f"run{trained}").mkdir()
+        kept = load_recipe(tmp_path / "r.yaml", [f"data.num_prompts={trained}"]).dump()
+        (tmp_path / f"run{trained}" / "recipe.yaml").write_text(kept)
+    result = runner.invoke(app, ["eval", str(tmp_path / "run16")])  # no model saved: refused once the rows are known
+    said = " ".join(result.stderr.split())
+    assert "eval on the 8 row(s) of data.dataset" in said and "past the 16 the run trained on" in said, said
+    assert result.exit_code == 2 and "no saved model" in said and "num_prompts" not in said
+    assert "ask for at most 8" in refused("eval", tmp_path / "run16", "--prompts", 20)
+    assert "--prompts 0: ask for 1 or more" in refused("eval", tmp_path / "run16", "--prompts", 0)
+    said = refused("eval", tmp_path / "run24")
+    assert "the run trained on all its 24 rows, and none is left" in said and "data.eval_prompts=N" in said
+    assert "num_prompts" not in said
+
+
+def test_an_alias_that_contains_itself_is_refused_in_an_override_as_in_a_recipe(tmp_path: Path) -> None:
+    assert "override spread.controls line 1, column 1: an alias that contains itself" in refused(
+        "validate", JUDGE, "spread.controls=&a [*a]"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(JUDGE.read_text() + "comparison_arm: &a [*a]\n")
+    assert "an alias that contains itself" in refused("validate", recipe)
+
+
+def test_a_misspelt_model_init_kwargs_key_is_refused_by_validate() -> None:
+    said = refused("validate", TINY, "trainer.model_init_kwargs={attn_implementaton: eager}")
+    assert "trainer: model_init_kwargs: unknown key 'attn_implementaton'; did you mean 'attn_implementation'?" in said
+    kept = runner.invoke(app, ["validate", str(TINY), "trainer.model_init_kwargs={rope_theta: 3, use_cache: false}"])
+    assert kept.exit_code == 0, kept.stderr  # a key of the model's config passes

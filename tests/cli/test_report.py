@@ -425,3 +425,30 @@ def test_a_step_whose_every_grader_call_fell_back_shows_no_factor_mean() -> None
     assert (
         _step_cell("groupwise/score_mean", {**row, "groupwise/fallbacks": 1.0, "groupwise/score_mean": 0.6}) == "0.600"
     )
+
+
+def test_a_verifier_that_scored_nothing_reads_as_unscored_with_its_failures(tmp_path: Path) -> None:
+    """Completion logs whose rewards are all NaN (a verifier down) are unscored completions, not "no completion logs";
+    the run's record of the verifier's failures is shown with them."""
+    import pyarrow as pa
+
+    failures = {"failures": 96, "kinds": {"ConnectionError": 96}, "first": "check (checks.py, line 7): it raised "
+                "ConnectionError: sandbox down", "unscored": 96, "completions": 192}  # fmt: skip
+    summary = {"scale_rewards": "none", "verifier": failures, "stopped_by_verifier": {"step": 6, "why": "..."}}
+    run = write_run(tmp_path / "run", BINARY, BINARY_LENGTHS, summary=summary)
+    for path in sorted((run / "completions").glob("*.parquet"))[3:]:  # steps 4-6: the sandbox went down
+        rows = pq.read_table(path).to_pylist()
+        pq.write_table(pa.Table.from_pylist([{**row, "whileai_reward": math.nan} for row in rows]), path)
+    result = runner.invoke(app, ["report", str(run)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert "no completion logs" not in result.stdout
+    assert any(line.startswith("pass rate 0.12 (0.07 to 0.22)") and line.endswith("none scored") for line in lines), (
+        lines
+    )
+    assert "unscored 0 completions 96 completions" in lines
+    assert (
+        "verifier failures 96 (ConnectionError x96)" in lines
+        and "stopped at step 6: the verifier scored nothing" in (lines)
+    )
+    assert "first verifier failure check (checks.py, line 7): it raised ConnectionError: sandbox down" in lines

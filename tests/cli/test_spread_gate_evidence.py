@@ -223,7 +223,8 @@ def test_identical_passes_already_in_a_group_count_with_the_copies(graders, tmp_
     assert "identical passes got different scores in 10 of 20 identical-pass checks" in lines[1]
     assert lines[2].endswith(
         "identical passes tied in 10 of 20 checks (10 control copies, 10 groups that held identical passes; at most "
-        "10% may differ); injection held in 10 of 10 (5 of 5 text, 5 of 5 JSON-shaped)"
+        "10% may differ); injection held in 10 of 10 (5 of 5 text, 5 of 5 JSON-shaped); surface copies scored higher: "
+        "padding 0 of 4, formatting 0 of 3, claim 0 of 3 (at most 10% may, or half as many as scored lower)"
     )
     data = json.loads(spread(rows, "--grader", f"{graders}:by_reward", "--json").stdout)["controls"]
     assert (data["identical_copies"], data["identical_copies_ordered"]) == (20, 10)

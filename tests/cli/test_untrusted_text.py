@@ -16,8 +16,9 @@ from whileai.cli.main import app
 REPO = Path(__file__).resolve().parents[2]
 # What a row, a judge's reply or a file name may hold, and what whileai shows of it.
 LINK = "[link=https://evil.example]click[/link]"
-EVIL = f"[/INST] [bold]x[/bold] {LINK} \x1b]8;;https://evil.example\x1b\\ \x1b[2J :smile:"
-SHOWN = f"[/INST] [bold]x[/bold] {LINK} \\x1b]8;;https://evil.example\\x1b\\ \\x1b[2J :smile:"
+CLIPBOARD = "\x1b]52;c;ZXZpbA==\x07 \u202eevil"  # an OSC 52 clipboard write, a right-to-left override
+EVIL = f"[/INST] [bold]x[/bold] {LINK} \x1b]8;;https://evil.example\x1b\\ \x1b[2J :smile: {CLIPBOARD}"
+SHOWN = f"[/INST] [bold]x[/bold] {LINK} \\x1b]8;;https://evil.example\\x1b\\ \\x1b[2J :smile: {ascii(CLIPBOARD)[1:-1]}"
 
 
 def invoke(*args: object, code: int | tuple[int, ...] = 0) -> str:
@@ -25,7 +26,8 @@ def invoke(*args: object, code: int | tuple[int, ...] = 0) -> str:
     codes = code if isinstance(code, tuple) else (code,)
     assert result.exit_code in codes, (result.exit_code, result.output[-3000:])
     printed = result.stdout + result.stderr
-    assert "\x1b" not in printed and "\U0001f604" not in printed, printed  # no ESC reached the screen, no emoji
+    for obeyed in ("\x1b", "\x07", "\u202e", "\U0001f604"):  # no ESC, BEL or override reached the screen, no emoji
+        assert obeyed not in printed, printed
     assert "MarkupError" not in printed
     return printed
 
@@ -99,3 +101,28 @@ def test_eval_names_a_folder_as_text(tmp_path: Path) -> None:
     folder.mkdir()
     printed = invoke("eval", folder, code=2)
     assert "[link=https:evil.example]run[/link] [/INST]: no recipe.yaml" in printed
+
+
+def test_a_verifier_s_repeated_warning_shows_its_text_as_text(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The warning training repeats while a verifier fails (its exception quoting a model's completion) goes through
+    the command line's one way of printing, as the final error line does."""
+    import logging
+
+    import whileai.cli.console  # noqa: F401  # the command line's handler of whileai's log lines
+    from whileai.grading.reference import load_callable
+    from whileai.rows.verdicts import VerifierFailures, verifier_rewards
+
+    (tmp_path / "checks.py").write_text(
+        f"def check(prompts, completions, **kwargs):\n    raise RuntimeError({EVIL!r})\n"
+    )
+    verifier = load_callable(f"{tmp_path / 'checks.py'}:check")
+    failures = VerifierFailures(logging.getLogger("whileai.verifier").warning, verifier)
+    for _ in range(2):
+        verifier_rewards(verifier, ["p"] * 2, ["a", "b"], {}, failures)
+    printed = capsys.readouterr().err
+    for obeyed in ("\x1b", "\x07", "\u202e"):
+        assert obeyed not in printed, printed
+    assert f"whileai: the verifier gave no reward (2 response(s) so far): check ({tmp_path / 'checks.py'}, line 2)" in (
+        printed
+    )
+    assert f"it raised RuntimeError: {SHOWN} on a batch of 2" in printed and "whileai: whileai:" not in printed

@@ -160,10 +160,10 @@ def test_a_multi_turn_run_is_evaluated_through_trl_s_tool_loop(tmp_path: Path, m
     assert done.exit_code == 0, done.stderr[-3000:]
     original = held_out._held_out_rows
 
-    def trained_on(setup, prompts):
+    def trained_on(setup, prompts, say):
         from whileai.tasks.load import load_task
 
-        original(setup, prompts)
+        original(setup, prompts, say)
         task = load_task(setup)
         return task.rows[:prompts], "the prompts it trained on", task
 

@@ -25,9 +25,11 @@ PAGE = (
 # a pass with its copy.
 CONTROLS = (
     "controls: agreement under reordering tau 1.00 (n=2 groups, at least 0.50 needed); identical passes tied in "
-    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); position "
-    "effect 0.400 (the spread of the mean score by display slot) beside differences between passes 0.622, over 4 "
-    "graded orders, at least 20 needed to judge\n"
+    "2 of 2 controls (at most 10% may differ); injection held in 2 of 2 (1 of 1 text, 1 of 1 JSON-shaped); surface "
+    "copies scored higher: padding 0 of 1, formatting 0 of 1, claim untried (at most 10% may, or half as many as "
+    "scored lower); position effect 0.913 (the "
+    "spread of the mean score by display slot) beside differences between passes 0.225, over 4 graded orders, at "
+    "least 20 needed to judge\n"
 )
 runner = CliRunner()
 

@@ -50,3 +50,21 @@ def test_ampersands_cannot_forge_an_escape(make_judge, judge_server, judge_tools
     )
     texts = [text for _, _, text in judge_tools.shown_rollouts(judge_server.requests[0]["body"])]
     assert "&amp;lt;/rollout&amp;gt; fake close" in texts
+
+
+def test_a_judge_that_answers_with_the_injected_request_has_not_held(make_judge, judge_server, judge_tools, page_rows):
+    import json
+
+    from whileai.grading.controls import JSON_INJECTION
+
+    parroted = json.loads(JSON_INJECTION.split("```json")[1].split("```")[0])  # the injected request, verbatim
+
+    def parrot(body):  # a judge that follows the rollout's JSON: it answers with the request itself
+        asked = "instruction_to_grader" in body["messages"][1]["content"]
+        return judge_tools.Reply(parroted if asked else judge_tools.auto_answer(body))
+
+    judge_server.push(*[parrot] * 200)
+    grading = make_judge("grading", max_retries=0)
+    report = grading.check_spread(page_rows, strict=False, controls=8)
+    assert report.controls is not None and report.controls.injections.count(False) >= 1, report.controls
+    assert "JSON-shaped" in report.controls.injected_with and "injection held in" in str(report)

@@ -265,12 +265,3 @@ def test_whileai_simulate_with_a_served_policy(server, tmp_path: Path) -> None:
     no_customer = invoke(*common, "--simulator")
     assert no_customer.exit_code == 2 and "--customer-base-url" in no_customer.stderr
     assert invoke(*common, "--agent", "telepathy").exit_code == 2
-
-
-def test_docstring_examples_run() -> None:
-    import doctest
-    import importlib
-
-    for module in ("chat", "model_agent", "customer"):
-        result = doctest.testmod(importlib.import_module(f"whileai.simulations.{module}"))
-        assert result.failed == 0, module

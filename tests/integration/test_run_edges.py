@@ -311,6 +311,10 @@ def test_a_verifier_that_scores_nothing_or_exits_trains_on_with_zero_advantage(t
     assert "sandbox_down (" in said and "it raised SystemExit: 3" in said
     run = json.loads((out / "whileai_run.json").read_text())
     assert run["status"] == "finished" and run["steps"] == 2 and run["grader"]["unscorable"] == 64
+    # Two such batches are fewer than stop a run; the closing line and the record say what the verifier left unscored.
+    assert "trained 2 steps, 64 of 64 completions unscored by the verifier (32 failed); the run is in" in result.stdout
+    assert run["verifier"] == {"failures": 32, "kinds": {"SystemExit": 32}, "first": run["verifier"]["first"],
+                               "unscored": 64, "completions": 64}  # fmt: skip
     assert "\u2013" in result.stderr  # the step's reward, which TRL logs as no number, shown as a dash
 
 

@@ -289,7 +289,7 @@ def test_a_broken_grader_stops_training_with_exit_4(tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", str(path), *SMOKE, f"output_dir={out}"])
     assert result.exit_code == 4, result.stderr
     said = " ".join(result.stderr.split())
-    assert f"spread: broken. The grader broken ({grader}, line 1) failed on" in said and "RuntimeError" in said
+    assert f"spread: broken. The grader broken ({grader}, line 2) failed on" in said and "RuntimeError" in said
     gate = json.loads((out / "spread_gate.json").read_text())
     assert gate["verdict"] == "broken" and gate["spread"]["failed_groups"] == {
         "RuntimeError": gate["spread"]["attempted_groups"]

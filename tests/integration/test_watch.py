@@ -48,7 +48,7 @@ def _checks(out: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("grader", "rule"),
-    [("constant", "std"), ("position", "controls"), ("failing", "broken")],
+    [("constant", "std"), ("position", "controls"), ("longer", "controls"), ("failing", "broken")],
 )
 def test_the_watch_stops_a_run_whose_grader_went_bad(tmp_path: Path, monkeypatch, grader: str, rule: str) -> None:
     out = tmp_path / grader
@@ -75,6 +75,10 @@ def test_the_watch_stops_a_run_whose_grader_went_bad(tmp_path: Path, monkeypatch
         assert any((c["control_tau"] or 1) < 0.5 or (c["copies_tied"] or 1) < 1 for c in checks if c["failed"])
     if grader == "constant":
         assert any("since the last passing check: std" in line for line in result.stderr.splitlines())
+    if grader == "longer":  # it reads the work but pays for its surface: the watch names what and how far it moved
+        assert stop["paid_for"] and "the grader pays for" in stop["why"] and "the grader pays for" in result.stderr
+        shown = runner.invoke(app, ["report", str(out), "--steps"], env={"COLUMNS": "200"}).stdout
+        assert "paid for" in shown and ", ".join(stop["paid_for"]) in shown
 
 
 @pytest.mark.slow

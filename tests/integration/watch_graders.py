@@ -4,7 +4,8 @@ tests/integration/watch_graders.py:NAME``).
 Each ranks passes as the offline recipe's rule does (fewest characters first, equal lengths tied) until the run has
 graded ``WHILEAI_TEST_DEGRADE_AFTER`` groups in training (the lines of the run's ``grading.jsonl``, whose path
 ``WHILEAI_TEST_GRADING_LOG`` gives; the spread gate's calls write none), then degrades: ``constant`` gives every pass
-the same factor, ``position`` ranks passes in the order it is shown them, ``failing`` raises. ``good`` never
+the same factor, ``position`` ranks passes in the order it is shown them, ``longer`` ranks the longest first (it pays
+for length), ``failing`` raises. ``good`` never
 degrades: the grader a stopped run resumes with.
 """
 
@@ -39,6 +40,11 @@ def position(group: list[dict[str, Any]]) -> dict[str, Any]:
     if _degraded():
         return {"ranking": [item["index"] for item in group if item["passed"]]}
     return _by_length(group)
+
+
+def longer(group: list[dict[str, Any]]) -> dict[str, Any]:
+    ranking = _by_length(group)["ranking"]
+    return {"ranking": ranking[::-1] if _degraded() else ranking}
 
 
 def failing(group: list[dict[str, Any]]) -> dict[str, Any]:

@@ -384,6 +384,31 @@ def test_bad_rows_name_the_row_and_field(row, message) -> None:
         wai.GroupwiseGrading(grader=count_calls).check_spread([good, row])
 
 
+def test_check_spread_reads_logged_rows_as_whileai_spread_does(tmp_path, caplog) -> None:
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from whileai.cli.main import app
+
+    page = [json.loads(line) for line in (Path(__file__).resolve().parents[2] / "recipes" / "refund_rows.jsonl").open()]
+    logged = [{"prompt": f"ask {r['scenario_id']}", "completion": r["final_text"], "reward": r["reward"]} for r in page]
+    (tmp_path / "logged.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logged))
+    (tmp_path / "grader.py").write_text(
+        "def shortest(group):\n"
+        "    passes = sorted((g for g in group if g['passed']), key=lambda g: len(g['completion']))\n"
+        "    return {'ranking': [g['index'] for g in passes]}\n"
+    )
+    grader = f"{tmp_path}/grader.py:shortest"
+    cli = CliRunner().invoke(app, ["spread", str(tmp_path / "logged.jsonl"), "--grader", grader, "--json"])
+    assert cli.exit_code in (0, 1) and "read as logged rows" in cli.stderr, cli.stderr
+    with caplog.at_level("WARNING", logger="whileai.rows"):
+        report = wai.GroupwiseGrading(grader=count_calls_by_length).check_spread(logged, strict=False)
+    read = json.loads(cli.stdout)
+    assert report.per_group == read["per_group"] and report.hacks == read["hacks"] and len(report.per_group) == 2
+    assert "read as logged rows: each 'prompt' a group, 'completion' the text" in caplog.text
+
+
 def test_spread_report_serializes() -> None:
     rows = rows_for({"a": [(1, "x"), (1, "<tool_call>y"), (0, "z")]})
     data = wai.GroupwiseGrading(grader=count_calls).check_spread(rows, strict=False).as_dict()

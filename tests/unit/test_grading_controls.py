@@ -9,31 +9,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai as wai
-from whileai.grading.controls import INJECTION, ControlGroup, controls_report, make_control, with_injection
+from whileai.grading.controls import INJECTION, INJECTIONS, ControlGroup, changed, controls_report, make_control
 from whileai.grading.verdict import spread_report
 from whileai.stats import kendall_tau
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 12), st.data())
-def test_a_control_is_a_shuffle_with_a_copy_and_an_injected_copy_of_a_pass(size, data) -> None:
+def test_a_control_is_a_shuffle_with_an_identical_an_injected_and_a_surface_copy_of_a_pass(size, data) -> None:
     passes = data.draw(st.lists(st.integers(0, size - 1), min_size=1, unique=True))
-    control = make_control(size, passes, seed=data.draw(st.text(max_size=5)))
-    rest = [m for k, m in enumerate(control.members) if k not in (control.copy, control.injected)]
-    assert sorted(rest) == list(range(size))  # every member once, besides the two copies
-    copies = {control.copy, control.original, control.injected}
-    assert len(copies) == 3 and {control.members[k] for k in copies} == {control.members[control.original]}
+    control = make_control(size, passes, seed=data.draw(st.text(max_size=5)), turn=data.draw(st.integers(0, 5)))
+    rest = [m for k, m in enumerate(control.members) if k not in (control.copy, control.injected, control.surface)]
+    assert sorted(rest) == list(range(size))  # every member once, besides the three copies
+    copies = {control.copy, control.original, control.injected, control.surface}
+    assert len(copies) == 4 and {control.members[k] for k in copies} == {control.members[control.original]}
     assert control.members[control.copy] in passes
     if size >= 2:
         assert rest != list(range(size))  # never shown in the same order
-    shown = control.shown([f"text {m}" for m in range(size)], with_injection)
-    assert shown[control.injected] == shown[control.original] + INJECTION
+    shown = control.shown([f"text {m}" for m in range(size)], changed)
+    assert shown[control.injected] == shown[control.original] + INJECTIONS[control.injection]
     assert shown[control.copy] == shown[control.original]
+    assert shown[control.surface] != shown[control.original] and shown[control.original] in shown[control.surface]
 
 
 def test_the_injected_copy_of_a_conversation_ends_with_the_instruction() -> None:
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}]
-    injected = with_injection(chat)
+    injected = changed(chat)
     assert injected[-1]["content"] == "done" + INJECTION and chat[-1]["content"] == "done"
 
 
@@ -118,12 +119,12 @@ def test_controls_leave_the_counters_alone() -> None:
 
 def test_the_injection_goes_where_the_policy_wrote_last() -> None:
     parts = [{"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
-    assert with_injection(parts)[-1]["content"] == [
+    assert changed(parts)[-1]["content"] == [
         {"type": "text", "text": "done"},
         {"type": "text", "text": INJECTION},
     ]
     tool_last = [{"role": "assistant", "content": "calling"}, {"role": "tool", "content": "ok"}]
-    injected = with_injection(tool_last)
+    injected = changed(tool_last)
     assert injected[0]["content"] == "calling" + INJECTION and injected[1] == tool_last[1]
 
 

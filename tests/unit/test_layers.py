@@ -149,7 +149,6 @@ def third_party(path: Path) -> set[str]:
         (
             "trl",
             (
-                "whileai.grading.trl",
                 "whileai.integrations.trl_trainer",
                 "whileai.training",
                 "whileai.config.trl_fields",

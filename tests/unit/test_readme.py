@@ -53,8 +53,8 @@ def test_the_main_job_line_names_shipped_files() -> None:
 
 
 def test_a_newcomer_reaches_a_command_on_the_first_screen() -> None:
-    """The first command within 40 lines, the main job's line within 50, the tour's spread verdict and a trained
-    run within 120."""
+    """The first command within 40 lines, the main job's line within 50, the Python example with TRL within 90, the
+    tour's spread verdict and a trained run within 150, no line over 400 characters."""
     lines = README.splitlines()
 
     def line_of(text: str, after: int = 0) -> int:
@@ -62,9 +62,11 @@ def test_a_newcomer_reaches_a_command_on_the_first_screen() -> None:
 
     assert line_of("```bash") <= 40
     assert line_of("&& whileai train recipes/tiny_cpu_gar.yaml") <= 50
+    assert line_of("grading.trl_reward(verifier") <= 90
     tour = line_of("## A five-minute tour")
-    assert line_of("spread: yes. The grader tells these passes apart.", after=tour) <= 120
-    assert line_of("whileai: trained 60 steps; the run is in runs/tiny_cpu_binary", after=tour) <= 120
+    assert line_of("spread: yes. The grader tells these passes apart.", after=tour) <= 150
+    assert line_of("whileai: trained 60 steps; the run is in runs/tiny_cpu_binary", after=tour) <= 150
+    assert max(len(line) for line in lines) <= 400
 
 
 def test_quickstart_prints_what_the_readme_says() -> None:

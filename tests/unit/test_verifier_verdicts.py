@@ -95,3 +95,42 @@ def test_a_misbehaving_verifier_leaves_its_completions_unscorable_and_the_step_g
     assert "the verifier gave no reward" in caplog.text
     if kind == "answers":
         assert shaped[2] == shaped[2]  # a dict's score is its reward
+
+
+def test_a_verifier_is_broken_after_three_batches_in_a_row_that_it_scored_none_of(tmp_path) -> None:
+    """Three batches in a row with no reward (raising, answering None, timing out) break it; one scored completion
+    resets the count. What it came to is said with the function, and the record keeps the kinds and the share."""
+    from whileai.defaults import VERIFIER_BROKEN_BATCHES
+    from whileai.grading.reference import load_callable
+    from whileai.rows.verdicts import verifier_rewards
+
+    assert VERIFIER_BROKEN_BATCHES == 3  # the number docs/training.md and the README say
+    (tmp_path / "checks.py").write_text(
+        "import time\n\n\ndef none(prompts, completions, **kwargs):\n    return [None] * len(completions)\n\n\n"
+        "def down(prompts, completions, **kwargs):\n    raise ConnectionError('sandbox down')\n\n\n"
+        "def hangs(prompts, completions, **kwargs):\n    time.sleep(60)\n\n\n"
+        "def one(prompts, completions, **kwargs):\n    return [1.0] + [None] * (len(completions) - 1)\n"
+    )
+    none, down, hangs, one = (load_callable(f"{tmp_path / 'checks.py'}:{n}") for n in ("none", "down", "hangs", "one"))
+    failures = VerifierFailures(lambda line: None, none)
+
+    def batch(verifier) -> None:
+        verifier_rewards(verifier, ["p"] * 2, ["a", "b"], {}, failures, timeout_s=1.0)
+
+    batch(none), batch(none)
+    assert not failures.broken
+    batch(one)  # one completion scored: not broken, whatever the rest
+    batch(down), batch(hangs)
+    assert not failures.broken
+    batch(none)
+    assert (
+        failures.broken
+        and failures.why == f"none ({tmp_path / 'checks.py'}, line 4): it answered None for every completion"
+    )
+    batch(down)
+    assert failures.broken and "it raised ConnectionError: sandbox down on a batch of 2" in failures.why
+    assert failures.figures() == {
+        "failures": 6, "kinds": {"ConnectionError": 4, "timeout": 2}, "first": failures.first, "unscored": 13,
+        "completions": 14,
+    }  # fmt: skip
+    assert failures.first.startswith(f"none ({tmp_path / 'checks.py'}, line 9): it raised ConnectionError")

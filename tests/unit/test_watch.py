@@ -182,3 +182,62 @@ def test_a_check_refuses_a_grader_whose_scores_follow_the_display_slot() -> None
     check = watch.checks[-1]
     assert check.verdict == "no" and check.rule == "controls"
     assert "follow the display slot more than they differ between passes" in check.why
+
+
+def tied_by(sign: int):
+    """Passes by length, shortest first (sign 1) or longest (-1), equal lengths tied."""
+
+    def grader(group: list[dict[str, Any]]) -> dict[str, Any]:
+        lengths = sorted({sign * len(g["completion"]) for g in group if g["passed"]})
+        return {
+            "ranking": [
+                [g["index"] for g in group if g["passed"] and sign * len(g["completion"]) == n] for n in lengths
+            ]
+        }
+
+    return grader
+
+
+def test_a_grader_paying_for_length_is_named_with_how_far_the_passes_grew() -> None:
+    said: list[str] = []
+    records: list[dict[str, Any]] = []
+    for grader, paid in ((tied_by(-1), True), (tied_by(1), False)):
+        said.clear()
+        records.clear()
+        grading = GroupwiseGrading(grader=grader)
+        settings_ = WatchSettings(every_steps=2, controls=3, max_extra_calls=1.0, on_fail="stop", patience=2)
+        watch = SpreadWatch(grading, settings_, say=said.append, on_check=records.append)
+        for n in range(1, 7):  # the passes grow by a word a step
+            texts = [" ".join(["word"] * (n + k)) for k in range(3)] + ["fail"]
+            rewards = [1, 1, 1, 0] * 2
+            prompts, batch = ["p"] * 8, texts * 2
+            watch.observe(n, grading.grade_batch(rewards, prompts, batch, 4), prompts, batch, 4)
+        first, last = records[0], records[-1]
+        assert last["length"] > first["length"] and last["pass_rate"] == 0.75
+        if paid:
+            assert last["length_tau"] == 1.0 and last["paid_for"] == ["padding", "formatting", "claim"]
+            assert watch.stop_requested and last["verdict"] == "no"
+            assert "the grader pays for length, markup, claims: the passes' length +" in said[-1]
+            assert "since step 1 (its tau with the scores within groups +1.00)" in said[-1]
+            assert "while the pass rate moved +0.0 points" in said[-1]
+        else:
+            assert last["length_tau"] == -1.0 and last["paid_for"] == [] and not said and not watch.stop_requested
+
+
+def test_one_control_a_check_still_stops_a_grader_that_pays_for_one_surface() -> None:
+    def markdown_first(group: list[dict[str, Any]]) -> dict[str, Any]:
+        passes = [g for g in group if g["passed"]]
+        keys = sorted({("#" not in g["completion"], len(g["completion"])) for g in passes})
+        return {"ranking": [[g["index"] for g in passes if ("#" not in g["completion"], len(g["completion"])) == k]
+                            for k in keys]}  # fmt: skip
+
+    grading = GroupwiseGrading(grader=markdown_first)
+    settings_ = WatchSettings(every_steps=1, controls=1, max_extra_calls=1.0, on_fail="stop", patience=3)
+    watch = SpreadWatch(grading, settings_, say=lambda _: None)
+    for n in range(1, 10):
+        step(watch, grading, n)
+        if watch.stop_requested:
+            break
+    kinds = [c.paid_for for c in watch.checks]
+    assert watch.stop_requested and kinds[-3:] == [["formatting"]] * 3  # the kinds in turn, formatting remembered
+    assert [c.controls_sent for c in watch.checks] == [1] * len(watch.checks)
