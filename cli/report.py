@@ -389,7 +389,7 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
         return "" if value is None else form.format(value)
 
     table = Table(show_edge=False)
-    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks", "words", "paid for"):
+    for title in ("steps", "verdict", "std", "near med", "ctl tau", "tied", "fallbk", "hacks", "paid"):
         table.add_column(title, justify="right")
     for check in shown:
         low, high = check.get("steps") or [check["step"], check["step"]]
@@ -402,7 +402,6 @@ def _print_watch(path: Path, checks: list[dict[str, Any]], every: bool = False) 
             number(check.get("copies_tied"), "{:.0%}"),
             number(check.get("fallback_rate"), "{:.0%}"),
             number(check.get("hack_rate"), "{:.0%}"),
-            number(check.get("length"), "{:.1f}"),
             ", ".join(check.get("paid_for") or []),
         )
     out.print(table)

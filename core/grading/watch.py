@@ -47,8 +47,6 @@ from whileai.stats import kendall_tau
 
 __all__ = ["SpreadWatch", "WatchCheck", "WatchLog", "WatchSettings"]
 
-SURFACE_CONTROLS_KEPT = 4  # a kind's latest surface controls a check judges it on
-
 
 @dataclass
 class WatchCheck:
@@ -138,7 +136,7 @@ class SpreadWatch:
     _batches: dict[int, int] = field(default_factory=dict)  # graded batches seen of the latest step
     _last_told: tuple[str, str | None] | None = None
     _last_passed: WatchCheck | None = None
-    _surfaces: dict[str, deque[int]] = field(default_factory=dict)  # each kind's latest surface controls
+    _surfaces: dict[str, list[int]] = field(default_factory=dict)  # each kind's surface controls, latest check
 
     def observe(
         self, step: int, graded: Sequence[GradedGroup], prompts: Sequence[Any], completions: Sequence[Any], size: int
@@ -248,11 +246,10 @@ class SpreadWatch:
             eligible.append(seen)
         controls, sent = self._controls(step, eligible)
         if controls is not None:
-            # A check's few controls try one kind or two: each kind is judged on its latest controls, from this check
-            # and those before, so a grader that pays for one surface fails every check until it stops.
-            for kind, found in controls.surfaces.items():
-                self._surfaces.setdefault(kind, deque(maxlen=SURFACE_CONTROLS_KEPT)).extend(found)
-            controls.surfaces = {kind: list(found) for kind, found in self._surfaces.items()}
+            # A check's few controls try one kind or two: a kind this check did not try is judged as the last check
+            # that tried it was, so a grader that pays for one surface fails every check until it stops.
+            self._surfaces.update(controls.surfaces)
+            controls.surfaces = dict(self._surfaces)
         report = spread_report(
             per_group,
             thresholds=limits,

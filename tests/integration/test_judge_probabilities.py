@@ -25,7 +25,8 @@ BELIEF = {"best": {8: 0.55, 9: 0.45}, "good": {8: 0.7, 9: 0.2, 7: 0.1}, "fair": 
 
 
 def by_content(label: str, slot: int, text: str) -> dict[int, float]:
-    return BELIEF[text.split(":")[0]]
+    # the pass's quality word, also where a surface control put a heading or a rule before it
+    return BELIEF[next(word for word in BELIEF if f"{word}:" in text)]
 
 
 def expected(dist: dict[int, float]) -> float:

@@ -78,7 +78,7 @@ def test_the_watch_stops_a_run_whose_grader_went_bad(tmp_path: Path, monkeypatch
     if grader == "longer":  # it reads the work but pays for its surface: the watch names what and how far it moved
         assert stop["paid_for"] and "the grader pays for" in stop["why"] and "the grader pays for" in result.stderr
         shown = runner.invoke(app, ["report", str(out), "--steps"], env={"COLUMNS": "200"}).stdout
-        assert "paid for" in shown and ", ".join(stop["paid_for"]) in shown
+        assert "paid" in shown and ", ".join(stop["paid_for"]) in shown
 
 
 @pytest.mark.slow
