@@ -90,7 +90,10 @@ if [ -s "$report" ]; then
   verdict=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("verdict", ""))' "$report" 2>/dev/null)
 fi
 case "$status:$verdict" in
-  0:*) outcome="passed: the grader tells passes apart" ;;
+  0:yes) outcome="passed: the grader tells passes apart" ;;
+  0:*)  # exit 0 without a verdict: the run ended before one (a grader module's os._exit at import, say)
+    status=1
+    outcome="failed: whileai spread exited 0 without a verdict" ;;
   "1:too few") outcome="failed: too few scores, groups or controls to judge" ;;
   1:*) outcome="failed: no spread" ;;
   3:*) outcome="failed: an optional install is missing (named above; .parquet rows need whileai-grpo[parquet]: WHILEAI=./whileai[parquet])" ;;

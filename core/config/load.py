@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from whileai.config.schema import Recipe
 from whileai.config.trl_fields import GRPO_CONFIG_KINDS
 from whileai.errors import BadInput
-from whileai.http.secrets import masked_text
+from whileai.http.secrets import MARK, masked_text
 from whileai.yamldata import TooMuchYaml, YamlBudget, read_yaml, read_yaml_file
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
@@ -277,8 +277,14 @@ def validate_recipe(data: Mapping[str, Any], source: str, overrides: Iterable[st
 
 def _quoted(item: str, limit: int = 100) -> str:
     """An override as a message quotes it: a URL's password masked, a value past ``limit`` characters cut."""
+    key, equals, _ = item.partition("=")
+    if equals and _SECRET_KEY.search(key):  # a key typed where its variable's name belongs: never echoed
+        item = f"{key}={MARK}"
     shown = masked_text(repr(item))
     return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[-1]}"
+
+
+_SECRET_KEY = re.compile(r"(?:api[_-]?key|token|secret|password)$", re.IGNORECASE)
 
 
 def _override_behind(error: Mapping[str, Any], overrides: Iterable[str]) -> str | None:

@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import importlib
 import importlib.util
+import math
 import os
 import signal
 import sys
@@ -37,8 +38,11 @@ def _held(what: str, reference: str, module: object) -> Iterator[None]:
     """A user's module imported in the block: its prints on stderr (never a command's result), what it starts ended
     with the command (``whileai.isolation.adopted``), and, on the main thread (where a timer can interrupt it), a
     ``BadInput`` naming it when it takes longer than its limit."""
-    limit = float(os.environ.get("WHILEAI_IMPORT_TIMEOUT_S") or IMPORT_TIMEOUT_S)
-    timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    limit = _import_limit()
+    main = threading.current_thread() is threading.main_thread()
+    timed = main and hasattr(signal, "setitimer")
+    # A module may set its own handlers at import (ignore SIGINT, say): the command's are put back after it.
+    kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)} if main else {}
 
     def late(signum: int, frame: Any) -> None:
         raise _ImportTimeout
@@ -58,6 +62,25 @@ def _held(what: str, reference: str, module: object) -> Iterator[None]:
         if timed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+def _import_limit() -> float:
+    """``WHILEAI_IMPORT_TIMEOUT_S`` when set (a number of seconds above 0), else ``IMPORT_TIMEOUT_S``."""
+    given = os.environ.get("WHILEAI_IMPORT_TIMEOUT_S")
+    if not given:
+        return IMPORT_TIMEOUT_S
+    try:
+        limit = float(given)
+    except ValueError:
+        limit = math.nan
+    if not 0 < limit < 1e9:
+        raise BadInput(
+            f"WHILEAI_IMPORT_TIMEOUT_S={given!r}: give the seconds a user's module may take to import (above 0)"
+        )
+    return limit
 
 
 def load_callable(reference: str, base_dir: Path | None = None, what: str = "function") -> Callable[..., Any]:

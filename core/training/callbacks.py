@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from whileai.progress import STDERR
 
-__all__ = ["RichProgress", "StopAtCheckpoint"]
+__all__ = ["RichProgress", "StopAtCheckpoint", "VerifierStop"]
 
 _COLUMNS = (
     ("step", "step", "{:>5.0f}"),
@@ -127,3 +127,9 @@ class StopAtCheckpoint(TrainerCallback):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
+
+
+
+class VerifierStop(StopAtCheckpoint):
+    """The stop for a verifier that scores nothing: a class of its own, as transformers warns of a second callback
+    of a class it holds already."""

@@ -463,7 +463,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     """Step 5: the reward function (the grader's, or the verifier's alone for a binary arm) and TRL's trainer."""
     from whileai.grading.trl import TorchGather
     from whileai.integrations.trl_trainer import grpo_trainer
-    from whileai.training.callbacks import RichProgress, StopAtCheckpoint
+    from whileai.training.callbacks import RichProgress, StopAtCheckpoint, VerifierStop
 
     grading = run.grading
     watching: list[Any] = []
@@ -483,7 +483,7 @@ def _trainer(run: _Run, task: Any, verifier: Any, args: Any, callbacks: Sequence
     else:
         reward = binary_reward(verifier, args.num_generations, gather=TorchGather(), verifier_timeout_s=limit)
     failures = run.verifier_failures = reward.verifier_failures
-    run.verifier_stop = StopAtCheckpoint(lambda: failures.broken, shared=True)
+    run.verifier_stop = VerifierStop(lambda: failures.broken, shared=True)
     path, model = model_path(run.setup), run.setup.model
     tokenizer = None
     if model.tiny is not None:

@@ -91,6 +91,12 @@ def test_no_spread_or_a_broken_grader_fails_the_job(tmp_path: Path, grader, code
     assert verdict.startswith(f"spread: {word}")  # one word for the verdict, in the text and in the JSON
 
 
+def test_a_grader_module_that_ends_the_process_at_import_fails_the_job(tmp_path: Path) -> None:
+    (tmp_path / "leaves.py").write_text("import os\nos._exit(0)\n\ndef f(group):\n    return {}\n")
+    done, _, summary = _job(tmp_path, str(ROWS), "--grader", "leaves.py:f")
+    assert done == 1 and summary.startswith("### whileai spread gate failed: whileai spread exited 0 without a verdict")
+
+
 def test_bad_input_fails_the_job_with_the_error_in_the_summary(tmp_path: Path) -> None:
     done, _, summary = _job(tmp_path, "missing.jsonl", "--recipe", str(REPO / "recipes" / "refund_scripted.yaml"))
     assert done == 2

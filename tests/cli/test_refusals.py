@@ -206,3 +206,10 @@ def test_a_misspelt_model_init_kwargs_key_is_refused_by_validate() -> None:
     assert "trainer: model_init_kwargs: unknown key 'attn_implementaton'; did you mean 'attn_implementation'?" in said
     kept = runner.invoke(app, ["validate", str(TINY), "trainer.model_init_kwargs={rope_theta: 3, use_cache: false}"])
     assert kept.exit_code == 0, kept.stderr  # a key of the model's config passes
+
+
+def test_a_key_typed_into_a_field_of_its_own_is_never_echoed() -> None:
+    recipe = str(REPO / "recipes" / "refund_judge.yaml")
+    result = CliRunner().invoke(app, ["validate", recipe, "grader.judge.api_key=S3CRETPW123"])
+    assert result.exit_code == 2 and "S3CRETPW" not in result.stderr + result.stdout
+    assert "override 'grader.judge.api_key=[secret hidden]'" in result.stderr and "api_key_env" in result.stderr

@@ -353,3 +353,22 @@ def test_ctrl_c_ends_judge_eval_and_all_its_grader_started(tmp_path: Path) -> No
         status, stderr, took, left = ended_by(signal.SIGINT, command, tmp_path, group=True)
         assert status == 130 and stderr.strip().splitlines()[-1] == "whileai: interrupted (Ctrl-C)", stderr
         assert took < 10 and not left, (took, left)
+
+
+def test_a_module_that_ignores_ctrl_c_and_sigterm_at_import_leaves_the_command_s_own(tmp_path: Path) -> None:
+    ignores = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    )
+    (tmp_path / "ignores.py").write_text(ignores + STARTS)
+    command = [WHILEAI, "spread", ROWS, "--grader", "ignores.py:grader", "grading.timeout_s=600"]
+    for signum, group, code in ((signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)):
+        status, stderr, took, left = ended_by(signum, command, tmp_path, group)
+        assert status == code and took < 10 and not left, (stderr, took, left)
+
+
+@pytest.mark.parametrize("given", ["abc", "-1", "nan"])
+def test_an_import_limit_that_is_no_number_of_seconds_is_named(tmp_path: Path, given: str) -> None:
+    (tmp_path / "plain.py").write_text("def grader(group):\n    return {}\n")
+    env = {**os.environ, "WHILEAI_IMPORT_TIMEOUT_S": given}
+    done = child_processes.run([WHILEAI, "spread", ROWS, "--grader", "plain.py:grader"], cwd=tmp_path, env=env)
+    assert done.returncode == 2 and f"WHILEAI_IMPORT_TIMEOUT_S='{given}'" in done.stderr, done.stderr

@@ -42,3 +42,26 @@ def test_no_bar_off_a_terminal_and_nothing_on_other_processes() -> None:
     progress.on_log(None, state(1, main=False), None, logs={"reward": 1.0})
     progress.on_log(None, state(1), None, logs={"loss": 0.1})  # no reward: not a training log
     assert lines == []
+
+
+def test_the_watch_s_stop_and_the_verifier_s_are_two_callbacks_transformers_takes_without_a_warning() -> None:
+    import logging
+
+    from transformers.trainer_callback import CallbackHandler
+    from transformers.utils import logging as hf_logging
+
+    from whileai.training.callbacks import StopAtCheckpoint, VerifierStop
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = hf_logging.get_logger("transformers.trainer_callback")
+    logger.addHandler(handler)
+    try:
+        stops = [StopAtCheckpoint(lambda: False), VerifierStop(lambda: False, shared=True)]
+        CallbackHandler(stops, model=None, processing_class=None, optimizer=None, lr_scheduler=None)
+        CallbackHandler([*stops, StopAtCheckpoint(lambda: True)], None, None, None, None)
+    finally:
+        logger.removeHandler(handler)
+    warned = [line for line in said if "already" in line]
+    assert len(warned) == 1 and warned[0].count("StopAtCheckpoint") >= 1  # only a second of one class is warned of
