@@ -129,7 +129,6 @@ class StopAtCheckpoint(TrainerCallback):
             control.should_training_stop = True
 
 
-
 class VerifierStop(StopAtCheckpoint):
     """The stop for a verifier that scores nothing: a class of its own, as transformers warns of a second callback
     of a class it holds already."""
