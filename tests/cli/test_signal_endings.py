@@ -30,6 +30,11 @@ import time
 
 def _start():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child: Ctrl-C alone would not end it
+    _spawn()
+    time.sleep(300)
+
+
+def _spawn():
     child = subprocess.Popen(["sleep", "300"])
     if os.fork() == 0:
         os.setsid()
@@ -41,7 +46,6 @@ def _start():
         os._exit(0)
     with open("pids", "a") as written:
         written.write(f"{child.pid}\\n")
-    time.sleep(300)
 
 
 def grader(group):
@@ -262,27 +266,17 @@ except Exception:
 def grader(group):
     return None
 """
-FORKS_AT_IMPORT = """
-import os
-import subprocess
-import time
-
-child = subprocess.Popen(["sleep", "300"])
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        with open("pids", "a") as written:
-            written.write(f"{os.getpid()}\\n")
-        time.sleep(300)
-        os._exit(0)
-    os._exit(0)
-with open("pids", "a") as written:
-    written.write(f"{child.pid}\\n")
+# STARTS's children and daemon started at import; a grader that answers.
+FORKS_AT_IMPORT = (
+    STARTS
+    + """
+_spawn()
 
 
 def grader(group):
     return {"ranking": [g["index"] for g in group if g["passed"]]}
 """
+)
 
 
 def test_a_module_that_waits_at_import_is_refused_naming_it(tmp_path: Path) -> None:
