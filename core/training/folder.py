@@ -333,9 +333,11 @@ def mark_run(out: Path, status: str, **fields: Any) -> None:
     try:
         write_json(path, summary)
     except OSError:  # a full disk: the record training began with rewritten in the blocks it already holds
+        text = json.dumps(summary, default=str) + "\n"
         with contextlib.suppress(OSError), path.open("r+") as record:
-            record.write(json.dumps(summary, default=str) + "\n")
-            record.truncate()
+            if len(text.encode()) <= os.fstat(record.fileno()).st_blocks * 512:  # else a write cut short: keep it
+                record.write(text)
+                record.truncate()
 
 
 # A disk that refuses a write: full, over a quota, or past the process's file size limit (ulimit -f).
